@@ -1,0 +1,1 @@
+"""Benchmarks shipped with evolve: each a seed program, a harness and a task statement."""

@@ -1,0 +1,1 @@
+"""Configuration of evolve (Hydra YAML groups), shipped inside the package."""

@@ -1,0 +1,334 @@
+"""The SQLite archive file: schema, migrations, WAL, one transaction per state change.
+
+The database is the run's single source of truth and its checkpoint. Nothing is ever
+deleted. Schema creation and reads go through sqlite-utils; the few writes on the hot
+path (one per candidate) are plain prepared statements, which are several times faster
+than sqlite-utils' introspecting ``insert``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from evolve.types import Candidate, CandidateStatus, EdgeRole, Evaluation, EvolveError, Proposal
+
+APPLICATION_ID = 0x45564F4C  # "EVOL": marks a file as an evolve archive
+
+
+class ArchiveFileError(EvolveError):
+    """The archive file is missing, corrupt, foreign or from a newer evolve."""
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _migration_1(db: sqlite_utils.Database) -> None:
+    db["runs"].create(
+        {"id": int, "config": str, "harness_hash": str, "seed": int, "hardware": str,
+         "started_at": float, "finished_at": float, "status": str, "reason": str},
+        pk="id",
+    )
+    db["candidates"].create(
+        {"id": str, "seq": int, "files": str, "operator": str, "model": str, "description": str,
+         "prompt_hash": str, "island": int, "status": str, "created_at": float, "updated_at": float},
+        pk="id",
+    )
+    db["candidates"].create_index(["seq"], unique=True)
+    db["candidates"].create_index(["status"])
+    db["evaluations"].create(
+        {"id": int, "candidate": str, "stage": str, "status": str, "fitness": float, "metrics": str,
+         "descriptors": str, "artifacts": str, "wall_s": float, "seeds": str, "hardware": str,
+         "created_at": float},
+        pk="id", foreign_keys=[("candidate", "candidates", "id")],
+    )
+    db["evaluations"].create_index(["candidate"])
+    db["edges"].create(
+        {"child": str, "parent": str, "role": str, "created_at": float},
+        pk=("child", "parent", "role"),
+    )
+    db["edges"].create_index(["parent"])
+    db["elites"].create(
+        {"island": int, "cell": str, "candidate": str, "objective": float, "updated_at": float},
+        pk=("island", "cell"),
+    )
+    db["llm_calls"].create(
+        {"id": int, "candidate": str, "model": str, "prompt_hash": str, "cache_key": str, "messages": str,
+         "response": str, "tokens_in": int, "tokens_out": int, "cost": float, "latency_s": float,
+         "error": str, "created_at": float},
+        pk="id",
+    )
+    db["llm_calls"].create_index(["cache_key"])
+    db["stats"].create(
+        {"id": int, "evaluated": int, "best": float, "coverage": float, "qd_score": float,
+         "cost": float, "failures": int, "created_at": float},
+        pk="id",
+    )
+    db["state"].create({"key": str, "value": str}, pk="key")
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class Store:
+    """One run's archive file.
+
+    Args:
+        path: the ``archive.db`` file; created (with the current schema) when missing
+            unless ``readonly``.
+        readonly: open without write access (browsing); never migrates.
+    """
+
+    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        if readonly and not self.path.exists():
+            raise ArchiveFileError(f"no archive at {self.path}: pass a run directory or its archive.db")
+        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+        try:
+            self._check_and_migrate()
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise ArchiveFileError(
+                f"{self.path} is not a readable SQLite archive ({exc}); point at another run directory, "
+                "or move the file away to start a new run"
+            ) from exc
+
+    def _check_and_migrate(self) -> None:
+        app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = self.db.table_names()
+        if app_id != APPLICATION_ID and tables:
+            raise ArchiveFileError(
+                f"{self.path} is a SQLite file but not an evolve archive (tables: {', '.join(tables[:5])}); "
+                "choose another run directory"
+            )
+        if version > SCHEMA_VERSION:
+            raise ArchiveFileError(
+                f"{self.path} has schema version {version}, newer than this evolve ({SCHEMA_VERSION}); "
+                "upgrade evolve to open it"
+            )
+        if self.readonly:
+            if version < SCHEMA_VERSION:
+                raise ArchiveFileError(f"{self.path} needs a migration; open it once with a writable evolve run")
+            return
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        for number in range(version, SCHEMA_VERSION):
+            with self.transaction():
+                MIGRATIONS[number](self.db)
+                self.conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                self.conn.execute(f"PRAGMA user_version={number + 1}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All writes inside are one atomic transaction (BEGIN IMMEDIATE ... COMMIT)."""
+        if self.conn.in_transaction:  # nested: join the outer transaction
+            yield
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # --- runs -------------------------------------------------------------------------
+
+    def start_run(self, *, config: Mapping[str, Any], harness_hash: str, seed: int, hardware: str) -> int:
+        with self.transaction():
+            cursor = self.conn.execute(
+                "INSERT INTO runs (config, harness_hash, seed, hardware, started_at, status) VALUES (?,?,?,?,?,?)",
+                (_dumps(config), harness_hash, seed, hardware, _now(), "running"),
+            )
+        return int(cursor.lastrowid)
+
+    def finish_run(self, run_id: int, *, status: str, reason: str = "") -> None:
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE runs SET finished_at=?, status=?, reason=? WHERE id=?", (_now(), status, reason, run_id)
+            )
+
+    def first_run(self) -> dict[str, Any] | None:
+        rows = list(self.db.query("SELECT * FROM runs ORDER BY id LIMIT 1"))
+        return rows[0] if rows else None
+
+    # --- candidates ---------------------------------------------------------------------
+
+    def has_candidate(self, candidate_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM candidates WHERE id=?", (candidate_id,)).fetchone() is not None
+
+    def next_seq(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM candidates").fetchone()[0])
+
+    def add_candidate(self, proposal: Proposal, *, seq: int, status: CandidateStatus = CandidateStatus.PROPOSED) -> Candidate:
+        """Insert a proposal and its lineage edges (one transaction)."""
+        now = _now()
+        with self.transaction():
+            self.conn.execute(
+                "INSERT INTO candidates (id, seq, files, operator, model, description, prompt_hash, island, "
+                "status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (proposal.id, seq, _dumps(dict(proposal.files)), proposal.operator, proposal.model,
+                 proposal.description, proposal.prompt_hash, proposal.island, status.value, now, now),
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO edges (child, parent, role, created_at) VALUES (?,?,?,?)",
+                [(proposal.id, parent, role.value, now) for parent, role in proposal.parents],
+            )
+        return Candidate(
+            id=proposal.id, seq=seq, files=proposal.files, operator=proposal.operator, model=proposal.model,
+            description=proposal.description, prompt_hash=proposal.prompt_hash, island=proposal.island,
+            status=status, parents=proposal.parents,
+        )
+
+    def add_edge(self, child: str, parent: str, role: EdgeRole) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO edges (child, parent, role, created_at) VALUES (?,?,?,?)",
+            (child, parent, role.value, _now()),
+        )
+
+    def set_status(self, candidate_id: str, status: CandidateStatus) -> None:
+        self.conn.execute(
+            "UPDATE candidates SET status=?, updated_at=? WHERE id=?", (status.value, _now(), candidate_id)
+        )
+
+    def candidate(self, candidate_id: str) -> Candidate:
+        row = self.conn.execute(
+            "SELECT id, seq, files, operator, model, description, prompt_hash, island, status "
+            "FROM candidates WHERE id=?", (candidate_id,),
+        ).fetchone()
+        if row is None:
+            raise KeyError(candidate_id)
+        parents = tuple(
+            (parent, EdgeRole(role))
+            for parent, role in self.conn.execute(
+                "SELECT parent, role FROM edges WHERE child=? ORDER BY rowid", (candidate_id,)
+            )
+        )
+        return Candidate(
+            id=row[0], seq=row[1], files=json.loads(row[2]), operator=row[3], model=row[4],
+            description=row[5] or "", prompt_hash=row[6], island=row[7], status=CandidateStatus(row[8]),
+            parents=parents,
+        )
+
+    def pending(self) -> list[Candidate]:
+        """Candidates proposed or under evaluation when the last run stopped, in proposal order."""
+        ids = [r[0] for r in self.conn.execute(
+            "SELECT id FROM candidates WHERE status IN (?, ?) ORDER BY seq",
+            (CandidateStatus.PROPOSED.value, CandidateStatus.EVALUATING.value),
+        )]
+        return [self.candidate(cid) for cid in ids]
+
+    def count(self, status: CandidateStatus | None = None) -> int:
+        if status is None:
+            return int(self.conn.execute("SELECT COUNT(*) FROM candidates").fetchone()[0])
+        return int(self.conn.execute("SELECT COUNT(*) FROM candidates WHERE status=?", (status.value,)).fetchone()[0])
+
+    # --- evaluations --------------------------------------------------------------------
+
+    def add_evaluation(self, candidate_id: str, evaluation: Evaluation) -> None:
+        self.conn.execute(
+            "INSERT INTO evaluations (candidate, stage, status, fitness, metrics, descriptors, artifacts, wall_s, "
+            "seeds, hardware, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (candidate_id, evaluation.stage, evaluation.status.value, evaluation.fitness,
+             _dumps(dict(evaluation.metrics)), _dumps(dict(evaluation.descriptors)),
+             _dumps(dict(evaluation.artifacts)), evaluation.wall_s, _dumps(list(evaluation.seeds)),
+             evaluation.hardware, _now()),
+        )
+
+    def evaluation(self, candidate_id: str) -> Evaluation | None:
+        """The latest evaluation of a candidate, or None."""
+        from evolve.types import EvalStatus
+
+        row = self.conn.execute(
+            "SELECT status, fitness, metrics, descriptors, artifacts, stage, wall_s, seeds, hardware "
+            "FROM evaluations WHERE candidate=? ORDER BY id DESC LIMIT 1", (candidate_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return Evaluation(
+            status=EvalStatus(row[0]), fitness=row[1], metrics=json.loads(row[2]), descriptors=json.loads(row[3]),
+            artifacts=json.loads(row[4]), stage=row[5], wall_s=row[6], seeds=tuple(json.loads(row[7])),
+            hardware=row[8] or "",
+        )
+
+    # --- elites, stats, state -------------------------------------------------------------
+
+    def put_elite(self, island: int, cell: str, candidate_id: str, objective: float) -> None:
+        self.conn.execute(
+            "INSERT INTO elites (island, cell, candidate, objective, updated_at) VALUES (?,?,?,?,?) "
+            "ON CONFLICT(island, cell) DO UPDATE SET candidate=excluded.candidate, "
+            "objective=excluded.objective, updated_at=excluded.updated_at",
+            (island, cell, candidate_id, objective, _now()),
+        )
+
+    def elites(self) -> list[tuple[int, str, str, float]]:
+        """All (island, cell, candidate, objective) rows."""
+        return [tuple(r) for r in self.conn.execute("SELECT island, cell, candidate, objective FROM elites")]
+
+    def add_stats(self, **row: float) -> None:
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.conn.execute(
+            f"INSERT INTO stats ({columns}, created_at) VALUES ({marks}, ?)", (*row.values(), _now())
+        )
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        row = self.conn.execute("SELECT value FROM state WHERE key=?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_state(self, key: str, value: Any) -> None:
+        self.conn.execute(
+            "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, _dumps(value)),
+        )
+
+    # --- integrity -------------------------------------------------------------------------
+
+    def integrity_problems(self) -> list[str]:
+        """Everything that breaks the archive's invariants; empty when it is whole."""
+        problems = [r[0] for r in self.conn.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        checks = {
+            "elite that is not a done candidate": (
+                "SELECT e.candidate FROM elites e LEFT JOIN candidates c ON c.id = e.candidate "
+                "WHERE c.id IS NULL OR c.status != 'done'"
+            ),
+            "edge whose child is missing": (
+                "SELECT e.child FROM edges e LEFT JOIN candidates c ON c.id = e.child WHERE c.id IS NULL"
+            ),
+            "edge whose parent is missing": (
+                "SELECT e.parent FROM edges e LEFT JOIN candidates c ON c.id = e.parent WHERE c.id IS NULL"
+            ),
+            "done candidate without an evaluation": (
+                "SELECT c.id FROM candidates c WHERE c.status IN ('done', 'failed') AND NOT EXISTS "
+                "(SELECT 1 FROM evaluations v WHERE v.candidate = c.id)"
+            ),
+            "candidate evaluated twice": (
+                "SELECT candidate FROM evaluations WHERE stage != 'reevaluation' GROUP BY candidate "
+                "HAVING COUNT(*) > 1"
+            ),
+        }
+        for label, sql in checks.items():
+            problems += [f"{label}: {row[0]}" for row in self.conn.execute(sql)]
+        return problems

@@ -105,14 +105,18 @@ class Benchmark:
     def seed_files(self) -> dict[str, str]:
         """The seed program as {relative path: text}."""
         if not self.seed_dir.is_dir():
-            raise FileNotFoundError(f"benchmark {self.name!r}: seed directory {self.seed_dir} does not exist")
+            raise FileNotFoundError(
+                f"benchmark {self.name!r}: seed directory {self.seed_dir} does not exist"
+            )
         files = {
             str(path.relative_to(self.seed_dir)): path.read_text()
             for path in sorted(self.seed_dir.rglob("*"))
             if path.is_file() and "__pycache__" not in path.parts
         }
         if not files:
-            raise FileNotFoundError(f"benchmark {self.name!r}: seed directory {self.seed_dir} is empty")
+            raise FileNotFoundError(
+                f"benchmark {self.name!r}: seed directory {self.seed_dir} is empty"
+            )
         return files
 
     def is_editable(self, path: str) -> bool:
@@ -146,7 +150,9 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
     metrics of all stages run so far are merged into the returned evaluation.
     """
     start = time.monotonic()
-    stages: Sequence[Stage] = getattr(fitness, "stages", None) or (Stage(name="full", run=fitness.evaluate),)
+    stages: Sequence[Stage] = getattr(fitness, "stages", None) or (
+        Stage(name="full", run=fitness.evaluate),
+    )
     metrics: dict[str, Any] = {}
     result: Evaluation | None = None
     for stage in stages:
@@ -155,34 +161,52 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
         except Exception as exc:  # the harness itself failed: record, never crash the run
             result = Evaluation(
                 status=EvalStatus.ERROR,
-                artifacts={"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-8000:]},
+                artifacts={
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()[-8000:],
+                },
             )
         metrics.update(result.metrics)
         result = replace(result, stage=stage.name, metrics=dict(metrics))
         if not result.ok:
             break
     assert result is not None
-    return replace(result, wall_s=time.monotonic() - start, seeds=result.seeds or (ctx.seed,), hardware=ctx.hardware)
+    return replace(
+        result,
+        wall_s=time.monotonic() - start,
+        seeds=result.seeds or (ctx.seed,),
+        hardware=ctx.hardware,
+    )
 
 
 def sandbox_failure(result: Result, what: str = "candidate") -> Evaluation | None:
     """The Evaluation for a sandboxed run that timed out, crashed or left processes; else None."""
     if result.timed_out:
-        return Evaluation(status=EvalStatus.TIMEOUT, artifacts={"error": f"{what} timed out", "output": result.tail()})
+        return Evaluation(
+            status=EvalStatus.TIMEOUT,
+            artifacts={"error": f"{what} timed out", "output": result.tail()},
+        )
     if result.returncode != 0:
         return Evaluation(
             status=EvalStatus.ERROR,
-            artifacts={"error": f"{what} exited with status {result.returncode}", "output": result.tail()},
+            artifacts={
+                "error": f"{what} exited with status {result.returncode}",
+                "output": result.tail(),
+            },
         )
     if result.leftover:
         return Evaluation(
             status=EvalStatus.REJECTED,
-            artifacts={"error": f"{what} left {result.leftover} process(es) running after it exited (killed)"},
+            artifacts={
+                "error": f"{what} left {result.leftover} process(es) running after it exited (killed)"
+            },
         )
     return None
 
 
-def one_sided_pvalue(samples: Sequence[float], threshold: float, *, alternative: str = "less") -> float:
+def one_sided_pvalue(
+    samples: Sequence[float], threshold: float, *, alternative: str = "less"
+) -> float:
     """p-value of a one-sample t-test that the mean of ``samples`` is below (or above) ``threshold``.
 
     Matches ``scipy.stats.ttest_1samp(samples, threshold, alternative=...).pvalue``; a

@@ -18,7 +18,15 @@ from typing import Any
 
 import sqlite_utils
 
-from evolve.types import Candidate, CandidateStatus, EdgeRole, Evaluation, EvolveError, Proposal
+from evolve.types import (
+    Candidate,
+    CandidateStatus,
+    EdgeRole,
+    EvalStatus,
+    Evaluation,
+    EvolveError,
+    Proposal,
+)
 
 APPLICATION_ID = 0x45564F4C  # "EVOL": marks a file as an evolve archive
 
@@ -37,22 +45,56 @@ def _dumps(value: Any) -> str:
 
 def _migration_1(db: sqlite_utils.Database) -> None:
     db["runs"].create(
-        {"id": int, "config": str, "harness_hash": str, "seed": int, "hardware": str,
-         "started_at": float, "finished_at": float, "status": str, "reason": str},
+        {
+            "id": int,
+            "config": str,
+            "harness_hash": str,
+            "seed": int,
+            "hardware": str,
+            "started_at": float,
+            "finished_at": float,
+            "status": str,
+            "reason": str,
+        },
         pk="id",
     )
     db["candidates"].create(
-        {"id": str, "seq": int, "files": str, "operator": str, "model": str, "description": str,
-         "prompt_hash": str, "island": int, "status": str, "created_at": float, "updated_at": float},
+        {
+            "id": str,
+            "seq": int,
+            "files": str,
+            "norm_hash": str,
+            "operator": str,
+            "model": str,
+            "description": str,
+            "prompt_hash": str,
+            "island": int,
+            "status": str,
+            "created_at": float,
+            "updated_at": float,
+        },
         pk="id",
     )
     db["candidates"].create_index(["seq"], unique=True)
+    db["candidates"].create_index(["norm_hash"])
     db["candidates"].create_index(["status"])
     db["evaluations"].create(
-        {"id": int, "candidate": str, "stage": str, "status": str, "fitness": float, "metrics": str,
-         "descriptors": str, "artifacts": str, "wall_s": float, "seeds": str, "hardware": str,
-         "created_at": float},
-        pk="id", foreign_keys=[("candidate", "candidates", "id")],
+        {
+            "id": int,
+            "candidate": str,
+            "stage": str,
+            "status": str,
+            "fitness": float,
+            "metrics": str,
+            "descriptors": str,
+            "artifacts": str,
+            "wall_s": float,
+            "seeds": str,
+            "hardware": str,
+            "created_at": float,
+        },
+        pk="id",
+        foreign_keys=[("candidate", "candidates", "id")],
     )
     db["evaluations"].create_index(["candidate"])
     db["edges"].create(
@@ -65,15 +107,35 @@ def _migration_1(db: sqlite_utils.Database) -> None:
         pk=("island", "cell"),
     )
     db["llm_calls"].create(
-        {"id": int, "candidate": str, "model": str, "prompt_hash": str, "cache_key": str, "messages": str,
-         "response": str, "tokens_in": int, "tokens_out": int, "cost": float, "latency_s": float,
-         "error": str, "created_at": float},
+        {
+            "id": int,
+            "candidate": str,
+            "model": str,
+            "prompt_hash": str,
+            "cache_key": str,
+            "messages": str,
+            "response": str,
+            "tokens_in": int,
+            "tokens_out": int,
+            "cost": float,
+            "latency_s": float,
+            "error": str,
+            "created_at": float,
+        },
         pk="id",
     )
     db["llm_calls"].create_index(["cache_key"])
     db["stats"].create(
-        {"id": int, "evaluated": int, "best": float, "coverage": float, "qd_score": float,
-         "cost": float, "failures": int, "created_at": float},
+        {
+            "id": int,
+            "evaluated": int,
+            "best": float,
+            "coverage": float,
+            "qd_score": float,
+            "cost": float,
+            "failures": int,
+            "created_at": float,
+        },
         pk="id",
     )
     db["state"].create({"key": str, "value": str}, pk="key")
@@ -96,9 +158,13 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         if readonly and not self.path.exists():
-            raise ArchiveFileError(f"no archive at {self.path}: pass a run directory or its archive.db")
+            raise ArchiveFileError(
+                f"no archive at {self.path}: pass a run directory or its archive.db"
+            )
         uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30)
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30
+        )
         self.conn = conn
         self.db = sqlite_utils.Database(conn)
         try:
@@ -126,7 +192,9 @@ class Store:
             )
         if self.readonly:
             if version < SCHEMA_VERSION:
-                raise ArchiveFileError(f"{self.path} needs a migration; open it once with a writable evolve run")
+                raise ArchiveFileError(
+                    f"{self.path} needs a migration; open it once with a writable evolve run"
+                )
             return
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
@@ -156,7 +224,9 @@ class Store:
 
     # --- runs -------------------------------------------------------------------------
 
-    def start_run(self, *, config: Mapping[str, Any], harness_hash: str, seed: int, hardware: str) -> int:
+    def start_run(
+        self, *, config: Mapping[str, Any], harness_hash: str, seed: int, hardware: str
+    ) -> int:
         with self.transaction():
             cursor = self.conn.execute(
                 "INSERT INTO runs (config, harness_hash, seed, hardware, started_at, status) VALUES (?,?,?,?,?,?)",
@@ -167,7 +237,8 @@ class Store:
     def finish_run(self, run_id: int, *, status: str, reason: str = "") -> None:
         with self.transaction():
             self.conn.execute(
-                "UPDATE runs SET finished_at=?, status=?, reason=? WHERE id=?", (_now(), status, reason, run_id)
+                "UPDATE runs SET finished_at=?, status=?, reason=? WHERE id=?",
+                (_now(), status, reason, run_id),
             )
 
     def first_run(self) -> dict[str, Any] | None:
@@ -177,29 +248,73 @@ class Store:
     # --- candidates ---------------------------------------------------------------------
 
     def has_candidate(self, candidate_id: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM candidates WHERE id=?", (candidate_id,)).fetchone() is not None
+        return (
+            self.conn.execute("SELECT 1 FROM candidates WHERE id=?", (candidate_id,)).fetchone()
+            is not None
+        )
 
     def next_seq(self) -> int:
-        return int(self.conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM candidates").fetchone()[0])
+        return int(
+            self.conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM candidates").fetchone()[0]
+        )
 
-    def add_candidate(self, proposal: Proposal, *, seq: int, status: CandidateStatus = CandidateStatus.PROPOSED) -> Candidate:
-        """Insert a proposal and its lineage edges (one transaction)."""
+    def has_equivalent(self, norm_hash: str) -> str | None:
+        """The id of a candidate with the same normalised code, if any."""
+        row = self.conn.execute(
+            "SELECT id FROM candidates WHERE norm_hash=? LIMIT 1", (norm_hash,)
+        ).fetchone()
+        return row[0] if row else None
+
+    def add_candidate(
+        self,
+        proposal: Proposal,
+        *,
+        seq: int,
+        status: CandidateStatus = CandidateStatus.PROPOSED,
+        norm_hash: str | None = None,
+        candidate_id: str | None = None,
+    ) -> Candidate:
+        """Insert a proposal and its lineage edges (one transaction).
+
+        ``candidate_id`` overrides the content hash (used for rejected attempts, whose
+        files are not a valid program).
+        """
         now = _now()
+        cid = candidate_id or proposal.id
         with self.transaction():
             self.conn.execute(
-                "INSERT INTO candidates (id, seq, files, operator, model, description, prompt_hash, island, "
-                "status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (proposal.id, seq, _dumps(dict(proposal.files)), proposal.operator, proposal.model,
-                 proposal.description, proposal.prompt_hash, proposal.island, status.value, now, now),
+                "INSERT INTO candidates (id, seq, files, norm_hash, operator, model, description, prompt_hash, "
+                "island, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    cid,
+                    seq,
+                    _dumps(dict(proposal.files)),
+                    norm_hash,
+                    proposal.operator,
+                    proposal.model,
+                    proposal.description,
+                    proposal.prompt_hash,
+                    proposal.island,
+                    status.value,
+                    now,
+                    now,
+                ),
             )
             self.conn.executemany(
                 "INSERT OR IGNORE INTO edges (child, parent, role, created_at) VALUES (?,?,?,?)",
-                [(proposal.id, parent, role.value, now) for parent, role in proposal.parents],
+                [(cid, parent, role.value, now) for parent, role in proposal.parents],
             )
         return Candidate(
-            id=proposal.id, seq=seq, files=proposal.files, operator=proposal.operator, model=proposal.model,
-            description=proposal.description, prompt_hash=proposal.prompt_hash, island=proposal.island,
-            status=status, parents=proposal.parents,
+            id=cid,
+            seq=seq,
+            files=proposal.files,
+            operator=proposal.operator,
+            model=proposal.model,
+            description=proposal.description,
+            prompt_hash=proposal.prompt_hash,
+            island=proposal.island,
+            status=status,
+            parents=proposal.parents,
         )
 
     def add_edge(self, child: str, parent: str, role: EdgeRole) -> None:
@@ -210,13 +325,15 @@ class Store:
 
     def set_status(self, candidate_id: str, status: CandidateStatus) -> None:
         self.conn.execute(
-            "UPDATE candidates SET status=?, updated_at=? WHERE id=?", (status.value, _now(), candidate_id)
+            "UPDATE candidates SET status=?, updated_at=? WHERE id=?",
+            (status.value, _now(), candidate_id),
         )
 
     def candidate(self, candidate_id: str) -> Candidate:
         row = self.conn.execute(
             "SELECT id, seq, files, operator, model, description, prompt_hash, island, status "
-            "FROM candidates WHERE id=?", (candidate_id,),
+            "FROM candidates WHERE id=?",
+            (candidate_id,),
         ).fetchone()
         if row is None:
             raise KeyError(candidate_id)
@@ -227,23 +344,37 @@ class Store:
             )
         )
         return Candidate(
-            id=row[0], seq=row[1], files=json.loads(row[2]), operator=row[3], model=row[4],
-            description=row[5] or "", prompt_hash=row[6], island=row[7], status=CandidateStatus(row[8]),
+            id=row[0],
+            seq=row[1],
+            files=json.loads(row[2]),
+            operator=row[3],
+            model=row[4],
+            description=row[5] or "",
+            prompt_hash=row[6],
+            island=row[7],
+            status=CandidateStatus(row[8]),
             parents=parents,
         )
 
     def pending(self) -> list[Candidate]:
         """Candidates proposed or under evaluation when the last run stopped, in proposal order."""
-        ids = [r[0] for r in self.conn.execute(
-            "SELECT id FROM candidates WHERE status IN (?, ?) ORDER BY seq",
-            (CandidateStatus.PROPOSED.value, CandidateStatus.EVALUATING.value),
-        )]
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT id FROM candidates WHERE status IN (?, ?) ORDER BY seq",
+                (CandidateStatus.PROPOSED.value, CandidateStatus.EVALUATING.value),
+            )
+        ]
         return [self.candidate(cid) for cid in ids]
 
     def count(self, status: CandidateStatus | None = None) -> int:
         if status is None:
             return int(self.conn.execute("SELECT COUNT(*) FROM candidates").fetchone()[0])
-        return int(self.conn.execute("SELECT COUNT(*) FROM candidates WHERE status=?", (status.value,)).fetchone()[0])
+        return int(
+            self.conn.execute(
+                "SELECT COUNT(*) FROM candidates WHERE status=?", (status.value,)
+            ).fetchone()[0]
+        )
 
     # --- evaluations --------------------------------------------------------------------
 
@@ -251,27 +382,59 @@ class Store:
         self.conn.execute(
             "INSERT INTO evaluations (candidate, stage, status, fitness, metrics, descriptors, artifacts, wall_s, "
             "seeds, hardware, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (candidate_id, evaluation.stage, evaluation.status.value, evaluation.fitness,
-             _dumps(dict(evaluation.metrics)), _dumps(dict(evaluation.descriptors)),
-             _dumps(dict(evaluation.artifacts)), evaluation.wall_s, _dumps(list(evaluation.seeds)),
-             evaluation.hardware, _now()),
+            (
+                candidate_id,
+                evaluation.stage,
+                evaluation.status.value,
+                evaluation.fitness,
+                _dumps(dict(evaluation.metrics)),
+                _dumps(dict(evaluation.descriptors)),
+                _dumps(dict(evaluation.artifacts)),
+                evaluation.wall_s,
+                _dumps(list(evaluation.seeds)),
+                evaluation.hardware,
+                _now(),
+            ),
         )
 
     def evaluation(self, candidate_id: str) -> Evaluation | None:
         """The latest evaluation of a candidate, or None."""
-        from evolve.types import EvalStatus
-
         row = self.conn.execute(
             "SELECT status, fitness, metrics, descriptors, artifacts, stage, wall_s, seeds, hardware "
-            "FROM evaluations WHERE candidate=? ORDER BY id DESC LIMIT 1", (candidate_id,),
+            "FROM evaluations WHERE candidate=? ORDER BY id DESC LIMIT 1",
+            (candidate_id,),
         ).fetchone()
         if row is None:
             return None
         return Evaluation(
-            status=EvalStatus(row[0]), fitness=row[1], metrics=json.loads(row[2]), descriptors=json.loads(row[3]),
-            artifacts=json.loads(row[4]), stage=row[5], wall_s=row[6], seeds=tuple(json.loads(row[7])),
+            status=EvalStatus(row[0]),
+            fitness=row[1],
+            metrics=json.loads(row[2]),
+            descriptors=json.loads(row[3]),
+            artifacts=json.loads(row[4]),
+            stage=row[5],
+            wall_s=row[6],
+            seeds=tuple(json.loads(row[7])),
             hardware=row[8] or "",
         )
+
+    def recent_failures(self, parent_ids: list[str], limit: int = 5) -> list[str]:
+        """Why recent children of these parents failed or were rejected, newest first."""
+        if not parent_ids:
+            return []
+        marks = ",".join("?" for _ in parent_ids)
+        rows = self.conn.execute(
+            f"SELECT c.id, c.operator, c.description, c.status, v.artifacts FROM edges e "
+            f"JOIN candidates c ON c.id = e.child LEFT JOIN evaluations v ON v.candidate = c.id "
+            f"WHERE e.parent IN ({marks}) AND c.status IN ('failed', 'rejected') ORDER BY c.seq DESC LIMIT ?",
+            (*parent_ids, limit),
+        ).fetchall()
+        notes = []
+        for cid, operator, description, status, artifacts in rows:
+            error = json.loads(artifacts).get("error", "") if artifacts else ""
+            what = (description or "").strip().splitlines()[0][:200] if description else ""
+            notes.append(f"{cid[:8]} ({operator}, {status}): {what} -> {error[:400]}".strip())
+        return notes
 
     # --- elites, stats, state -------------------------------------------------------------
 
@@ -285,13 +448,17 @@ class Store:
 
     def elites(self) -> list[tuple[int, str, str, float]]:
         """All (island, cell, candidate, objective) rows."""
-        return [tuple(r) for r in self.conn.execute("SELECT island, cell, candidate, objective FROM elites")]
+        return [
+            tuple(r)
+            for r in self.conn.execute("SELECT island, cell, candidate, objective FROM elites")
+        ]
 
     def add_stats(self, **row: float) -> None:
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         self.conn.execute(
-            f"INSERT INTO stats ({columns}, created_at) VALUES ({marks}, ?)", (*row.values(), _now())
+            f"INSERT INTO stats ({columns}, created_at) VALUES ({marks}, ?)",
+            (*row.values(), _now()),
         )
 
     def get_state(self, key: str, default: Any = None) -> Any:

@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -26,6 +26,21 @@ def content_hash(files: Files) -> str:
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
+
+
+def _rebuild(cls: type, kwargs: dict[str, Any]) -> Any:
+    return cls(**kwargs)
+
+
+class _Picklable:
+    """Pickles frozen dataclasses whose mappings are read-only views (which do not pickle)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        values = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            values[f.name] = dict(value) if isinstance(value, MappingProxyType) else value
+        return (_rebuild, (type(self), values))
 
 
 class Direction(enum.StrEnum):
@@ -62,7 +77,9 @@ class Descriptor:
 
     def __post_init__(self) -> None:
         if not self.high > self.low:
-            raise ValueError(f"descriptor {self.name!r}: high ({self.high}) must exceed low ({self.low})")
+            raise ValueError(
+                f"descriptor {self.name!r}: high ({self.high}) must exceed low ({self.low})"
+            )
         if self.bins < 1:
             raise ValueError(f"descriptor {self.name!r}: bins must be >= 1, got {self.bins}")
 
@@ -112,7 +129,7 @@ class AddStatus(enum.IntEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Proposal:
+class Proposal(_Picklable):
     """A candidate as an operator produced it, before it has an id or a place in the store."""
 
     files: Files
@@ -132,7 +149,7 @@ class Proposal:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Candidate:
+class Candidate(_Picklable):
     """A stored program: a set of files, where it came from and where it stands."""
 
     id: str
@@ -151,7 +168,7 @@ class Candidate:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evaluation:
+class Evaluation(_Picklable):
     """The harness's verdict on one candidate.
 
     ``fitness`` is set only when ``status`` is OK. ``artifacts`` holds text fed back to
@@ -171,7 +188,9 @@ class Evaluation:
     def __post_init__(self) -> None:
         for name in ("metrics", "descriptors", "artifacts"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
-        if self.status == EvalStatus.OK and (self.fitness is None or not math.isfinite(self.fitness)):
+        if self.status == EvalStatus.OK and (
+            self.fitness is None or not math.isfinite(self.fitness)
+        ):
             raise ValueError(f"an OK evaluation needs a finite fitness, got {self.fitness!r}")
 
     @property

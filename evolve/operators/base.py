@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from evolve.fitness import Benchmark
-from evolve.types import Candidate, Evaluation, Proposal
+from evolve.types import Candidate, EdgeRole, Evaluation, Proposal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +49,22 @@ class OperatorRejected(Exception):
     The attempt is recorded as a ``rejected`` candidate with ``reason``; it costs no evaluation.
     """
 
-    def __init__(self, reason: str, *, answer: str = "", model: str | None = None, prompt_hash: str | None = None):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        answer: str = "",
+        model: str | None = None,
+        prompt_hash: str | None = None,
+    ):
         super().__init__(reason)
         self.reason = reason
         self.answer = answer
         self.model = model
         self.prompt_hash = prompt_hash
+        self.arm = ""  # set by the emitter: which arm (operator@model) produced it
+        self.parents: tuple[tuple[str, EdgeRole], ...] = ()  # set by the emitter
+        self.files: dict[str, str] = {}  # the attempted child's files, when there are any
 
 
 @runtime_checkable

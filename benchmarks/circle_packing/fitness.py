@@ -1,0 +1,106 @@
+"""The circle-packing harness: runs the candidate, then verifies its packing and scores it itself.
+
+The candidate only writes centres and radii to ``packing.json``. The harness checks, with
+zero tolerance, that there are exactly ``n_circles`` finite circles of positive radius,
+each inside the unit square and no two overlapping, and scores the sum of radii.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
+from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
+
+OUTPUT = "packing.json"
+
+
+def check_packing(centers: list, radii: list, n_circles: int) -> str | None:
+    """Why the packing is invalid, or None when it is valid (exact arithmetic on the floats given)."""
+    if len(centers) != n_circles or len(radii) != n_circles:
+        return f"expected {n_circles} circles, got {len(centers)} centres and {len(radii)} radii"
+    for i, ((x, y), r) in enumerate(zip(centers, radii, strict=True)):
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in (x, y, r)):
+            return f"circle {i}: non-finite or non-numeric value"
+        if r <= 0:
+            return f"circle {i}: radius {r} is not positive"
+        if x - r < 0 or x + r > 1 or y - r < 0 or y + r > 1:
+            return f"circle {i} at ({x}, {y}) with radius {r} leaves the unit square"
+    for (i, (a, ra)), (j, (b, rb)) in itertools.combinations(
+        enumerate(zip(centers, radii, strict=True)), 2
+    ):
+        if (a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2 < (ra + rb) ** 2:
+            return f"circles {i} and {j} overlap"
+    return None
+
+
+class CirclePacking:
+    """Maximise the sum of radii of ``n_circles`` disjoint circles in the unit square.
+
+    Descriptors: the spread of the radii (standard deviation) and the fraction of circles
+    touching a wall (within 1e-6), so the grid keeps packings of different character.
+    """
+
+    objective = Objective(name="sum_radii", direction=Direction.MAXIMIZE)
+    descriptors = (
+        Descriptor(name="radius_std", low=0.0, high=0.06, bins=6),
+        Descriptor(name="wall_fraction", low=0.0, high=1.0, bins=6),
+    )
+
+    def __init__(self, *, n_circles: int = 26) -> None:
+        self.n_circles = n_circles
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        output = workdir / OUTPUT
+        output.unlink(missing_ok=True)
+        result = run_sandboxed(
+            [sys.executable, "packing.py", str(self.n_circles)],
+            cwd=workdir,
+            limits=Limits(timeout_s=ctx.timeout_s, memory_bytes=4 << 30),
+            env=ctx.env(),
+        )
+        failure = sandbox_failure(result)
+        if failure is not None:
+            return failure
+        try:
+            data = json.loads(output.read_text())
+            centers, radii = data["centers"], data["radii"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return Evaluation(
+                status=EvalStatus.INVALID,
+                artifacts={
+                    "error": f"no readable {OUTPUT} with 'centers' and 'radii' ({exc})",
+                    "output": result.tail(),
+                },
+            )
+        problem = check_packing(centers, radii, self.n_circles)
+        if problem is not None:
+            return Evaluation(
+                status=EvalStatus.INVALID, artifacts={"error": problem, "output": result.tail()}
+            )
+        total = math.fsum(radii)
+        mean = total / len(radii)
+        spread = math.sqrt(math.fsum((r - mean) ** 2 for r in radii) / len(radii))
+        touching = sum(
+            1
+            for (x, y), r in zip(centers, radii, strict=True)
+            if min(x - r, y - r, 1 - x - r, 1 - y - r) < 1e-6
+        )
+        return Evaluation(
+            status=EvalStatus.OK,
+            fitness=total,
+            metrics={
+                "sum_radii": total,
+                "min_radius": min(radii),
+                "max_radius": max(radii),
+                "run_s": result.wall_s,
+            },
+            descriptors={"radius_std": spread, "wall_fraction": touching / len(radii)},
+            artifacts={"output": result.tail(1000)}
+            if result.stdout.strip() or result.stderr.strip()
+            else {},
+        )

@@ -1,0 +1,202 @@
+"""MAP-Elites grids (one per island) over the store: add, sample parents and inspirations, QD stats.
+
+The grid's cells come from the benchmark's descriptors, each a fixed range cut into bins;
+values outside a range go to its edge bin, so cells never move. Each island keeps its own
+grid; the seed program is placed on every island. Elites live in memory for speed and in
+the ``elites`` table for durability; both change in the same transaction as the
+evaluation that caused the change.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evolve.operators.base import Parent
+from evolve.store import Store
+from evolve.types import (
+    AddResult,
+    AddStatus,
+    Candidate,
+    CandidateStatus,
+    Descriptor,
+    Evaluation,
+    Objective,
+)
+
+SAMPLERS = ("uniform", "rank")
+
+
+@dataclass
+class Elite:
+    candidate_id: str
+    value: float  # raw objective value
+
+
+class Archive:
+    """MAP-Elites archive with islands.
+
+    Args:
+        store: the run's store (the archive reads and writes its ``elites`` table).
+        objective: what is optimised.
+        descriptors: the grid's axes; none gives a single cell per island.
+        islands: number of islands (>= 1).
+        sampler: ``uniform`` over an island's elites or ``rank`` (better elites more likely).
+        qd_offset: subtracted from each elite's oriented objective in ``qd_score``.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        objective: Objective,
+        descriptors: Sequence[Descriptor] = (),
+        islands: int = 1,
+        sampler: str = "rank",
+        qd_offset: float = 0.0,
+    ) -> None:
+        if islands < 1:
+            raise ValueError(f"archive.islands must be >= 1, got {islands}")
+        if sampler not in SAMPLERS:
+            raise ValueError(
+                f"archive.sampler {sampler!r} unknown; choose one of {', '.join(SAMPLERS)}"
+            )
+        self.store = store
+        self.objective = objective
+        self.descriptors = tuple(descriptors)
+        self.islands = islands
+        self.sampler = sampler
+        self.qd_offset = qd_offset
+        self.cells_per_island = (
+            math.prod(d.bins for d in self.descriptors) if self.descriptors else 1
+        )
+        self._grid: list[dict[str, Elite]] = [{} for _ in range(islands)]
+        for island, cell, candidate_id, value in store.elites():
+            if island < islands:
+                self._grid[island][cell] = Elite(candidate_id, value)
+
+    # --- placement ---------------------------------------------------------------------------
+
+    def cell_of(self, evaluation: Evaluation) -> str:
+        """The cell key ("3,0,7") of an evaluation's descriptor values."""
+        if not self.descriptors:
+            return "0"
+        bins = []
+        for axis in self.descriptors:
+            value = evaluation.descriptors.get(axis.name)
+            if value is None:
+                raise KeyError(
+                    f"the fitness returned no descriptor {axis.name!r} (it returned {sorted(evaluation.descriptors)}); "
+                    "every declared descriptor must be in Evaluation.descriptors"
+                )
+            bins.append(str(axis.bin(float(value))))
+        return ",".join(bins)
+
+    def add(self, candidate_id: str, evaluation: Evaluation, *, island: int) -> AddResult:
+        """Offer an evaluated candidate to its island's grid (call inside a store transaction)."""
+        if not evaluation.ok:
+            return AddResult(status=AddStatus.NOT_ADDED, island=island)
+        assert evaluation.fitness is not None
+        cell = self.cell_of(evaluation)
+        incumbent = self._grid[island].get(cell)
+        if incumbent is not None and not self.objective.better(evaluation.fitness, incumbent.value):
+            return AddResult(status=AddStatus.NOT_ADDED, island=island, cell=cell)
+        self._grid[island][cell] = Elite(candidate_id, evaluation.fitness)
+        self.store.put_elite(island, cell, candidate_id, evaluation.fitness)
+        if incumbent is None:
+            return AddResult(status=AddStatus.NEW, island=island, cell=cell)
+        gain = self.objective.oriented(evaluation.fitness) - self.objective.oriented(
+            incumbent.value
+        )
+        return AddResult(
+            status=AddStatus.IMPROVE_EXISTING, improvement=gain, island=island, cell=cell
+        )
+
+    # --- sampling ------------------------------------------------------------------------------
+
+    def elites(self, island: int | None = None) -> list[tuple[int, str, Elite]]:
+        """(island, cell, elite) for one island or all, best first."""
+        islands = range(self.islands) if island is None else (island,)
+        rows = [(i, cell, elite) for i in islands for cell, elite in self._grid[i].items()]
+        rows.sort(key=lambda row: (-self.objective.oriented(row[2].value), row[0], row[1]))
+        return rows
+
+    def _parent(self, island: int, cell: str, elite: Elite) -> Parent:
+        return Parent(
+            candidate=self.store.candidate(elite.candidate_id),
+            evaluation=self.store.evaluation(elite.candidate_id),
+            cell=cell,
+        )
+
+    def sample_parents(self, count: int, rng: random.Random, *, island: int) -> list[Parent]:
+        """``count`` parents from an island, from distinct cells when the island has enough."""
+        ranked = self.elites(island) or self.elites()
+        if not ranked:
+            raise LookupError("the archive is empty: evaluate the seed program first")
+        weights = [1.0] * len(ranked)
+        if self.sampler == "rank":
+            weights = [1.0 / (rank + 1) for rank in range(len(ranked))]
+        picked: list[tuple[int, str, Elite]] = []
+        pool = list(zip(ranked, weights, strict=True))
+        while len(picked) < count:
+            if not pool:  # fewer cells than parents wanted: allow repeats
+                pool = list(zip(ranked, weights, strict=True))
+            index = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
+            picked.append(pool.pop(index)[0])
+        return [self._parent(i, cell, elite) for i, cell, elite in picked]
+
+    def inspirations(
+        self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()
+    ) -> list[Parent]:
+        """The island's best elite plus elites of other cells chosen at random (never ``exclude``)."""
+        ranked = [row for row in self.elites(island) if row[2].candidate_id not in exclude]
+        if not ranked or count <= 0:
+            return []
+        chosen = [ranked[0]]
+        others = ranked[1:]
+        chosen += rng.sample(others, min(count - 1, len(others)))
+        return [self._parent(i, cell, elite) for i, cell, elite in chosen]
+
+    def best(self) -> tuple[str, float] | None:
+        """(candidate id, objective value) of the best elite over all islands."""
+        rows = self.elites()
+        return (rows[0][2].candidate_id, rows[0][2].value) if rows else None
+
+    def migrant_for(self, island: int) -> str | None:
+        """Ring migration: the best elite of the previous island, as a parent for ``island``."""
+        if self.islands < 2:
+            return None
+        source = self.elites((island - 1) % self.islands)
+        return source[0][2].candidate_id if source else None
+
+    # --- statistics ----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, float]:
+        """Coverage (filled cells over all cells, across islands), QD score and best value."""
+        filled = sum(len(grid) for grid in self._grid)
+        coverage = filled / (self.cells_per_island * self.islands)
+        qd_score = sum(
+            self.objective.oriented(elite.value) - self.qd_offset
+            for grid in self._grid
+            for elite in grid.values()
+        )
+        best = self.best()
+        return {
+            "coverage": coverage,
+            "qd_score": qd_score,
+            "best": best[1] if best else float("nan"),
+        }
+
+    def record_stats(self, *, evaluated: int, failures: int, cost: float) -> None:
+        """Append one row to the ``stats`` time series (call inside a store transaction)."""
+        self.store.add_stats(evaluated=evaluated, failures=failures, cost=cost, **self.stats())
+
+
+def parent_from_store(store: Store, candidate_id: str) -> Parent:
+    """A Parent for any stored candidate (used for migrants and resumed proposals)."""
+    candidate: Candidate = store.candidate(candidate_id)
+    if candidate.status != CandidateStatus.DONE:
+        raise ValueError(f"candidate {candidate_id} is {candidate.status}, not done")
+    return Parent(candidate=candidate, evaluation=store.evaluation(candidate_id))

@@ -1,0 +1,192 @@
+"""Chooses parents, operator and model for each proposal, and learns from what the archive did.
+
+Arms are operators (an LLM operator is bound to one model, so arms are model x operator).
+Selection is either by fixed weights or by a discounted UCB bandit whose prior is the
+weights; its state is plain JSON, saved with every result so that a resumed run continues
+with the same statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from evolve.archive import Archive, parent_from_store
+from evolve.fitness import Benchmark
+from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
+from evolve.types import AddResult, AddStatus, EdgeRole, Proposal
+
+SELECTIONS = ("bandit", "weights")
+
+
+def arm_key(operator: Operator) -> str:
+    """``name`` or ``name@model`` for operators bound to a model."""
+    model = getattr(operator, "model", None)
+    return f"{operator.name}@{model}" if model else operator.name
+
+
+def reward(result: AddResult | None, scale: float) -> float:
+    """1 for a new cell, 0.5-1 for an improvement (by its size), 0 otherwise (failures too)."""
+    if result is None or result.status == AddStatus.NOT_ADDED:
+        return 0.0
+    if result.status == AddStatus.NEW:
+        return 1.0
+    return 0.5 + 0.5 * math.tanh(result.improvement / scale) if scale > 0 else 0.75
+
+
+@dataclass
+class BanditState:
+    """Discounted counts and reward sums per arm, plus the running improvement scale."""
+
+    counts: dict[str, float] = field(default_factory=dict)
+    rewards: dict[str, float] = field(default_factory=dict)
+    improvement_scale: float = 0.0
+    improvements_seen: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counts": self.counts,
+            "rewards": self.rewards,
+            "improvement_scale": self.improvement_scale,
+            "improvements_seen": self.improvements_seen,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> BanditState:
+        return cls(**data) if data else cls()
+
+
+class Emitter:
+    """Makes proposals and learns from their outcomes.
+
+    Args:
+        archive: where parents and inspirations come from.
+        benchmark: the problem being evolved.
+        operators: (operator, weight) pairs; weights are selection probabilities (``weights``)
+            or the bandit's prior (``bandit``).
+        selection: ``bandit`` or ``weights``.
+        discount: per-update decay of the bandit's statistics (1.0 = no forgetting).
+        exploration: the UCB exploration constant.
+        inspirations: how many other elites each request shows.
+    """
+
+    def __init__(
+        self,
+        *,
+        archive: Archive,
+        benchmark: Benchmark,
+        operators: Sequence[tuple[Operator, float]],
+        selection: str = "bandit",
+        discount: float = 0.99,
+        exploration: float = 0.5,
+        inspirations: int = 3,
+    ) -> None:
+        if not operators:
+            raise ValueError("no operators configured")
+        if selection not in SELECTIONS:
+            raise ValueError(
+                f"emitter.selection {selection!r} unknown; choose one of {', '.join(SELECTIONS)}"
+            )
+        self.archive = archive
+        self.benchmark = benchmark
+        self.arms = {arm_key(op): (op, float(weight)) for op, weight in operators}
+        if any(weight <= 0 for _, weight in self.arms.values()):
+            raise ValueError("operator weights must be positive")
+        self.selection = selection
+        self.discount = discount
+        self.exploration = exploration
+        self.n_inspirations = inspirations
+        self.state = BanditState()
+
+    # --- choosing ---------------------------------------------------------------------------------
+
+    def choose(self, rng: random.Random) -> str:
+        keys = sorted(self.arms)
+        weights = [self.arms[k][1] for k in keys]
+        if self.selection == "weights":
+            return rng.choices(keys, weights=weights)[0]
+        total_weight = sum(weights)
+        untried = [k for k in keys if self.state.counts.get(k, 0.0) < 1e-9]
+        if untried:
+            return rng.choices(untried, weights=[self.arms[k][1] for k in untried])[0]
+        total = sum(self.state.counts.values())
+
+        def score(key: str) -> float:
+            n = self.state.counts[key]
+            prior = self.arms[key][1] / total_weight
+            return self.state.rewards[key] / n + self.exploration * math.sqrt(
+                prior * math.log(total + 1) / n
+            )
+
+        best = max(score(k) for k in keys)
+        return rng.choice([k for k in keys if score(k) >= best - 1e-12])
+
+    async def propose(
+        self, *, seq: int, rng: random.Random, island: int, migrant: str | None = None
+    ) -> tuple[str, Proposal]:
+        """Choose an arm and parents, run the operator; returns (arm key, proposal).
+
+        A ``migrant`` (best elite of the neighbouring island) becomes the first parent and
+        its edge is recorded with the ``migration`` role.
+
+        Raises:
+            OperatorRejected: the operator produced no valid child (recorded by the caller).
+        """
+        key = self.choose(rng)
+        operator = self.arms[key][0]
+        parents = self.archive.sample_parents(operator.arity, rng, island=island)
+        if migrant is not None:
+            parents[0] = parent_from_store(self.archive.store, migrant)
+        exclude = [p.candidate.id for p in parents]
+        request = OperatorRequest(
+            parents=parents,
+            inspirations=self.archive.inspirations(
+                self.n_inspirations, rng, island=island, exclude=exclude
+            ),
+            failures=self.archive.store.recent_failures(exclude),
+            benchmark=self.benchmark,
+            rng=rng,
+            island=island,
+            seq=seq,
+        )
+        try:
+            proposal = await operator.propose(request)
+        except OperatorRejected as rejected:
+            role = EdgeRole.CROSSOVER if operator.arity > 1 else EdgeRole.MUTATION
+            rejected.arm = key
+            rejected.parents = tuple(
+                (pid, EdgeRole.MIGRATION if pid == migrant else role) for pid in exclude
+            )
+            raise
+        if migrant is not None:
+            roles = tuple(
+                (pid, EdgeRole.MIGRATION if pid == migrant else role)
+                for pid, role in proposal.parents
+            )
+            proposal = replace(proposal, parents=roles)
+        return key, replace(proposal, island=island)
+
+    # --- learning ---------------------------------------------------------------------------------
+
+    def tell(self, key: str, result: AddResult | None) -> None:
+        """Update the bandit with the outcome of one proposal (None: failed or rejected)."""
+        if key not in self.arms:
+            return  # an arm from an earlier configuration of a resumed run
+        if (
+            result is not None
+            and result.status == AddStatus.IMPROVE_EXISTING
+            and result.improvement > 0
+        ):
+            seen = self.state.improvements_seen + 1
+            self.state.improvement_scale += (
+                result.improvement - self.state.improvement_scale
+            ) / seen
+            self.state.improvements_seen = seen
+        for arm in self.arms:
+            self.state.counts[arm] = self.state.counts.get(arm, 0.0) * self.discount
+            self.state.rewards[arm] = self.state.rewards.get(arm, 0.0) * self.discount
+        self.state.counts[key] += 1.0
+        self.state.rewards[key] += reward(result, self.state.improvement_scale)

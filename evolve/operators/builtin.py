@@ -1,0 +1,208 @@
+"""The embedded default operators, needing no LLM: numeric ``tweak`` and EVOLVE-BLOCK crossover.
+
+``tweak`` perturbs a few numeric literals inside the EVOLVE-BLOCKs of a parent: integers
+stay integers (powers of two move to a neighbouring power of two), floats are scaled
+log-uniformly, and the sign of a literal never flips. ``crossover`` takes each block from
+one of two parents; where a block has the same shape in both (same code, different
+numbers) it mixes the numbers literal by literal.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+import tokenize
+from dataclasses import dataclass
+
+from evolve.operators.base import OperatorRejected, OperatorRequest
+from evolve.operators.edits import EditError, block_bodies, blocks, replace_blocks
+from evolve.types import EdgeRole, Files, Proposal
+
+
+@dataclass(frozen=True)
+class Literal:
+    """A numeric literal in a text: ``text[start:end]``."""
+
+    start: int
+    end: int
+    text: str
+
+
+def literals(code: str) -> list[Literal]:
+    """Numeric literals (ints and floats, no complex) of a piece of Python code, in order."""
+    offsets = [0]
+    for line in code.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    found = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.NUMBER and not tok.string.lower().endswith("j"):
+                start = offsets[tok.start[0] - 1] + tok.start[1]
+                found.append(Literal(start, start + len(tok.string), tok.string))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    return found
+
+
+def _parse(text: str) -> int | float:
+    clean = text.replace("_", "")
+    try:
+        return int(clean, 0)
+    except ValueError:
+        return float(clean)
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value >= 2 and value & (value - 1) == 0
+
+
+def perturb(text: str, rng: random.Random, *, scale: float = 0.5) -> str:
+    """A new literal near ``text``: ints stay ints, powers of two stay powers of two."""
+    value = _parse(text)
+    if isinstance(value, int):
+        if _is_power_of_two(value):
+            return str(value * 2 if rng.random() < 0.5 else value // 2)
+        if value == 0:
+            return str(rng.choice([1, 2]))
+        step = max(1, round(abs(value) * scale * rng.uniform(0.1, 1.0)))
+        new = value + rng.choice([-step, step])
+        return str(max(new, 1) if value > 0 else new)
+    if value == 0.0:
+        return repr(round(rng.uniform(0.0, 0.1), 4))
+    return f"{value * math.exp(rng.uniform(-scale, scale)):.4g}"
+
+
+def _ensure_float_syntax(new: str, old: str) -> str:
+    """Keep a float a float: '3' from '%.4g' of 3.0 becomes '3.0'."""
+    if isinstance(_parse(old), float) and isinstance(_parse(new), int):
+        return new + ".0"
+    return new
+
+
+def _splice(code: str, replacements: dict[int, str], found: list[Literal]) -> str:
+    pieces, cursor = [], 0
+    for index, lit in enumerate(found):
+        if index in replacements:
+            pieces += [code[cursor : lit.start], replacements[index]]
+            cursor = lit.end
+    pieces.append(code[cursor:])
+    return "".join(pieces)
+
+
+def _editable_blocks(files: Files, request: OperatorRequest) -> list[tuple[str, int]]:
+    """(path, block index) of every EVOLVE-BLOCK in the editable files."""
+    spots = []
+    for path, text in sorted(files.items()):
+        if request.benchmark.is_editable(path):
+            try:
+                spots += [(path, index) for index in range(len(blocks(text)))]
+            except EditError:
+                continue
+    return spots
+
+
+class Tweak:
+    """Perturb 1 to ``max_changes`` numeric literals inside EVOLVE-BLOCKs."""
+
+    name = "tweak"
+    arity = 1
+
+    def __init__(self, *, max_changes: int = 3, scale: float = 0.5) -> None:
+        self.max_changes = max_changes
+        self.scale = scale
+
+    async def propose(self, request: OperatorRequest) -> Proposal:
+        parent = request.parents[0].candidate
+        rng = request.rng
+        sites = []  # (path, block index, literal index)
+        bodies = {
+            path: block_bodies(text)
+            for path, text in parent.files.items()
+            if request.benchmark.is_editable(path)
+        }
+        for path, index in _editable_blocks(parent.files, request):
+            sites += [(path, index, k) for k in range(len(literals(bodies[path][index])))]
+        if not sites:
+            raise OperatorRejected(
+                "tweak: no numeric literal inside an EVOLVE-BLOCK of an editable file"
+            )
+        chosen = rng.sample(sites, min(len(sites), rng.randint(1, self.max_changes)))
+        changes: dict[tuple[str, int], dict[int, str]] = {}
+        notes = []
+        for path, index, k in sorted(chosen):
+            old = literals(bodies[path][index])[k].text
+            new = _ensure_float_syntax(perturb(old, rng, scale=self.scale), old)
+            changes.setdefault((path, index), {})[k] = new
+            notes.append(f"{old}->{new}")
+        files = dict(parent.files)
+        for (path, index), replacements in changes.items():
+            bodies[path][index] = _splice(
+                bodies[path][index], replacements, literals(bodies[path][index])
+            )
+        for path in {p for p, _ in changes}:
+            files[path] = replace_blocks(parent.files[path], bodies[path])
+        return Proposal(
+            files=files,
+            parents=((parent.id, EdgeRole.MUTATION),),
+            operator=self.name,
+            description="tweak " + ", ".join(notes),
+        )
+
+
+class BlockCrossover:
+    """Child takes each EVOLVE-BLOCK from one of two parents, mixing numbers where shapes match."""
+
+    name = "crossover"
+    arity = 2
+
+    async def propose(self, request: OperatorRequest) -> Proposal:
+        first, second = (p.candidate for p in request.parents[:2])
+        if first.id == second.id:
+            raise OperatorRejected("crossover: both parents are the same candidate")
+        rng = request.rng
+        files = dict(first.files)
+        taken = {"first": 0, "second": 0}
+        for path, text in sorted(first.files.items()):
+            other = second.files.get(path)
+            if other is None or not request.benchmark.is_editable(path):
+                continue
+            try:
+                mine, theirs = block_bodies(text), block_bodies(other)
+            except EditError:
+                continue
+            if len(mine) != len(theirs):
+                continue
+            bodies = []
+            for a, b in zip(mine, theirs, strict=True):
+                bodies.append(self._mix(a, b, rng, taken))
+            files[path] = replace_blocks(text, bodies)
+        if files == dict(first.files) or files == dict(second.files):
+            raise OperatorRejected("crossover: the parents' EVOLVE-BLOCKs gave no new combination")
+        return Proposal(
+            files=files,
+            parents=((first.id, EdgeRole.CROSSOVER), (second.id, EdgeRole.CROSSOVER)),
+            operator=self.name,
+            description=f"crossover of {first.id[:8]} and {second.id[:8]} ({taken['first']}/{taken['second']} parts)",
+        )
+
+    @staticmethod
+    def _mix(a: str, b: str, rng: random.Random, taken: dict[str, int]) -> str:
+        lits_a, lits_b = literals(a), literals(b)
+        same_shape = len(lits_a) == len(lits_b) and _splice(
+            a, {i: "0" for i in range(len(lits_a))}, lits_a
+        ) == _splice(b, {i: "0" for i in range(len(lits_b))}, lits_b)
+        if same_shape and lits_a:
+            replacements = {}
+            for index, (la, lb) in enumerate(zip(lits_a, lits_b, strict=True)):
+                if rng.random() < 0.5:
+                    replacements[index] = lb.text
+                    taken["second"] += 1
+                else:
+                    taken["first"] += 1
+            return _splice(a, replacements, lits_a)
+        if rng.random() < 0.5:
+            taken["second"] += 1
+            return b
+        taken["first"] += 1
+        return a

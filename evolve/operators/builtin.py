@@ -194,7 +194,7 @@ class BlockCrossover:
         ) == _splice(b, {i: "0" for i in range(len(lits_b))}, lits_b)
         if same_shape and lits_a:
             replacements = {}
-            for index, (la, lb) in enumerate(zip(lits_a, lits_b, strict=True)):
+            for index, (_, lb) in enumerate(zip(lits_a, lits_b, strict=True)):
                 if rng.random() < 0.5:
                     replacements[index] = lb.text
                     taken["second"] += 1

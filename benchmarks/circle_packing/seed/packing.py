@@ -91,7 +91,7 @@ def best_radii(x: np.ndarray) -> np.ndarray:
         -np.ones(N),
         A_ub=np.array(rows),
         b_ub=np.array(bounds),
-        bounds=list(zip(np.zeros(N), walls)),
+        bounds=list(zip(np.zeros(N), walls, strict=True)),
     )
     radii = result.x if result.success else np.zeros(N)
     return np.maximum(radii * (1 - 1e-9) - 1e-12, 0.0)  # stay strictly feasible in floating point

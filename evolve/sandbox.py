@@ -1,51 +1,93 @@
 """Run untrusted candidate code in a child process that cannot outlive its timeout.
 
-What it does:
-- runs the command in the given working directory (callers pass a fresh temp dir);
-- starts it in its own session and process group, so the whole tree can be killed;
-- applies rlimits: address space, CPU seconds, file size, number of processes;
-- scrubs the environment of secrets (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ...);
+What it does (Linux):
+- runs the command in the given working directory (callers pass a fresh temp dir), with
+  HOME and TMPDIR pointing at fresh directories inside it (``Policy.private_home``);
+- starts it in its own session and process group;
+- applies rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
+- scrubs the environment: only an allow-list of variables passes, and none that looks like
+  a secret (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
 - captures stdout/stderr up to a byte cap (the rest is discarded, and said so);
-- on timeout sends SIGTERM to the group, then SIGKILL after a grace period, and also
-  kills any descendant that escaped the group with ``setsid`` (found through /proc).
+- isolates it (``evolve.isolation``, each part only where the platform allows it, and
+  ``Result.isolation`` says which): a private network namespace with only its own loopback
+  (as root, or through an unprivileged user namespace), else Landlock refusing TCP; Landlock
+  confining writes to the workdir plus ``Policy.writable`` and the device nodes, hiding
+  ``Policy.hidden`` from reads, scoping signals and abstract unix sockets, and forbidding
+  ptrace and ``/proc/<pid>/environ`` of processes outside the sandbox (so the secrets in
+  the parent's environment stay unreadable); read-only bind mounts over ``Policy.readonly``
+  (plus a check after the run: ``Result.modified``); no-new-privileges and an empty
+  capability bounding set, so a command started as root holds no capability;
+- on timeout sends SIGTERM to the group, then SIGKILL after a grace period; finally kills,
+  until none is left, every process of its session, carrying its marker variable, or living
+  in its network namespace; ``Result.leftover`` counts those still alive after the command
+  itself exited (a candidate leaving work behind is a red flag for the fitness).
 
 What it does NOT protect against (run untrusted code on a machine you can lose):
-- reading any file the user running evolve can read (no filesystem isolation here);
-- network access (no namespace here; see ``isolation`` docs in the README);
-- descendants are found by session id and by a marker variable in their environment
-  (``EVOLVE_SANDBOX_ID``); one that leaves its session *and* re-executes with a clean
-  environment escapes the final kill;
-- the address-space limit counts virtual memory, so it is coarse for GPU programs
-  (CUDA maps large virtual ranges); set ``memory_bytes=None`` for those.
+- reading files the user running evolve can read, except ``Policy.hidden`` (with Landlock);
+- without Landlock (kernel < 5.13 or refused): writes anywhere the user can write;
+- without a network namespace: UDP, and all network when Landlock < ABI 4 as well;
+  pathname unix sockets (e.g. a docker socket) are reachable whenever file permissions allow;
+- the kernel: no seccomp filter, no syscall restriction; kernel exploits escape everything;
+- memory: ``Limits.memory_bytes`` caps *virtual* address space, which CUDA exhausts at once
+  (it maps huge virtual ranges), so GPU programs need ``memory_bytes=None`` and then have
+  no memory cap at all (no cgroup is used); likewise the process limit does not bind root
+  (the kernel exempts uid 0 from RLIMIT_NPROC);
+- GPU choice: ``CUDA_VISIBLE_DEVICES`` is advisory; every ``/dev/nvidia*`` node is writable;
+- a descendant that leaves the session, scrubs its environment *and* is not in a private
+  network namespace escapes the final kill (it is still counted if found before);
+- timing side channels, and CPU/GPU contention with other sandboxes on the same machine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import resource
 import selectors
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
-SECRET_PATTERN = re.compile(r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_CREDENTIALS?)$|^(AWS_|GOOGLE_APPLICATION)", re.I)
+from evolve import isolation
+from evolve.isolation import IsolationError, Policy
+
+__all__ = ["IsolationError", "Limits", "Policy", "Result", "isolation_report", "run", "scrub_env"]
+
+log = logging.getLogger(__name__)
+SECRET_PATTERN = re.compile(
+    r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_CREDENTIALS?)$|^(AWS_|GOOGLE_APPLICATION)", re.I
+)
 KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES",
             "LD_LIBRARY_PATH", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-            "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS", "TERM")
+            "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS", "TERM")  # fmt: skip
 MARKER_VAR = "EVOLVE_SANDBOX_ID"
 GRACE_S = 1.0
 DRAIN_S = 0.5
+_warned: set[str] = set()
 
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:
-    """Resource limits for one sandboxed command; None leaves a limit unset."""
+    """Resource limits for one sandboxed command; None leaves a limit unset.
+
+    Attributes:
+        timeout_s: wall-clock limit; the whole process tree is killed when it passes.
+        memory_bytes: address-space limit (RLIMIT_AS, virtual memory). Use None for CUDA
+            programs: CUDA reserves far more virtual memory than any sane limit.
+        cpu_s: CPU-seconds limit (RLIMIT_CPU); the process gets SIGXCPU when it passes.
+        file_bytes: largest file the command may write (RLIMIT_FSIZE; SIGXFSZ beyond).
+        processes: RLIMIT_NPROC, counted per user over the whole machine; not enforced
+            for root.
+        output_bytes: bytes of stdout and of stderr kept; the rest is dropped.
+    """
 
     timeout_s: float = 60.0
     memory_bytes: int | None = 8 << 30
@@ -57,7 +99,20 @@ class Limits:
 
 @dataclass(frozen=True, kw_only=True)
 class Result:
-    """What a sandboxed command did."""
+    """What a sandboxed command did.
+
+    Attributes:
+        returncode: exit status; negative for a signal (-9 killed); None after a timeout.
+        stdout: captured standard output (decoded, capped).
+        stderr: captured standard error (decoded, capped).
+        wall_s: seconds from start until everything was gone.
+        timed_out: the command ran past ``Limits.timeout_s`` and was killed.
+        truncated: some output was dropped by the cap.
+        leftover: processes still alive after the command itself exited (all killed).
+        isolation: what isolation was applied, key by key; values starting with "NOT"
+            name a protection that the platform refused.
+        modified: ``Policy.readonly`` paths whose files changed, appeared or vanished.
+    """
 
     returncode: int | None
     stdout: str
@@ -65,10 +120,13 @@ class Result:
     wall_s: float
     timed_out: bool
     truncated: bool
-    leftover: int = 0  # descendants still alive after the command ended (killed, but a red flag)
+    leftover: int = 0
+    isolation: dict[str, str] = field(default_factory=dict)
+    modified: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
+        """True when the command exited with status 0 in time."""
         return self.returncode == 0 and not self.timed_out
 
     def tail(self, chars: int = 4000) -> str:
@@ -84,9 +142,8 @@ def scrub_env(env: Mapping[str, str], extra: Mapping[str, str] | None = None) ->
     return clean
 
 
-def _apply_limits(limits: Limits) -> None:
-    """Runs in the child between fork and exec."""
-    os.setsid()
+def _child_setup(limits: Limits, plan: isolation.Plan, report_fd: int) -> None:
+    """Runs in the child between fork and exec: rlimits, then isolation, then the report."""
     pairs = (
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_CPU, limits.cpu_s),
@@ -98,48 +155,81 @@ def _apply_limits(limits: Limits) -> None:
         if value is not None:
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(kind, (value, value))
+    try:
+        report = isolation.apply(plan)
+    except Exception as exc:  # anything unexpected: report it, never exec half-isolated
+        report = {"error": f"{isolation.NOT}isolated: {type(exc).__name__}: {exc}"}
+    os.write(report_fd, "\n".join(f"{k}={v}" for k, v in report.items()).encode())
+    os.close(report_fd)
+    if "error" in report or (plan.policy.strict and isolation.gaps(report)):
+        raise IsolationError("refusing to exec")
 
 
-def _members(sid: int, marker: bytes) -> list[int]:
-    """Pids in session ``sid`` or carrying ``marker`` in their environment (Linux /proc)."""
+def _proc_fields(pid: str) -> list[str]:
+    # fields after the command name: state ppid pgrp session ...
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _members(sid: int, marker: bytes, netns: str | None) -> list[int]:
+    """Live pids in session ``sid``, carrying ``marker`` in their environment, or in ``netns``."""
     members = []
     for entry in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            # fields after the command name: state ppid pgrp session ...
-            if int(fields[3]) == sid or marker in (entry / "environ").read_bytes():
+            fields = _proc_fields(entry.name)
+            if fields[0] in "ZX" or int(entry.name) == os.getpid():
+                continue
+            if (
+                int(fields[3]) == sid
+                or (netns is not None and os.readlink(entry / "ns/net") == netns)
+                or marker in (entry / "environ").read_bytes()
+            ):
                 members.append(int(entry.name))
-    return [pid for pid in members if pid != os.getpid()]
+    return members
 
 
-def _kill_tree(pid: int, marker: bytes, sig: int) -> None:
+def _signal_tree(pid: int, marker: bytes, netns: str | None, sig: int) -> int:
+    """Send ``sig`` to the group and to every other member; return how many members were found."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    for member in _members(pid, marker):
+    members = _members(pid, marker, netns)
+    for member in members:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(member, sig)
+    return len(members)
 
 
-def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, bytes, bool, bool]:
-    """Drain stdout/stderr until both close or the deadline passes."""
+def _kill_all(pid: int, marker: bytes, netns: str | None) -> None:
+    """SIGKILL until no member is left (a fork loop may need several rounds)."""
+    for _ in range(200):
+        if not _signal_tree(pid, marker, netns, signal.SIGKILL):
+            return
+        time.sleep(0.01)
+    log.warning("sandbox %s: processes still alive after 200 SIGKILL rounds", marker.decode())
+
+
+def _read_capped(
+    proc: subprocess.Popen, deadline: float, cap: int
+) -> tuple[bytes, bytes, bool, bool]:
+    """Drain stdout/stderr until both close (or DRAIN_S after the child exits) or the deadline."""
     buffers = {"out": bytearray(), "err": bytearray()}
-    truncated = False
+    truncated = timed_out = False
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ, "out")
     selector.register(proc.stderr, selectors.EVENT_READ, "err")
-    timed_out = False
     drain_until = None
     while selector.get_map():
         now = time.monotonic()
         if drain_until is None and proc.poll() is not None:
-            drain_until = now + DRAIN_S  # the child exited; whatever still holds a pipe is left over
+            drain_until = (
+                now + DRAIN_S
+            )  # the child exited; whatever still holds a pipe is left over
         if drain_until is not None and now >= drain_until:
             break
         remaining = deadline - now
         if remaining <= 0:
             timed_out = True
             break
-        for key, _ in selector.select(timeout=min(remaining, 0.5)):
+        for key, _ in selector.select(timeout=min(remaining, 0.1)):
             chunk = os.read(key.fileobj.fileno(), 65536)
             if not chunk:
                 selector.unregister(key.fileobj)
@@ -153,6 +243,41 @@ def _read_capped(proc: subprocess.Popen, deadline: float, cap: int) -> tuple[byt
     return bytes(buffers["out"]), bytes(buffers["err"]), timed_out, truncated
 
 
+def _snapshot(paths: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """(inode, size, mtime, ctime) of every file under ``paths``; ctime cannot be forged back."""
+    files = {}
+    for root in paths:
+        found = (
+            [Path(root)]
+            if not Path(root).is_dir()
+            else [p for p in Path(root).rglob("*") if p.is_file()]
+        )
+        for path in found:
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                files[str(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return files
+
+
+def _warn_once(report: Mapping[str, str]) -> None:
+    for key, value in isolation.gaps(report).items():
+        if key not in _warned:
+            _warned.add(key)
+            log.warning("sandbox %s %s (see evolve.sandbox.isolation_report())", key, value)
+
+
+def _environment(
+    workdir: Path, policy: Policy, env: Mapping[str, str] | None, tag: str
+) -> dict[str, str]:
+    base = scrub_env(os.environ)
+    if policy.private_home:
+        for name, var in (("home", "HOME"), ("tmp", "TMPDIR")):
+            path = workdir / ".sandbox" / name
+            path.mkdir(parents=True, exist_ok=True)
+            base[var] = str(path)
+    return {**base, **(env or {}), MARKER_VAR: tag}
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -160,49 +285,90 @@ def run(
     limits: Limits | None = None,
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
+    policy: Policy | None = None,
 ) -> Result:
-    """Run ``argv`` in ``cwd`` under ``limits`` and return what it did.
+    """Run ``argv`` in ``cwd`` under ``limits`` and ``policy`` and return what it did.
 
-    ``env`` is merged into a scrubbed copy of this process's environment. Output beyond
-    ``limits.output_bytes`` per stream is dropped and ``truncated`` is set. The child and
-    every descendant are gone when this returns.
+    Args:
+        argv: the command and its arguments.
+        cwd: the working directory (a fresh temp dir); always writable by the command.
+        limits: resource limits (default ``Limits()``).
+        env: variables added to a scrubbed copy of this process's environment (they are
+            passed as given, even when they look like secrets).
+        stdin: bytes fed to the command's standard input (default: /dev/null).
+        policy: isolation options (default ``Policy()``: no network, writes confined to
+            ``cwd``, private HOME/TMPDIR, no capabilities).
+
+    Returns:
+        The ``Result``. Output beyond ``limits.output_bytes`` per stream is dropped and
+        ``truncated`` is set. The command and every descendant are gone when this returns.
+
+    Raises:
+        IsolationError: ``policy.strict`` is set and a protection could not be applied, or
+            isolating the child failed unexpectedly; the command did not run.
     """
-    limits = limits or Limits()
+    limits, policy = limits or Limits(), policy or Policy()
+    workdir = Path(cwd).resolve()
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
+    full_env = _environment(workdir, policy, env, tag)
+    plan = isolation.plan(policy, workdir)
+    before = _snapshot(plan.readonly)
+    report_r, report_w = os.pipe()
     start = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=scrub_env(os.environ, {**(env or {}), MARKER_VAR: tag}),
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: _apply_limits(limits),  # noqa: PLW1509 - limits must apply before exec
-        close_fds=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=workdir,
+            env=full_env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: _child_setup(limits, plan, report_w),  # noqa: PLW1509 - before exec
+            close_fds=True,
+        )
+    except subprocess.SubprocessError as exc:
+        os.close(report_w)
+        report = _read_report(report_r)
+        raise IsolationError(
+            f"sandbox refused to run {argv[0]!r}: {isolation.gaps(report) or report}; run as root or enable "
+            "user namespaces and Landlock, or relax the Policy (strict=False, network=True, ...)"
+        ) from exc
+    except BaseException:
+        os.close(report_w)
+        os.close(report_r)
+        raise
+    os.close(report_w)
+    report = _read_report(report_r)
+    netns = report.pop("netns", None)
+    _warn_once(report)
     if stdin is not None:
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(stdin)
-        proc.stdin.close()
-    out, err, timed_out, truncated = _read_capped(proc, start + limits.timeout_s, limits.output_bytes)
+        threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
+    out, err, timed_out, truncated = _read_capped(
+        proc, start + limits.timeout_s, limits.output_bytes
+    )
     if not timed_out:
         try:
             proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
     if timed_out:
-        _kill_tree(proc.pid, marker, signal.SIGTERM)
-        try:
+        _signal_tree(proc.pid, marker, netns, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-    # Whatever happened, nothing of the child's session survives this call.
-    leftover = 0 if timed_out else len([p for p in _members(proc.pid, marker) if p != proc.pid])
-    _kill_tree(proc.pid, marker, signal.SIGKILL)
+    # Whatever happened, nothing of the child's tree survives this call.
+    leftover = (
+        0 if timed_out else len([p for p in _members(proc.pid, marker, netns) if p != proc.pid])
+    )
+    _kill_all(proc.pid, marker, netns)
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
         stream.close()
+    after = _snapshot(plan.readonly)
+    modified = tuple(
+        sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    )
     suffix = "\n[evolve: output truncated]" if truncated else ""
     return Result(
         returncode=None if timed_out else proc.returncode,
@@ -212,4 +378,35 @@ def run(
         timed_out=timed_out,
         truncated=truncated,
         leftover=leftover,
+        isolation=report,
+        modified=modified,
     )
+
+
+def _read_report(fd: int) -> dict[str, str]:
+    with os.fdopen(fd, "rb") as handle:
+        lines = handle.read().decode(errors="replace").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def _feed(proc: subprocess.Popen, data: bytes) -> None:
+    """Write stdin from a thread, so a command that never reads cannot stall the timeout."""
+    with contextlib.suppress(OSError):
+        try:
+            proc.stdin.write(data)
+        finally:
+            proc.stdin.close()
+
+
+@cache
+def isolation_report(policy: Policy | None = None) -> dict[str, str]:
+    """What isolation this machine applies for ``policy``: runs ``true`` once and reports.
+
+    Keys: ``network``, ``writes``, ``landlock``, ``capabilities`` (and ``readonly``,
+    ``hidden``, ``namespaces`` when relevant); values starting with "NOT" are gaps.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="evolve-probe-") as tmp:
+        result = run(["true"], cwd=Path(tmp), limits=Limits(timeout_s=10), policy=policy)
+    return dict(result.isolation)

@@ -1,0 +1,152 @@
+"""Run-level summaries for ``stats`` and the overview page: counts, success rates, cost, time series."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from evolve.lineage import PARENT_ROLES, best_candidate, objective_direction
+from evolve.plots import fitness_series
+
+_SUCCESS_SQL = """
+SELECT c.{key}, COUNT(*), SUM(c.status IN ('done', 'failed')), SUM(f.fitness IS NOT NULL),
+       SUM(f.fitness {better} p.fitness), SUM(CASE WHEN f.fitness {better} p.fitness THEN {gain} ELSE 0 END)
+FROM candidates c
+LEFT JOIN (SELECT candidate, {pick}(fitness) AS fitness FROM evaluations WHERE status = 'ok' GROUP BY candidate) f
+       ON f.candidate = c.id
+LEFT JOIN (SELECT e.child, {pick}(v.fitness) AS fitness FROM edges e
+           JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
+           WHERE e.role IN ({roles}) AND e.parent != e.child GROUP BY e.child) p
+       ON p.child = c.id
+GROUP BY c.{key} ORDER BY COUNT(*) DESC
+"""
+
+
+def run_info(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The run's benchmark, seed, status, start and end, and the best candidate."""
+    row = conn.execute(
+        "SELECT config, seed, status, reason, started_at, finished_at, hardware FROM runs ORDER BY id LIMIT 1"
+    ).fetchone()
+    last = conn.execute(
+        "SELECT status, finished_at, reason FROM runs ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    resumes = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    info: dict[str, Any] = {
+        "benchmark": None,
+        "seed": None,
+        "status": "unknown",
+        "started_at": None,
+        "finished_at": None,
+        "runs": resumes,
+    }
+    if row:
+        config = json.loads(row[0]) if row[0] else {}
+        bench = config.get("benchmark") if isinstance(config, dict) else None
+        info.update(
+            benchmark=bench.get("name") if isinstance(bench, dict) else bench,
+            seed=row[1],
+            started_at=row[4],
+            hardware=row[6],
+        )
+    if last:
+        info.update(status=last[0], finished_at=last[1], reason=last[2])
+    info["direction"] = objective_direction(conn)
+    info["best"] = best_candidate(conn)
+    info["best_fitness"] = None
+    if info["best"]:
+        info["best_fitness"] = conn.execute(
+            "SELECT objective FROM elites WHERE candidate=? LIMIT 1", (info["best"],)
+        ).fetchone()[0]
+    span = conn.execute(
+        "SELECT MIN(created_at), MAX(updated_at), COUNT(*) FROM candidates"
+    ).fetchone()
+    info["first_candidate_at"], info["last_update_at"], info["candidates"] = span
+    return info
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """Candidates by status, plus evaluations by status (prefixed ``eval_``)."""
+    result = {
+        status: n
+        for status, n in conn.execute("SELECT status, COUNT(*) FROM candidates GROUP BY status")
+    }
+    result.update(
+        {
+            f"eval_{status}": n
+            for status, n in conn.execute(
+                "SELECT status, COUNT(*) FROM evaluations GROUP BY status"
+            )
+        }
+    )
+    return result
+
+
+def success(conn: sqlite3.Connection, by: str = "operator") -> list[dict[str, Any]]:
+    """Per operator or model: candidates, evaluated, ok (scored), improved on its best parent, gain.
+
+    Rates are fractions of candidates. A candidate without a model counts as ``builtin``.
+    """
+    if by not in ("operator", "model"):
+        raise ValueError(f"success by {by!r}: choose 'operator' or 'model'")
+    maximise = objective_direction(conn) == "max"
+    sql = _SUCCESS_SQL.format(
+        key=by,
+        better=">" if maximise else "<",
+        pick="MAX" if maximise else "MIN",
+        gain="f.fitness - p.fitness" if maximise else "p.fitness - f.fitness",
+        roles=",".join(f"'{r}'" for r in PARENT_ROLES),
+    )
+    rows = []
+    for key, total, evaluated, ok, improved, gain in conn.execute(sql):
+        rows.append(
+            {
+                by: key or ("builtin" if by == "model" else "?"),
+                "candidates": total,
+                "evaluated": evaluated or 0,
+                "ok": ok or 0,
+                "improved": improved or 0,
+                "gain": gain or 0.0,
+                "ok_rate": (ok or 0) / total if total else 0.0,
+                "improve_rate": (improved or 0) / total if total else 0.0,
+            }
+        )
+    return rows
+
+
+def cost(conn: sqlite3.Connection) -> dict[str, Any]:
+    """LLM calls, tokens and USD, in total and per model."""
+    per_model = [
+        {
+            "model": model,
+            "calls": calls,
+            "errors": errors or 0,
+            "tokens_in": tin or 0,
+            "tokens_out": tout or 0,
+            "cost": c or 0.0,
+            "latency_s": latency,
+        }
+        for model, calls, errors, tin, tout, c, latency in conn.execute(
+            "SELECT model, COUNT(*), SUM(error IS NOT NULL AND error != ''), SUM(tokens_in), SUM(tokens_out), "
+            "SUM(cost), AVG(latency_s) FROM llm_calls GROUP BY model ORDER BY SUM(cost) DESC"
+        )
+    ]
+    return {
+        "calls": sum(r["calls"] for r in per_model),
+        "cost": sum(r["cost"] for r in per_model),
+        "tokens_in": sum(r["tokens_in"] for r in per_model),
+        "tokens_out": sum(r["tokens_out"] for r in per_model),
+        "per_model": per_model,
+    }
+
+
+def stats(conn: sqlite3.Connection, *, points: int = 20) -> dict[str, Any]:
+    """Everything ``stats`` shows: run info, counts, success per operator and model, cost, time series."""
+    return {
+        "run": run_info(conn),
+        "counts": counts(conn),
+        "by_operator": success(conn, "operator"),
+        "by_model": success(conn, "model"),
+        "cost": cost(conn),
+        "series": fitness_series(conn, points=points),
+    }

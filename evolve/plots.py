@@ -1,0 +1,267 @@
+"""The run's plots and the data behind them: fitness over time, the grid, success per operator/model.
+
+The data functions (``fitness_series``, ``grid``) read the archive with plain SQL and are
+shared with the browser; ``write_plots`` draws PNGs with matplotlib (imported only
+there, with the non-interactive Agg backend) into ``<run_dir>/plots/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolve.lineage import Lineage, objective_direction, oriented
+from evolve.store import Store
+
+SERIES_COLUMNS = ("evaluated", "best", "coverage", "qd_score", "cost", "failures", "created_at")
+
+
+def _conn(source: sqlite3.Connection | Store) -> sqlite3.Connection:
+    return source.conn if isinstance(source, Store) else source
+
+
+def fitness_series(
+    source: sqlite3.Connection | Store, *, points: int = 500
+) -> list[dict[str, Any]]:
+    """The ``stats`` time series, thinned to at most about ``points`` rows (the last row always kept)."""
+    conn = _conn(source)
+    low, high, count = conn.execute("SELECT MIN(rowid), MAX(rowid), COUNT(*) FROM stats").fetchone()
+    if not count:
+        return []
+    step = max(1, math.ceil(count / points))
+    rows = conn.execute(
+        f"SELECT {', '.join(SERIES_COLUMNS)} FROM stats WHERE (rowid - ?) % ? = 0 OR rowid = ? ORDER BY rowid",
+        (low, step, high),
+    ).fetchall()
+    return [dict(zip(SERIES_COLUMNS, row, strict=True)) for row in rows]
+
+
+@dataclass
+class Grid:
+    """A 2-D view of the MAP-Elites grid: the best objective per cell.
+
+    Attributes:
+        axes: names of the (up to) two descriptors shown, rows first.
+        shape: (rows, columns).
+        values: rows x columns, None where no elite.
+        ids: the candidate in each cell, None where no elite.
+        edges: for each axis, its (low, high) range when the run recorded it.
+        islands: the islands present; ``island`` the one shown (None: best over all).
+        direction: "max" or "min".
+    """
+
+    axes: list[str]
+    shape: tuple[int, int]
+    values: list[list[float | None]]
+    ids: list[list[str | None]]
+    edges: list[tuple[float, float] | None] = field(default_factory=list)
+    islands: list[int] = field(default_factory=list)
+    island: int | None = None
+    direction: str = "max"
+
+    @property
+    def filled(self) -> int:
+        """How many cells of the view hold an elite."""
+        return sum(v is not None for row in self.values for v in row)
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for ``--json`` and the web page."""
+        return {
+            "axes": self.axes,
+            "shape": list(self.shape),
+            "values": self.values,
+            "ids": self.ids,
+            "edges": self.edges,
+            "islands": self.islands,
+            "island": self.island,
+            "direction": self.direction,
+            "filled": self.filled,
+        }
+
+
+def _axes_info(
+    conn: sqlite3.Connection, dims: int
+) -> tuple[list[str], list[int | None], list[tuple | None]]:
+    row = conn.execute("SELECT value FROM state WHERE key='grid'").fetchone()
+    if row:
+        descriptors = json.loads(row[0]).get("descriptors", [])
+        return (
+            [d.get("name", f"d{i}") for i, d in enumerate(descriptors)],
+            [d.get("bins") for d in descriptors],
+            [(d["low"], d["high"]) if "low" in d and "high" in d else None for d in descriptors],
+        )
+    sample = conn.execute(
+        "SELECT descriptors FROM evaluations WHERE status='ok' ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    names = list(json.loads(sample[0]).keys()) if sample and sample[0] else []
+    names += [f"d{i}" for i in range(len(names), dims)]
+    return names, [None] * dims, [None] * dims
+
+
+def grid(source: sqlite3.Connection | Store, *, island: int | None = None) -> Grid:
+    """The grid of elites as a matrix over the first two descriptors.
+
+    Cells are the archive's keys ("3,0,7"); dimensions beyond the second are folded by
+    keeping the best elite. ``island`` None keeps the best over all islands.
+    """
+    conn = _conn(source)
+    direction = objective_direction(conn)
+    islands = [r[0] for r in conn.execute("SELECT DISTINCT island FROM elites ORDER BY island")]
+    sql, args = "SELECT cell, candidate, objective FROM elites", ()
+    if island is not None:
+        sql, args = sql + " WHERE island=?", (island,)
+    cells = []
+    for cell, cid, value in conn.execute(sql, args):
+        index = [int(x) for x in re.findall(r"-?\d+", cell or "")]
+        cells.append((index, cid, value))
+    dims = max((len(i) for i, _, _ in cells), default=0)
+    names, bins, ranges = _axes_info(conn, dims)
+    dims = max(dims, min(len(names), 2))
+    shown = min(dims, 2)
+    size = [
+        max(
+            [(bins[axis] if axis < len(bins) else None) or 1]
+            + [i[axis] + 1 for i, _, _ in cells if len(i) > axis]
+        )
+        for axis in range(shown)
+    ]
+    rows, cols = (size + [1, 1])[:2] if shown == 2 else (1, size[0] if size else 1)
+    values: list[list[float | None]] = [[None] * cols for _ in range(rows)]
+    ids: list[list[str | None]] = [[None] * cols for _ in range(rows)]
+    for index, cid, value in cells:
+        r, c = (index[0], index[1]) if shown == 2 else (0, index[0] if index else 0)
+        r, c = min(max(r, 0), rows - 1), min(max(c, 0), cols - 1)
+        current = values[r][c]
+        if current is None or oriented(value, direction) > oriented(current, direction):
+            values[r][c], ids[r][c] = value, cid
+    return Grid(
+        axes=names[:shown] if shown == 2 else names[:1],
+        shape=(rows, cols),
+        values=values,
+        ids=ids,
+        edges=list(ranges[:shown]),
+        islands=islands,
+        island=island,
+        direction=direction,
+    )
+
+
+def write_plots(
+    store_or_path: Store | sqlite3.Connection | Path | str,
+    run_dir: Path | str,
+    *,
+    subdir: str = "plots",
+) -> list[Path]:
+    """Draw the run's plots as PNGs into ``<run_dir>/plots/``.
+
+    Args:
+        store_or_path: an open Store or connection, or the path of an ``archive.db``.
+        run_dir: the run directory.
+        subdir: the folder under ``run_dir`` for the PNGs ("" for ``run_dir`` itself).
+
+    Returns:
+        The files written: fitness.png, grid.png, success.png.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    opened = None
+    if isinstance(store_or_path, str | Path):
+        opened = Store(store_or_path, readonly=True)
+        conn = opened.conn
+    else:
+        conn = _conn(store_or_path)
+    try:
+        out = Path(run_dir) / subdir if subdir else Path(run_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        lineage = Lineage.load(conn)
+        return [
+            _draw_fitness(plt, fitness_series(conn, points=2000), out / "fitness.png"),
+            _draw_grid(plt, grid(conn), out / "grid.png"),
+            _draw_success(
+                plt, lineage.credit("operator"), lineage.credit("model"), out / "success.png"
+            ),
+        ]
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _draw_fitness(plt: Any, series: list[dict[str, Any]], path: Path) -> Path:
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    xs = [row["evaluated"] for row in series]
+    top.plot(xs, [row["best"] for row in series], color="#d84315", label="best")
+    top.set_ylabel("best fitness")
+    top.grid(alpha=0.3)
+    bottom.plot(xs, [row["coverage"] for row in series], color="#1565c0", label="coverage")
+    bottom.set_ylabel("coverage")
+    bottom.set_xlabel("candidates evaluated")
+    bottom.grid(alpha=0.3)
+    twin = bottom.twinx()
+    twin.plot(xs, [row["qd_score"] for row in series], color="#2e7d32", alpha=0.7, label="QD score")
+    twin.set_ylabel("QD score")
+    if not series:
+        top.text(0.5, 0.5, "no stats recorded yet", ha="center", transform=top.transAxes)
+    top.set_title("Fitness over time")
+    return _save(plt, fig, path)
+
+
+def _draw_grid(plt: Any, view: Grid, path: Path) -> Path:
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    data = np.array([[np.nan if v is None else v for v in row] for row in view.values], dtype=float)
+    image = ax.imshow(
+        data,
+        origin="lower",
+        cmap="viridis" if view.direction == "max" else "viridis_r",
+        aspect="auto",
+        interpolation="nearest",
+    )
+    fig.colorbar(
+        image,
+        ax=ax,
+        label="best objective" + (" (lower is better)" if view.direction == "min" else ""),
+    )
+    if len(view.axes) == 2:
+        ax.set_ylabel(view.axes[0])
+        ax.set_xlabel(view.axes[1])
+    elif view.axes:
+        ax.set_xlabel(view.axes[0])
+    ax.set_title(
+        f"Grid: {view.filled} of {view.shape[0] * view.shape[1]} cells filled (best over islands)"
+    )
+    return _save(plt, fig, path)
+
+
+def _draw_success(plt: Any, by_operator: list[dict], by_model: list[dict], path: Path) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, rows, key in ((axes[0], by_operator, "operator"), (axes[1], by_model, "model")):
+        labels = [str(row[key]) for row in rows]
+        ok = [row["ok"] / row["candidates"] if row["candidates"] else 0 for row in rows]
+        improved = [row["improved"] / row["candidates"] if row["candidates"] else 0 for row in rows]
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], ok, width=0.4, label="scored (ok)", color="#90caf9")
+        ax.bar([x + 0.2 for x in xs], improved, width=0.4, label="beat its parent", color="#ef6c00")
+        ax.set_xticks(list(xs), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("fraction of candidates")
+        ax.set_title(f"Success per {key}")
+        for x, row in zip(xs, rows, strict=True):
+            ax.text(x, 1.01, f"n={row['candidates']}", ha="center", fontsize=7)
+        ax.legend(fontsize=8, loc="upper right")
+    return _save(plt, fig, path)

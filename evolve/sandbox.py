@@ -82,7 +82,7 @@ class Limits:
         timeout_s: wall-clock limit; the whole process tree is killed when it passes.
         memory_bytes: address-space limit (RLIMIT_AS, virtual memory). Use None for CUDA
             programs: CUDA reserves far more virtual memory than any sane limit.
-        cpu_s: CPU-seconds limit (RLIMIT_CPU); the process gets SIGXCPU when it passes.
+        cpu_s: CPU-seconds limit (RLIMIT_CPU): SIGXCPU when it passes, SIGKILL a second later.
         file_bytes: largest file the command may write (RLIMIT_FSIZE; SIGXFSZ beyond).
         processes: RLIMIT_NPROC, counted per user over the whole machine; not enforced
             for root.
@@ -152,9 +152,10 @@ def _child_setup(limits: Limits, plan: isolation.Plan, report_fd: int) -> None:
         (resource.RLIMIT_CORE, 0),
     )
     for kind, value in pairs:
-        if value is not None:
+        if value is not None:  # CPU: SIGXCPU at the limit (catchable), SIGKILL a second later
+            hard = value + 1 if kind == resource.RLIMIT_CPU else value
             with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(kind, (value, value))
+                resource.setrlimit(kind, (value, hard))
     try:
         report = isolation.apply(plan)
     except Exception as exc:  # anything unexpected: report it, never exec half-isolated

@@ -1,0 +1,488 @@
+"""The sandbox ends every runaway candidate in time, leaves nothing running and isolates it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.fitness import sandbox_failure
+from evolve.isolation import NOT, gaps
+from evolve.sandbox import Limits, Policy, Result, _snapshot, isolation_report, run, scrub_env
+from evolve.types import EvalStatus
+
+TIMEOUT = 1.0
+PY = sys.executable
+
+
+def candidate(workdir: Path, code: str, **kwargs) -> Result:
+    """Write ``code`` as main.py in ``workdir`` and run it in the sandbox."""
+    (workdir / "main.py").write_text(textwrap.dedent(code))
+    kwargs.setdefault("limits", Limits(timeout_s=TIMEOUT))
+    return run([PY, "main.py"], cwd=workdir, **kwargs)
+
+
+def alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in "ZX"
+
+
+def pids(workdir: Path) -> list[int]:
+    """Pids the candidate wrote into ``workdir/pids`` (one per line)."""
+    path = workdir / "pids"
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def needs(key: str, policy: Policy | None = None) -> None:
+    """Skip when this platform cannot apply the isolation named ``key``."""
+    value = isolation_report(policy).get(key, f"{NOT}reported")
+    if value.startswith(NOT):
+        pytest.skip(f"{key}: {value}")
+
+
+def assert_ended(result: Result, workdir: Path, expected_pids: int) -> None:
+    found = pids(workdir)
+    assert len(found) >= expected_pids, (found, result.tail())
+    assert result.wall_s < TIMEOUT + 2, result.wall_s
+    assert not [pid for pid in found if alive(pid)], "processes survived the sandbox"
+
+
+# --- issue 2, must-show 4: runaway candidates end within timeout + 2 s, nothing left ---------
+
+
+def test_infinite_loop_is_ended(tmp_path: Path) -> None:
+    result = candidate(
+        tmp_path, "import os\nopen('pids','w').write(str(os.getpid()))\nwhile True: pass\n"
+    )
+    assert result.timed_out and result.returncode is None and not result.ok
+    assert_ended(result, tmp_path, 1)
+    assert sandbox_failure(result).status == EvalStatus.TIMEOUT
+
+
+def test_fork_that_sleeps_forever_is_ended(tmp_path: Path) -> None:
+    code = """
+        import os, time
+        for _ in range(20):
+            if os.fork() == 0:
+                open('pids', 'a').write(f'{os.getpid()}\\n')
+                time.sleep(1000)
+        time.sleep(1000)
+    """
+    result = candidate(tmp_path, code)
+    assert result.timed_out
+    assert_ended(result, tmp_path, 20)
+
+
+def test_50_gb_allocation_is_refused(tmp_path: Path) -> None:
+    code = "import os\nopen('pids','w').write(str(os.getpid()))\nx = bytearray(50 << 30)\nprint('allocated')\n"
+    result = candidate(tmp_path, code, limits=Limits(timeout_s=TIMEOUT, memory_bytes=8 << 30))
+    assert (
+        result.returncode == 1
+        and "MemoryError" in result.stderr
+        and "allocated" not in result.stdout
+    )
+    assert_ended(result, tmp_path, 1)
+
+
+def test_growing_allocation_stops_at_the_memory_limit(tmp_path: Path) -> None:
+    code = """
+        import os
+        open('pids', 'w').write(str(os.getpid()))
+        chunks = []
+        while True:
+            chunks.append(b'x' * (16 << 20))  # touched, not just reserved
+    """
+    result = candidate(tmp_path, code, limits=Limits(timeout_s=TIMEOUT, memory_bytes=256 << 20))
+    assert result.returncode == 1 and "MemoryError" in result.stderr
+    assert_ended(result, tmp_path, 1)
+
+
+def test_grandchild_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    code = """
+        import os, signal, time
+        if os.fork() == 0:
+            if os.fork() == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                open('pids', 'a').write(f'{os.getpid()}\\n')
+                while True:
+                    time.sleep(1)
+            time.sleep(1000)
+        time.sleep(1000)
+    """
+    result = candidate(tmp_path, code)
+    assert result.timed_out
+    assert_ended(result, tmp_path, 1)
+
+
+def test_setsid_double_fork_is_killed(tmp_path: Path) -> None:
+    code = """
+        import os, signal, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                open('pids', 'a').write(f'{os.getpid()}\\n')
+                while True:
+                    time.sleep(1)
+            os._exit(0)
+        time.sleep(1000)
+    """
+    result = candidate(tmp_path, code)
+    assert result.timed_out
+    assert_ended(result, tmp_path, 1)
+
+
+def test_setsid_double_fork_with_clean_environment_is_killed(tmp_path: Path) -> None:
+    """Leaves the session and drops the marker variable: only the network namespace finds it."""
+    needs("network")
+    code = """
+        import os, signal
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stays ignored across exec
+                open('pids', 'a').write(f'{os.getpid()}\\n')
+                os.execve('/bin/sleep', ['sleep', '1000'], {})
+            os._exit(0)
+        import time; time.sleep(1000)
+    """
+    result = candidate(tmp_path, code)
+    assert result.timed_out
+    assert_ended(result, tmp_path, 1)
+
+
+def test_process_left_behind_is_reported_and_killed(tmp_path: Path) -> None:
+    code = """
+        import os, subprocess
+        child = subprocess.Popen(['sleep', '1000'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        open('pids', 'w').write(str(child.pid))
+        print('main done')
+    """
+    result = candidate(tmp_path, code)
+    assert result.returncode == 0 and not result.timed_out and result.leftover == 1
+    assert_ended(result, tmp_path, 1)
+    failure = sandbox_failure(result)
+    assert failure is not None and failure.status == EvalStatus.REJECTED
+
+
+def test_daemonized_process_left_behind_is_reported(tmp_path: Path) -> None:
+    code = """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.closerange(0, 3)
+                open('pids', 'a').write(f'{os.getpid()}\\n')
+                time.sleep(1000)
+            os._exit(0)
+        os.wait()
+    """
+    result = candidate(tmp_path, code)
+    assert result.returncode == 0 and result.leftover == 1
+    assert_ended(result, tmp_path, 1)
+
+
+def test_thread_outliving_main_code_is_ended(tmp_path: Path) -> None:
+    code = """
+        import os, threading, time
+        open('pids', 'w').write(str(os.getpid()))
+        threading.Thread(target=time.sleep, args=(1000,)).start()
+        print('main done', flush=True)
+    """
+    result = candidate(tmp_path, code)
+    assert result.timed_out and "main done" in result.stdout
+    assert_ended(result, tmp_path, 1)
+
+
+# --- statuses, output, environment, rlimits --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("pass", 0),
+        ("raise SystemExit(3)", 3),
+        ("import sys; sys.exit('bad')", 1),
+        ("import os; os.kill(os.getpid(), 9)", -9),
+    ],
+)
+def test_exit_status(tmp_path: Path, code: str, status: int) -> None:
+    result = candidate(tmp_path, code)
+    assert result.returncode == status and not result.timed_out
+    assert result.ok == (status == 0)
+
+
+def test_stdin_is_fed_and_a_command_that_ignores_it_still_times_out(tmp_path: Path) -> None:
+    result = candidate(tmp_path, "import sys\nprint(sys.stdin.read().upper())", stdin=b"hello")
+    assert result.stdout.strip() == "HELLO"
+    result = candidate(tmp_path, "import time\ntime.sleep(1000)", stdin=b"x" * (4 << 20))
+    assert result.timed_out and result.wall_s < TIMEOUT + 2
+
+
+def test_output_is_capped(tmp_path: Path) -> None:
+    code = "import sys\nsys.stdout.write('o' * (5 << 20))\nsys.stderr.write('e' * (5 << 20))\n"
+    result = candidate(tmp_path, code, limits=Limits(timeout_s=10, output_bytes=64 << 10))
+    assert result.ok and result.truncated
+    assert result.stdout.startswith("o" * (64 << 10)) and result.stdout.endswith(
+        "[evolve: output truncated]"
+    )
+    assert len(result.stdout) < (64 << 10) + 100 and len(result.stderr) == 64 << 10
+
+
+def test_secrets_are_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {
+        "OPENAI_API_KEY": "sk-1",
+        "GITHUB_TOKEN": "gh-2",
+        "APP_SECRET": "s-3",
+        "AWS_ACCESS_KEY_ID": "a-4",
+    }
+    for key, value in secrets.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("UNRELATED_SETTING", "u-5")
+    result = candidate(
+        tmp_path, "import os, json\nprint(json.dumps(dict(os.environ)))", env={"EVOLVE_SEED": "7"}
+    )
+    seen = json.loads(result.stdout)
+    assert not set(secrets) & set(seen) and "UNRELATED_SETTING" not in seen
+    assert not any(v in result.stdout for v in ["sk-1", "gh-2", "s-3", "a-4", "u-5"])
+    assert seen["EVOLVE_SEED"] == "7" and seen["PATH"] == os.environ["PATH"]
+    assert scrub_env({"HF_TOKEN": "x", "PATH": "/bin"}, {"A": "1"}) == {"PATH": "/bin", "A": "1"}
+
+
+def test_parent_environment_is_unreadable_through_proc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    needs("landlock")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-in-parent")
+    code = f"""
+        try:
+            print(open('/proc/{os.getpid()}/environ', 'rb').read())
+        except OSError as exc:
+            print('refused', exc.errno)
+    """
+    result = candidate(tmp_path, code)
+    assert "sk-in-parent" not in result.stdout and result.stdout.startswith("refused"), (
+        result.tail()
+    )
+
+
+def test_rlimits_are_applied(tmp_path: Path) -> None:
+    limits = Limits(timeout_s=10, memory_bytes=1 << 30, cpu_s=5, file_bytes=1 << 20, processes=64)
+    code = """
+        import resource as r
+        print([r.getrlimit(k)[0] for k in (r.RLIMIT_AS, r.RLIMIT_CPU, r.RLIMIT_FSIZE, r.RLIMIT_NPROC, r.RLIMIT_CORE)])
+        try:
+            open('big', 'wb').write(b'x' * (2 << 20))
+        except OSError as exc:
+            print('write refused', exc.errno)
+    """
+    result = candidate(tmp_path, code, limits=limits)
+    assert result.stdout.splitlines()[0] == str([1 << 30, 5, 1 << 20, 64, 0])
+    assert (
+        f"write refused {errno.EFBIG}" in result.stdout
+        and (tmp_path / "big").stat().st_size == 1 << 20
+    )
+
+
+def test_cpu_time_limit_stops_a_busy_loop(tmp_path: Path) -> None:
+    result = candidate(tmp_path, "while True: pass", limits=Limits(timeout_s=20, cpu_s=1))
+    assert result.returncode == -signal.SIGXCPU and not result.timed_out
+    assert result.wall_s < 5
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a sandbox as another user")
+def test_unprivileged_user_gets_process_limit_and_isolation() -> None:
+    """Runs the sandbox as 'nobody': RLIMIT_NPROC binds, namespaces come from a user namespace."""
+    workdir = Path(tempfile.mkdtemp(prefix="evolve-nobody-"))
+    os.chown(workdir, 65534, 65534)
+    inner = textwrap.dedent("""
+        import json, os, sys
+        from pathlib import Path
+        from evolve.sandbox import Limits, run
+        code = '''
+        import os, time
+        made = 0
+        try:
+            for _ in range(40):
+                if os.fork() == 0:
+                    time.sleep(1000)
+                made += 1
+        except OSError:
+            pass
+        print(made)
+        '''
+        exe = next(p for p in (sys.executable, '/usr/bin/python3', '/bin/false') if os.access(p, os.X_OK))
+        result = run([exe, '-c', code], cwd=Path(sys.argv[1]), limits=Limits(timeout_s=10, processes=10))
+        print(json.dumps({'made': int(result.stdout), 'leftover': result.leftover, 'isolation': result.isolation}))
+    """)
+    setpriv = shutil.which("setpriv")  # keeps root's access to the interpreter's path until exec
+    as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"] if setpriv else []
+    try:
+        out = subprocess.run(
+            [*as_nobody, PY, "-c", inner, str(workdir)], cwd="/", capture_output=True, text=True, timeout=60,
+            **({} if setpriv else {"user": 65534, "group": 65534, "extra_groups": []}),
+        )  # fmt: skip
+    except PermissionError:
+        pytest.skip(f"user nobody cannot execute {PY}")
+    finally:
+        subprocess.run(["rm", "-rf", str(workdir)], check=False)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["made"] < 10 and seen["leftover"] == seen["made"]
+    if not seen["isolation"]["network"].startswith(NOT):
+        assert "user namespace" in seen["isolation"]["network"]
+
+
+# --- issue 8: network, writes, read-only and hidden paths ---------------------------------
+
+
+def test_no_tcp_connection_to_the_host(tmp_path: Path) -> None:
+    needs("network")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        code = f"""
+            import socket
+            try:
+                socket.create_connection(('127.0.0.1', {port}), timeout=2)
+                print('connected')
+            except OSError as exc:
+                print('blocked', exc)
+        """
+        result = candidate(tmp_path, code, limits=Limits(timeout_s=10))
+        assert result.stdout.startswith("blocked"), result.tail()
+        with pytest.raises(TimeoutError):
+            server.accept()
+        allowed = candidate(
+            tmp_path, code, limits=Limits(timeout_s=10), policy=Policy(network=True)
+        )
+        assert allowed.stdout.startswith("connected"), allowed.tail()
+        server.accept()[0].close()
+
+
+def test_private_loopback_works_inside_the_sandbox(tmp_path: Path) -> None:
+    """torchrun and NCCL talk over loopback inside one evaluation."""
+    needs("network")
+    code = """
+        import socket
+        server = socket.create_server(('127.0.0.1', 0))
+        client = socket.create_connection(server.getsockname())
+        conn, _ = server.accept()
+        client.sendall(b'ping')
+        print(conn.recv(4).decode())
+    """
+    assert candidate(tmp_path, code).stdout.strip() == "ping"
+
+
+def test_writes_are_confined_to_the_workdir(tmp_path: Path) -> None:
+    needs("writes")
+    workdir, outside, cache = tmp_path / "work", tmp_path / "outside", tmp_path / "cache"
+    for path in (workdir, outside, cache):
+        path.mkdir()
+    code = f"""
+        import os
+        for target in ['out.txt', os.environ['HOME'] + '/h', os.environ['TMPDIR'] + '/t', '{cache}/c',
+                       '{outside}/o', '/tmp/evolve-escape-{os.getpid()}']:
+            try:
+                open(target, 'w').write('x')
+                print('wrote', target)
+            except OSError as exc:
+                print('refused', target, exc.errno)
+    """
+    result = candidate(workdir, code, policy=Policy(writable=[cache]))
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["wrote"] * 4 + ["refused"] * 2, result.tail()
+    assert str(workdir) in result.stdout.splitlines()[1]  # HOME is inside the workdir
+    assert not (outside / "o").exists() and not Path(f"/tmp/evolve-escape-{os.getpid()}").exists()
+
+
+def test_readonly_harness_file_cannot_be_changed(tmp_path: Path) -> None:
+    needs("readonly", Policy(readonly=["/usr"]))
+    harness = tmp_path / "harness.py"
+    harness.write_text("SCORE = 'honest'\n")
+    code = """
+        import os
+        for attempt in (lambda: open('harness.py', 'w').write('SCORE = 1e9'),
+                        lambda: os.remove('harness.py'),
+                        lambda: os.rename('main.py', 'harness.py'),
+                        lambda: os.chmod('harness.py', 0o777)):
+            try:
+                attempt()
+                print('changed')
+            except OSError as exc:
+                print('refused', exc.errno)
+    """
+    result = candidate(tmp_path, code, policy=Policy(readonly=[harness]))
+    assert result.stdout.split().count("refused") == 4, result.tail()
+    assert harness.read_text() == "SCORE = 'honest'\n" and result.modified == ()
+
+
+def test_changes_to_readonly_paths_are_detected(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("1")
+    before = _snapshot([str(tmp_path)])
+    time.sleep(0.01)
+    (tmp_path / "a.txt").write_text("2")
+    (tmp_path / "b.txt").write_text("new")
+    after = _snapshot([str(tmp_path)])
+    assert {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)} == {
+        str(tmp_path / "a.txt"),
+        str(tmp_path / "b.txt"),
+    }
+
+
+def test_hidden_paths_cannot_be_read(tmp_path: Path) -> None:
+    secret, public, workdir = tmp_path / "val", tmp_path / "public.txt", tmp_path / "work"
+    secret.mkdir()
+    workdir.mkdir()
+    (secret / "labels.txt").write_text("answers")
+    public.write_text("fine")
+    policy = Policy(hidden=[secret])
+    needs("hidden", policy)
+    code = f"""
+        for path in ['{public}', '{secret}/labels.txt']:
+            try:
+                print('read', open(path).read())
+            except OSError as exc:
+                print('refused', exc.errno)
+    """
+    result = candidate(workdir, code, policy=policy)
+    assert result.stdout.split() == ["read", "fine", "refused", str(errno.EACCES)], result.tail()
+
+
+def test_isolation_report_names_every_protection(tmp_path: Path) -> None:
+    report = isolation_report()
+    assert {"network", "landlock", "writes", "capabilities"} <= set(report)
+    assert gaps({"network": f"{NOT}isolated: x", "writes": "confined"}) == {
+        "network": f"{NOT}isolated: x"
+    }
+    if os.geteuid() == 0 and not report["capabilities"].startswith(NOT):
+        result = candidate(tmp_path, "print(open('/proc/self/status').read())")
+        assert (
+            "CapEff:\t0000000000000000" in result.stdout
+            and "CapBnd:\t0000000000000000" in result.stdout
+        )
+
+
+def test_strict_policy_runs_when_everything_applies(tmp_path: Path) -> None:
+    policy = Policy(strict=True, readonly=[tmp_path / "main.py"])
+    if gaps(isolation_report(Policy(readonly=["/usr"]))):
+        pytest.skip("this platform lacks some protection; strict would refuse")
+    (tmp_path / "main.py").write_text("")
+    assert candidate(tmp_path, "print('ok')", policy=policy).stdout.strip() == "ok"

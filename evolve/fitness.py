@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from evolve.sandbox import Limits, Result
+from evolve.sandbox import Limits, Policy, Result
 from evolve.sandbox import run as run_sandboxed
 from evolve.types import Descriptor, EvalStatus, Evaluation, Files, Objective
 
@@ -26,6 +26,7 @@ __all__ = [
     "EvalContext",
     "Fitness",
     "Limits",
+    "Policy",
     "Result",
     "Stage",
     "evaluate_safely",

@@ -34,8 +34,8 @@ class Session:
         return path.parent
 
 
-def _emit(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+def _emit(data: Any, *, indent: int | None = 2) -> None:
+    click.echo(json.dumps(data, indent=indent, default=str, ensure_ascii=False))
 
 
 def _show(renderable: Any) -> None:
@@ -297,7 +297,7 @@ def serve(session: Session, as_json: bool, host: str, port: int, open_browser: b
     session.conn  # noqa: B018  (validate the archive before starting the server)
 
     def ready(url: str) -> None:
-        _emit({"url": url, "archive": str(path)}) if as_json else click.echo(
+        _emit({"url": url, "archive": str(path)}, indent=None) if as_json else click.echo(
             f"serving {path} at {url} (Ctrl-C stops)"
         )
         sys.stdout.flush()

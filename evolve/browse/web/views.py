@@ -1,0 +1,264 @@
+"""The plugin's pages: overview, elites, candidate, lineage, and the version probe for live updates."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from datasette.utils.asgi import Response
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import DiffLexer, TextLexer, get_lexer_for_filename
+from pygments.util import ClassNotFound
+
+from evolve.browse import queries, summary
+from evolve.browse.source import BrowseError, resolve_id
+from evolve.browse.web import svg
+from evolve.browse.web.graph import lineage_svg
+from evolve.lineage import ALL_ROLES, PARENT_ROLES, Lineage
+from evolve.plots import fitness_series, grid
+
+PREFIX = "/-/evolve"
+FORMATTER = HtmlFormatter(cssclass="highlight", linenos="inline", wrapcode=True)
+
+
+def candidate_url(candidate_id: str) -> str:
+    """The candidate page of an id."""
+    return f"{PREFIX}/c/{candidate_id}"
+
+
+def version(conn: sqlite3.Connection) -> str:
+    """A token that changes whenever the run writes something the pages show (cheap: indexed maxima)."""
+    row = conn.execute(
+        "SELECT (SELECT MAX(seq) FROM candidates), (SELECT MAX(id) FROM evaluations), "
+        "(SELECT MAX(updated_at) FROM elites), (SELECT MAX(id) FROM stats), (SELECT MAX(id) FROM llm_calls), "
+        "(SELECT MAX(id) FROM runs), (SELECT status FROM runs ORDER BY id DESC LIMIT 1)"
+    ).fetchone()
+    return "-".join(str(v) for v in row)
+
+
+def _code(path: str, text: str) -> Markup:
+    try:
+        lexer = get_lexer_for_filename(path, stripnl=False)
+    except ClassNotFound:
+        lexer = TextLexer(stripnl=False)
+    return Markup(highlight(text, lexer, FORMATTER))
+
+
+def _diff(text: str) -> Markup:
+    return Markup(
+        highlight(text, DiffLexer(stripnl=False), HtmlFormatter(cssclass="highlight diff"))
+    )
+
+
+async def _render(
+    datasette: Any, request: Any, template: str, context: dict[str, Any], status: int = 200
+) -> Response:
+    base = {
+        "prefix": PREFIX,
+        "pygments_css": Markup(FORMATTER.get_style_defs(".highlight")),
+        "curl": candidate_url,
+    }
+    html = await datasette.render_template(template, {**base, **context}, request=request)
+    return Response.html(html, status=status)
+
+
+async def _error(datasette: Any, request: Any, message: str, status: int = 404) -> Response:
+    return await _render(
+        datasette, request, "evolve_error.html", {"message": message, "version": ""}, status
+    )
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") and value.lstrip("-").isdigit() else None
+
+
+async def version_json(datasette: Any, request: Any) -> Response:
+    """``/-/evolve/version.json``: the live-update probe."""
+    token = await datasette.get_database().execute_fn(version)
+    return Response.json({"version": token}, headers={"Cache-Control": "no-store"})
+
+
+async def overview(datasette: Any, request: Any) -> Response:
+    """``/-/evolve``: fitness over time, the grid, cost, success per operator and model."""
+    island = _int(request.args.get("island"))
+
+    def work(conn: sqlite3.Connection) -> dict[str, Any]:
+        return {
+            "run": summary.run_info(conn),
+            "counts": summary.counts(conn),
+            "cost": summary.cost(conn),
+            "by_operator": summary.success(conn, "operator"),
+            "by_model": summary.success(conn, "model"),
+            "series": fitness_series(conn, points=400),
+            "grid": grid(conn, island=island).to_json(),
+            "version": version(conn),
+        }
+
+    data = await datasette.get_database().execute_fn(work)
+    series = data["series"]
+    xs = [row["evaluated"] or 0 for row in series]
+    charts = {
+        "fitness": Markup(
+            svg.line_chart(
+                xs,
+                {"best": [r["best"] for r in series]},
+                x_label="candidates evaluated",
+                css_id="fitness-chart",
+            )
+        ),
+        "quality": Markup(
+            svg.line_chart(
+                xs,
+                {
+                    "coverage": [r["coverage"] for r in series],
+                    "QD score": [r["qd_score"] for r in series],
+                },
+                x_label="candidates evaluated",
+                css_id="quality-chart",
+            )
+        ),
+        "cost": Markup(
+            svg.line_chart(
+                xs,
+                {"cost (USD)": [r["cost"] for r in series]},
+                x_label="candidates evaluated",
+                height=180,
+                css_id="cost-chart",
+            )
+        ),
+        "grid": Markup(svg.heatmap(data["grid"], candidate_url)),
+        "by_operator": Markup(svg.bars(data["by_operator"], "operator")),
+        "by_model": Markup(svg.bars(data["by_model"], "model")),
+    }
+    return await _render(
+        datasette, request, "evolve_overview.html", {**data, "charts": charts, "island": island}
+    )
+
+
+async def elites(datasette: Any, request: Any) -> Response:
+    """``/-/evolve/elites``: every elite, sortable and filterable by island and cell."""
+    island, cell = _int(request.args.get("island")), (request.args.get("cell") or "").strip()
+    sort = request.args.get("sort") or "objective"
+    if sort not in queries.ELITE_SORTS:
+        sort = "objective"
+    order = request.args.get("order")
+    descending = None if order not in ("asc", "desc") else order == "desc"
+
+    def work(conn: sqlite3.Connection) -> dict[str, Any]:
+        rows = queries.elites(
+            conn, limit=None, island=island, cell=cell or None, sort=sort, descending=descending
+        )
+        islands = [r[0] for r in conn.execute("SELECT DISTINCT island FROM elites ORDER BY island")]
+        return {"rows": rows, "islands": islands, "version": version(conn)}
+
+    data = await datasette.get_database().execute_fn(work)
+    keys: list[str] = []
+    for row in data["rows"]:
+        keys += [
+            k for k, v in row["metrics"].items() if isinstance(v, int | float) and k not in keys
+        ]
+    return await _render(
+        datasette,
+        request,
+        "evolve_elites.html",
+        {
+            **data,
+            "metric_keys": keys[:4],
+            "island": island,
+            "cell": cell,
+            "sort": sort,
+            "order": order
+            or ("desc" if descending or (descending is None and sort == "objective") else "asc"),
+            "sorts": queries.ELITE_SORTS,
+        },
+    )
+
+
+async def candidate(datasette: Any, request: Any) -> Response:
+    """``/-/evolve/c/<id>``: code, diff to each parent, metrics, artifacts, prompt and answer, lineage."""
+    given = request.url_vars["id"]
+
+    def work(conn: sqlite3.Connection) -> dict[str, Any]:
+        cid = resolve_id(conn, given)
+        item = queries.candidate(conn, cid)
+        diffs = [
+            {
+                "parent": p,
+                "diff": queries.diff_files(
+                    queries.files_of(conn, p["id"]),
+                    item["files"],
+                    old_name=p["id"][:10],
+                    new_name=cid[:10],
+                ),
+            }
+            for p in item["parents"]
+            if p["role"] in PARENT_ROLES
+        ]
+        graph = Lineage.around(conn, cid, max_ancestors=60, max_children=30)
+        return {"item": item, "diffs": diffs, "graph": graph, "version": version(conn)}
+
+    try:
+        data = await datasette.get_database().execute_fn(work)
+    except BrowseError as exc:
+        return await _error(datasette, request, str(exc))
+    item = data["item"]
+    return await _render(
+        datasette,
+        request,
+        "evolve_candidate.html",
+        {
+            "item": item,
+            "version": data["version"],
+            "files": [
+                {"path": path, "html": _code(path, text), "lines": text.count("\n") + 1}
+                for path, text in sorted(item["files"].items())
+            ],
+            "diffs": [
+                {**d, "html": _diff(d["diff"]) if d["diff"] else None} for d in data["diffs"]
+            ],
+            "lineage": Markup(lineage_svg(data["graph"], item["id"], candidate_url)),
+        },
+    )
+
+
+async def lineage(datasette: Any, request: Any) -> Response:
+    """``/-/evolve/lineage[/<id>]``: the neighbourhood of a candidate (default: the best) as a graph."""
+    given = request.url_vars.get("id") or "best"
+    inspirations = request.args.get("inspirations") == "1"
+
+    def work(conn: sqlite3.Connection) -> dict[str, Any]:
+        cid = resolve_id(conn, given)
+        graph = Lineage.around(
+            conn,
+            cid,
+            roles=ALL_ROLES if inspirations else PARENT_ROLES,
+            max_ancestors=300,
+            max_children=60,
+        )
+        return {"id": cid, "graph": graph, "version": version(conn)}
+
+    try:
+        data = await datasette.get_database().execute_fn(work)
+    except BrowseError as exc:
+        return await _error(datasette, request, str(exc))
+    graph = data["graph"]
+    return await _render(
+        datasette,
+        request,
+        "evolve_lineage.html",
+        {
+            "id": data["id"],
+            "version": data["version"],
+            "inspirations": inspirations,
+            "nodes": graph.graph.number_of_nodes(),
+            "path_length": len(graph.path_to_best()),
+            "svg": Markup(lineage_svg(graph, data["id"], candidate_url)),
+        },
+    )
+
+
+async def home(datasette: Any, request: Any) -> Response:
+    """``/``: straight to the overview (Datasette's own index stays at ``/-/databases``-style pages)."""
+    return Response.redirect(PREFIX)

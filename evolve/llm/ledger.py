@@ -1,0 +1,170 @@
+"""The ``llm_calls`` table: every call recorded, recorded answers served again, money spent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolve.store import Store
+
+Messages = Sequence[Mapping[str, Any]]
+
+
+def cache_key(model: str, messages: Messages, params: Mapping[str, Any], sample: str | int) -> str:
+    """The identity of one request: model, messages, sampling parameters and sample index."""
+    payload = json.dumps(
+        {"model": model, "messages": list(messages), "params": dict(params), "sample": str(sample)},
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallRecord:
+    """One row of ``llm_calls`` (an attempt: successful or not)."""
+
+    model: str
+    prompt_hash: str
+    cache_key: str
+    messages: Messages
+    response: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+    latency_s: float = 0.0
+    error: str | None = None
+    candidate: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recorded:
+    """A recorded answer found for a cache key."""
+
+    call_id: int
+    response: str
+    tokens_in: int
+    tokens_out: int
+    source: str  # "archive" or the path of the replay archive
+
+
+class Ledger:
+    """Reads and writes a run's ``llm_calls`` (and reads a replay archive's, when given).
+
+    Args:
+        store: the run's store.
+        replay_from: another ``archive.db`` whose answers may be served (opened read-only).
+    """
+
+    def __init__(self, store: Store, *, replay_from: str | Path | None = None) -> None:
+        self.store = store
+        self._replay: sqlite3.Connection | None = None
+        self.replay_path = Path(replay_from) if replay_from else None
+        if self.replay_path is not None:
+            path = (
+                self.replay_path / "archive.db" if self.replay_path.is_dir() else self.replay_path
+            )
+            if not path.is_file():
+                from evolve.llm.errors import LLMStop
+
+                raise LLMStop(
+                    f"llm.replay_from={replay_from}: no archive there; give a run directory or its archive.db"
+                )
+            self.replay_path = path
+            self._replay = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, check_same_thread=False
+            )
+
+    def record(self, call: CallRecord) -> int:
+        """Insert one attempt; returns its id."""
+        with self.store.transaction():
+            cursor = self.store.conn.execute(
+                "INSERT INTO llm_calls (candidate, model, prompt_hash, cache_key, messages, response, tokens_in, "
+                "tokens_out, cost, latency_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    call.candidate,
+                    call.model,
+                    call.prompt_hash,
+                    call.cache_key,
+                    json.dumps(list(call.messages), ensure_ascii=False, default=str),
+                    call.response,
+                    call.tokens_in,
+                    call.tokens_out,
+                    call.cost,
+                    round(call.latency_s, 4),
+                    call.error,
+                    time.time(),
+                ),
+            )
+        return int(cursor.lastrowid)
+
+    def lookup(self, key: str) -> Recorded | None:
+        """The first successful answer recorded for ``key``: in this archive, else the replay archive."""
+        query = (
+            "SELECT id, response, tokens_in, tokens_out FROM llm_calls "
+            "WHERE cache_key=? AND error IS NULL AND response IS NOT NULL ORDER BY id LIMIT 1"
+        )
+        row = self.store.conn.execute(query, (key,)).fetchone()
+        if row is not None:
+            return Recorded(
+                call_id=row[0],
+                response=row[1],
+                tokens_in=row[2] or 0,
+                tokens_out=row[3] or 0,
+                source="archive",
+            )
+        if self._replay is not None:
+            row = self._replay.execute(query, (key,)).fetchone()
+            if row is not None:
+                return Recorded(
+                    call_id=row[0],
+                    response=row[1],
+                    tokens_in=row[2] or 0,
+                    tokens_out=row[3] or 0,
+                    source=str(self.replay_path),
+                )
+        return None
+
+    def spent(self) -> float:
+        """USD recorded in this archive (all runs, so a resumed run keeps counting)."""
+        return float(
+            self.store.conn.execute("SELECT COALESCE(SUM(cost), 0) FROM llm_calls").fetchone()[0]
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Calls, failed calls, tokens and USD per model."""
+        rows = self.store.conn.execute(
+            "SELECT model, COUNT(*), SUM(error IS NOT NULL), COALESCE(SUM(tokens_in), 0), "
+            "COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost), 0) FROM llm_calls GROUP BY model ORDER BY model"
+        ).fetchall()
+        return {
+            model: {
+                "calls": n,
+                "errors": errors,
+                "tokens_in": tin,
+                "tokens_out": tout,
+                "cost": cost,
+            }
+            for model, n, errors, tin, tout, cost in rows
+        }
+
+
+def link_calls(store: Store, prompt_hash: str | None, candidate_id: str) -> None:
+    """Point the not yet linked calls made for ``prompt_hash`` at the candidate they produced.
+
+    The search calls this when it stores a candidate (accepted or rejected) that came from a
+    model, so that browsing shows each candidate's prompt and answer.
+    """
+    if not prompt_hash:
+        return
+    store.conn.execute(
+        "UPDATE llm_calls SET candidate=? WHERE prompt_hash=? AND candidate IS NULL",
+        (candidate_id, prompt_hash),
+    )

@@ -1,0 +1,89 @@
+"""The ``command`` provider: an executable as a model through litellm's custom-provider path."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.llm import LLMCallFailed, LLMClient, LLMSettings, LLMStop, prompt_text
+from evolve.store import Store
+
+PY = sys.executable
+UPPER = [
+    PY,
+    "-c",
+    "import os, sys; print(os.environ['EVOLVE_MODEL'], sys.stdin.read().upper(), end='')",
+]
+FAIL = [PY, "-c", "import sys; sys.stderr.write('the model crashed: out of memory'); sys.exit(3)"]
+SLOW = [
+    PY,
+    "-c",
+    "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)",
+]
+
+
+def client(tmp_path: Path, **overrides) -> LLMClient:
+    cfg = {
+        "model": "command/upper",
+        "commands": {"upper": UPPER, "fail": FAIL, "slow": SLOW},
+        "retries": 0,
+    } | overrides
+    return LLMClient(LLMSettings.from_config(cfg), store=Store(tmp_path / "archive.db"))
+
+
+def test_the_prompt_goes_to_stdin_and_stdout_is_the_answer(tmp_path) -> None:
+    llm = client(tmp_path)
+    messages = [{"role": "user", "content": "improve this"}]
+    answer = asyncio.run(llm.complete("command/upper", messages, sample=0, prompt_hash="p"))
+    assert answer.text == "upper IMPROVE THIS"
+    assert answer.tokens_in > 0 and answer.tokens_out > 0 and answer.cost is None
+    row = next(llm.ledger.store.db.query("SELECT model, response, error FROM llm_calls"))
+    assert row == {"model": "command/upper", "response": "upper IMPROVE THIS", "error": None}
+
+
+def test_several_messages_are_joined_under_role_headings() -> None:
+    text = prompt_text(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "go"}]
+    )
+    assert text == "## system\n\nbe brief\n\n## user\n\ngo"
+
+
+def test_a_non_zero_exit_is_a_failed_call_with_stderr_recorded(tmp_path) -> None:
+    llm = client(tmp_path, model="command/fail", retries=3)
+    with pytest.raises(LLMCallFailed, match="exited with status 3"):
+        asyncio.run(
+            llm.complete(
+                "command/fail", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
+            )
+        )
+    (row,) = llm.ledger.store.db.query("SELECT error FROM llm_calls")
+    assert "out of memory" in row["error"]
+    assert llm.attempts == 1  # a crash is not retried
+
+
+def test_a_command_that_hangs_is_killed_with_its_children(tmp_path) -> None:
+    llm = client(tmp_path, model="command/slow", timeout_s=0.5)
+    start = time.monotonic()
+    with pytest.raises(LLMCallFailed, match="Timeout"):
+        asyncio.run(
+            llm.complete(
+                "command/slow", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
+            )
+        )
+    assert time.monotonic() - start < 5
+    (row,) = llm.ledger.store.db.query("SELECT error FROM llm_calls")
+    assert "no answer within 0.5s" in row["error"]
+
+
+def test_an_unknown_command_name_stops_with_the_fix(tmp_path) -> None:
+    llm = client(tmp_path)
+    with pytest.raises(LLMStop, match=r"set llm.commands.nobody="):
+        asyncio.run(
+            llm.complete(
+                "command/nobody", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
+            )
+        )

@@ -32,7 +32,15 @@ from pathlib import Path
 _libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1,
+    2,
+    4,
+    32,
+    4096,
+    16384,
+    1 << 18,
+)
 _KEEP_MOUNT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # ST_* -> MS_*
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -90,6 +98,9 @@ class Policy:
             no capability (cannot mount, leave its namespaces, load modules, ...).
         private_home: point HOME and TMPDIR at fresh directories inside the working directory,
             so caches (~/.triton, torchinductor's temp dir) land there.
+        private_shm: give the command an empty, writable tmpfs on ``/dev/shm`` of its own
+            (NCCL and DataLoader workers need it; it vanishes with the command). Needs a
+            mount namespace; without one /dev/shm stays read-only unless listed in ``writable``.
         strict: raise ``IsolationError`` instead of running when any protection is missing.
     """
 
@@ -101,6 +112,7 @@ class Policy:
     confine_writes: bool = True
     drop_caps: bool = True
     private_home: bool = True
+    private_shm: bool = True
     strict: bool = False
 
     def __post_init__(self) -> None:
@@ -204,7 +216,7 @@ def _bind_readonly(path: str) -> None:
     _check(_libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
 
 
-def _landlock(plan: Plan, net: bool) -> str:
+def _landlock(plan: Plan, net: bool, extra: list[str]) -> str:
     """Restrict this process with Landlock; return what was restricted."""
     abi = plan.abi
     fs = FS_ABI1_ALL | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
@@ -218,7 +230,7 @@ def _landlock(plan: Plan, net: bool) -> str:
         return "nothing to restrict"
     ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
     _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
-    grants = [(p, d, fs) for p, d in plan.write_rules]
+    grants = [(p, d, fs) for p, d in plan.write_rules] + [(p, True, fs) for p in extra]
     grants += [(p, d, fs & FS_READ) for p, d in plan.read_rules or ()]
     for path, is_dir, rights in grants:
         allowed = rights if is_dir else rights & FS_FILE_ONLY
@@ -241,10 +253,39 @@ def _landlock(plan: Plan, net: bool) -> str:
     return f"ABI {abi}: " + ", ".join(p for p in parts if p)
 
 
+def _mounts(plan: Plan, report: dict[str, str]) -> bool:
+    """In a new mount namespace: a private /dev/shm and read-only binds; True if shm is private."""
+    shm = False
+    with contextlib.suppress(OSError):
+        _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+        if plan.policy.private_shm and os.path.isdir("/dev/shm"):
+            flags = MS_NOSUID | MS_NODEV
+            _check(
+                _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", flags, b"mode=1777"), "mount /dev/shm"
+            )
+            report["shm"], shm = "private tmpfs on /dev/shm", True
+    done = []
+    with contextlib.suppress(OSError):
+        for path in plan.readonly:
+            _bind_readonly(path)
+            done.append(path)
+    missing = len(plan.readonly) - len(done)
+    if missing:
+        report["readonly"] = (
+            f"{NOT}enforced for {missing} of {len(plan.readonly)} path(s); checked after the run"
+        )
+    elif done:
+        report["readonly"] = (
+            f"read-only bind mounts ({len(done)} path(s)), also checked after the run"
+        )
+    return shm
+
+
 def apply(plan: Plan) -> dict[str, str]:
     """Isolate the calling process (a child before exec); return what was and was not applied."""
     policy, report = plan.policy, {}
-    flags = (0 if policy.network else CLONE_NEWNET) | (CLONE_NEWNS if plan.readonly else 0)
+    mounts = bool(plan.readonly) or (policy.private_shm and os.path.isdir("/dev/shm"))
+    flags = (0 if policy.network else CLONE_NEWNET) | (CLONE_NEWNS if mounts else 0)
     namespaces = ""
     if flags:
         try:
@@ -259,25 +300,20 @@ def apply(plan: Plan) -> dict[str, str]:
             _loopback_up()
         report["network"] = f"isolated: {namespaces} with its own loopback only"
         report["netns"] = os.readlink("/proc/self/ns/net")
-    readonly_done = []
-    if plan.readonly and namespaces:
-        with contextlib.suppress(OSError):
-            _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
-            for path in plan.readonly:
-                _bind_readonly(path)
-                readonly_done.append(path)
-    if plan.readonly:
-        missing = len(plan.readonly) - len(readonly_done)
-        report["readonly"] = (
-            f"{NOT}enforced for {missing} of {len(plan.readonly)} path(s) (no mount namespace); checked after the run"
-            if missing
-            else f"read-only bind mounts ({len(readonly_done)} path(s)), also checked after the run"
+    shm = _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else False
+    if plan.readonly and "readonly" not in report:
+        report["readonly"] = f"{NOT}enforced (no mount namespace); checked after the run"
+    if policy.private_shm and not shm and os.path.isdir("/dev/shm"):
+        report["shm"] = (
+            "the host's /dev/shm (listed in Policy.writable)"
+            if "/dev/shm" in policy.writable
+            else f"{NOT}private (no mount namespace); list /dev/shm in Policy.writable for NCCL"
         )
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     tcp_by_landlock = not policy.network and not namespaces
     if plan.abi:
         try:
-            restricted = _landlock(plan, tcp_by_landlock)
+            restricted = _landlock(plan, tcp_by_landlock, ["/dev/shm"] if shm else [])
         except OSError as exc:
             restricted = f"{NOT}applied: {exc}"
     else:

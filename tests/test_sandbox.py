@@ -486,3 +486,19 @@ def test_strict_policy_runs_when_everything_applies(tmp_path: Path) -> None:
         pytest.skip("this platform lacks some protection; strict would refuse")
     (tmp_path / "main.py").write_text("")
     assert candidate(tmp_path, "print('ok')", policy=policy).stdout.strip() == "ok"
+
+
+def test_private_shared_memory(tmp_path: Path) -> None:
+    """NCCL and DataLoader workers need /dev/shm; each sandbox gets an empty one of its own."""
+    needs("shm")
+    code = f"""
+        import os
+        from multiprocessing import shared_memory
+        block = shared_memory.SharedMemory(create=True, size=1 << 20)
+        block.buf[:4] = b'ping'
+        print(sorted(os.listdir('/dev/shm')) == [block.name], bytes(block.buf[:4]).decode())
+        open('/dev/shm/evolve-{os.getpid()}', 'w').write('left behind')
+    """
+    result = candidate(tmp_path, code)
+    assert result.stdout.split() == ["True", "ping"], result.tail()
+    assert not Path(f"/dev/shm/evolve-{os.getpid()}").exists()

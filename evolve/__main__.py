@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
@@ -24,7 +23,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    # ./evolve_configs is on the search path for users' own configs; its absence is normal.
-    warnings.filterwarnings("ignore", message=".*path=evolve_configs is not available")
     check_resume_argument(sys.argv[1:])
     main()

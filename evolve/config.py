@@ -15,13 +15,14 @@ import datetime
 import importlib
 import importlib.resources
 import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from evolve.fitness import Benchmark, Fitness
 from evolve.search import SearchSettings
@@ -72,6 +73,9 @@ def new_run_dir(resume: str | None, benchmark: str) -> str:
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     return str(Path("archives") / benchmark / stamp)
 
+
+# ./evolve_configs is on Hydra's search path for users' own configs; its absence is normal.
+warnings.filterwarnings("ignore", message=r".*path=evolve_configs is not available")
 
 if not OmegaConf.has_resolver("evolve_run_dir"):
     OmegaConf.register_new_resolver("evolve_run_dir", new_run_dir)
@@ -184,19 +188,35 @@ def workers(cfg: Mapping[str, Any]) -> int | None:
     return value
 
 
+def _changes_stored(stored: Any, override: str) -> bool:
+    """Whether ``key=value`` asks for something other than what the stored config holds."""
+    key, _, value = override.lstrip("+~").partition("=")
+    wanted = yaml.safe_load(value) if value else None
+    current = OmegaConf.select(stored, key, default=None)
+    if isinstance(current, Mapping | DictConfig) and "name" in current:  # a group choice such as benchmark=toy
+        return current["name"] != wanted
+    return current != wanted
+
+
 def merge_resumed(stored: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """The stored config of a run being resumed, with the command line's allowed overrides applied."""
-    refused = [o for o in overrides if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE)]
+    """The stored config of a run being resumed, with the command line's allowed overrides applied.
+
+    Budgets (search.*, backend.*, llm.max_cost_usd) may change; anything else may only be
+    repeated with its stored value.
+    """
+    merged = OmegaConf.create(dict(stored))
+    OmegaConf.set_struct(merged, False)
+    refused = [
+        o for o in overrides if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o)
+    ]
     if refused:
         raise ConfigError(
             f"cannot change {refused} when resuming: a resumed run keeps its benchmark, archive and operators. "
             f"Only budgets may change ({', '.join(RESUME_OVERRIDABLE)}); start a new run for other changes"
         )
-    merged = OmegaConf.create(dict(stored))
-    OmegaConf.set_struct(merged, False)
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        if key.startswith("hydra.") or key == "resume":
+        if key.startswith(("hydra.", "resume")) or not key.startswith(RESUME_OVERRIDABLE):
             continue
         OmegaConf.update(merged, key, yaml.safe_load(value) if value else None, force_add=True)
     return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]

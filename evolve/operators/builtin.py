@@ -156,35 +156,39 @@ class BlockCrossover:
     name = "crossover"
     arity = 2
 
+    attempts = 8  # mixes drawn before concluding the parents allow no new combination
+
     async def propose(self, request: OperatorRequest) -> Proposal:
         first, second = (p.candidate for p in request.parents[:2])
         if first.id == second.id:
             raise OperatorRejected("crossover: both parents are the same candidate")
-        rng = request.rng
-        files = dict(first.files)
-        taken = {"first": 0, "second": 0}
-        for path, text in sorted(first.files.items()):
-            other = second.files.get(path)
+        for _ in range(self.attempts):
+            taken = {"first": 0, "second": 0}
+            files = self._child(first.files, second.files, request, taken)
+            if files not in (dict(first.files), dict(second.files)):
+                return Proposal(
+                    files=files,
+                    parents=((first.id, EdgeRole.CROSSOVER), (second.id, EdgeRole.CROSSOVER)),
+                    operator=self.name,
+                    description=f"crossover of {first.id[:8]} and {second.id[:8]} "
+                    f"({taken['first']}/{taken['second']} parts)",
+                )
+        raise OperatorRejected("crossover: the parents' EVOLVE-BLOCKs gave no new combination")
+
+    def _child(self, first: Files, second: Files, request: OperatorRequest, taken: dict[str, int]) -> dict[str, str]:
+        files = dict(first)
+        for path, text in sorted(first.items()):
+            other = second.get(path)
             if other is None or not request.benchmark.is_editable(path):
                 continue
             try:
                 mine, theirs = block_bodies(text), block_bodies(other)
             except EditError:
                 continue
-            if len(mine) != len(theirs):
-                continue
-            bodies = []
-            for a, b in zip(mine, theirs, strict=True):
-                bodies.append(self._mix(a, b, rng, taken))
-            files[path] = replace_blocks(text, bodies)
-        if files == dict(first.files) or files == dict(second.files):
-            raise OperatorRejected("crossover: the parents' EVOLVE-BLOCKs gave no new combination")
-        return Proposal(
-            files=files,
-            parents=((first.id, EdgeRole.CROSSOVER), (second.id, EdgeRole.CROSSOVER)),
-            operator=self.name,
-            description=f"crossover of {first.id[:8]} and {second.id[:8]} ({taken['first']}/{taken['second']} parts)",
-        )
+            if len(mine) == len(theirs):
+                bodies = [self._mix(a, b, request.rng, taken) for a, b in zip(mine, theirs, strict=True)]
+                files[path] = replace_blocks(text, bodies)
+        return files
 
     @staticmethod
     def _mix(a: str, b: str, rng: random.Random, taken: dict[str, int]) -> str:

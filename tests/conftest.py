@@ -1,0 +1,42 @@
+"""Shared test helpers: composing configs through Hydra, running evolve in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from evolve.config import as_dict
+
+REPO = Path(__file__).resolve().parents[1]
+TOY_BENCHMARK = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "toy.yaml"
+
+
+def composed(overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness: Any) -> dict[str, Any]:
+    """The resolved config of ``python -m evolve <overrides>`` (with the toy benchmark by default)."""
+    with initialize_config_module(config_module="evolve.configs", version_base=None):
+        cfg = as_dict(compose(config_name="config", overrides=list(overrides)))
+    if toy:
+        cfg["benchmark"] = as_dict(OmegaConf.load(TOY_BENCHMARK))
+        cfg["benchmark"]["fitness"].update(benchmark_fitness)
+    cfg["search"]["progress"] = False
+    return cfg
+
+
+def evolve_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **popen: Any) -> subprocess.CompletedProcess:
+    """Run ``python -m evolve ARGS`` in a subprocess and return its completed process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "evolve", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **popen
+    )
+
+
+@pytest.fixture
+def toy_cfg():
+    return composed

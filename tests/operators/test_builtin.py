@@ -1,0 +1,82 @@
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from evolve.fitness import Benchmark
+from evolve.operators.base import OperatorRejected, OperatorRequest, Parent
+from evolve.operators.builtin import BlockCrossover, Tweak, literals, perturb
+from evolve.operators.edits import block_bodies, check_edit
+from evolve.types import Candidate, EdgeRole
+from tests.fixtures.toy import Toy
+
+CODE = """import math
+
+SCALE = 3.0  # outside: must never change
+# EVOLVE-BLOCK-START
+WIDTH = 64
+DEPTH = 5
+LR = 0.003
+DECAY = -0.5
+NAME = "x1"
+# EVOLVE-BLOCK-END
+"""
+
+
+def benchmark(editable=("m.py",)):
+    return Benchmark(name="t", fitness=Toy(), seed_dir=Path("."), editable=editable)
+
+
+def request(*codes, editable=("m.py",), seed=0):
+    parents = [Parent(candidate=Candidate(id=f"p{i}", seq=i, files={"m.py": c}, operator="seed")) for i, c in enumerate(codes)]
+    return OperatorRequest(parents=parents, benchmark=benchmark(editable), rng=random.Random(seed))
+
+
+def test_literals_skip_strings_and_find_floats_and_ints():
+    assert [lit.text for lit in literals('A = 1\nB = 2.5e-3\nC = "7"\n')] == ["1", "2.5e-3"]
+
+
+def test_perturb_keeps_types_and_powers_of_two():
+    rng = random.Random(1)
+    for _ in range(200):
+        assert int(perturb("64", rng)) in (32, 128)
+        new_int = perturb("5", rng)
+        assert "." not in new_int and int(new_int) >= 1
+        assert float(perturb("0.003", rng)) > 0
+
+
+def test_tweak_changes_only_numbers_inside_blocks():
+    seen = set()
+    for seed in range(30):
+        proposal = asyncio.run(Tweak().propose(request(CODE, seed=seed)))
+        new = proposal.files["m.py"]
+        check_edit({"m.py": CODE}, proposal.files, lambda p: p == "m.py")
+        assert "SCALE = 3.0" in new and 'NAME = "x1"' in new and "DECAY = -" in new
+        assert proposal.parents == (("p0", EdgeRole.MUTATION),) and proposal.operator == "tweak"
+        seen.add(new)
+    assert len(seen) > 20
+
+
+def test_tweak_rejects_a_file_with_nothing_to_tweak():
+    with pytest.raises(OperatorRejected, match="no numeric literal"):
+        asyncio.run(Tweak().propose(request("x = 1\n")))
+    with pytest.raises(OperatorRejected):
+        asyncio.run(Tweak().propose(request(CODE, editable=("other.py",))))
+
+
+def test_crossover_mixes_numbers_of_same_shaped_blocks():
+    other = CODE.replace("WIDTH = 64", "WIDTH = 256").replace("DEPTH = 5", "DEPTH = 9").replace("LR = 0.003", "LR = 0.01")
+    children = set()
+    for seed in range(20):
+        proposal = asyncio.run(BlockCrossover().propose(request(CODE, other, seed=seed)))
+        assert proposal.parents == (("p0", EdgeRole.CROSSOVER), ("p1", EdgeRole.CROSSOVER))
+        body = block_bodies(proposal.files["m.py"])[0]
+        assert ("WIDTH = 64" in body) != ("WIDTH = 256" in body)
+        children.add(proposal.files["m.py"])
+    assert len(children) >= 3
+
+
+def test_crossover_of_identical_blocks_is_rejected():
+    with pytest.raises(OperatorRejected):
+        asyncio.run(BlockCrossover().propose(request(CODE, CODE.replace("SCALE = 3.0", "SCALE = 3.0"))))

@@ -1,0 +1,82 @@
+import random
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.store import Store
+from evolve.types import AddStatus, CandidateStatus, Descriptor, Direction, EvalStatus, Evaluation, Objective, Proposal
+
+
+def make(tmp_path, **kwargs):
+    store = Store(tmp_path / "archive.db")
+    archive = Archive(
+        store=store,
+        objective=Objective(name="f", direction=kwargs.pop("direction", Direction.MAXIMIZE)),
+        descriptors=(Descriptor(name="d", low=0.0, high=1.0, bins=4),),
+        **kwargs,
+    )
+    return store, archive
+
+
+def add(store, archive, seq, fitness, d, island=0, status=EvalStatus.OK):
+    proposal = Proposal(files={"f": f"{seq}"}, operator="t")
+    store.add_candidate(proposal, seq=seq)
+    evaluation = Evaluation(status=status, fitness=fitness if status == EvalStatus.OK else None, descriptors={"d": d})
+    with store.transaction():
+        store.set_status(proposal.id, CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED)
+        store.add_evaluation(proposal.id, evaluation)
+        return archive.add(proposal.id, evaluation, island=island)
+
+
+def test_add_reports_new_improvement_and_not_added(tmp_path):
+    store, archive = make(tmp_path)
+    assert add(store, archive, 0, 1.0, 0.1).status == AddStatus.NEW
+    better = add(store, archive, 1, 1.5, 0.2)
+    assert better.status == AddStatus.IMPROVE_EXISTING and better.improvement == pytest.approx(0.5)
+    assert add(store, archive, 2, 1.2, 0.15).status == AddStatus.NOT_ADDED
+    assert add(store, archive, 3, None, 0.9, status=EvalStatus.ERROR).status == AddStatus.NOT_ADDED
+    assert add(store, archive, 4, 0.1, 5.0).cell == "3"  # out of range -> edge bin
+    assert archive.best()[1] == 1.5
+
+
+def test_minimisation_prefers_smaller_values(tmp_path):
+    store, archive = make(tmp_path, direction=Direction.MINIMIZE)
+    add(store, archive, 0, 1.0, 0.1)
+    assert add(store, archive, 1, 0.5, 0.1).status == AddStatus.IMPROVE_EXISTING
+    assert add(store, archive, 2, 0.7, 0.1).status == AddStatus.NOT_ADDED
+
+
+def test_islands_keep_separate_grids_and_stats(tmp_path):
+    store, archive = make(tmp_path, islands=2)
+    add(store, archive, 0, 1.0, 0.1, island=0)
+    assert add(store, archive, 1, 0.5, 0.1, island=1).status == AddStatus.NEW
+    stats = archive.stats()
+    assert stats["coverage"] == pytest.approx(2 / 8) and stats["qd_score"] == pytest.approx(1.5)
+    assert archive.migrant_for(1) == archive.elites(0)[0][2].candidate_id
+
+
+def test_elites_survive_reopening(tmp_path):
+    store, archive = make(tmp_path)
+    add(store, archive, 0, 1.0, 0.1)
+    add(store, archive, 1, 2.0, 0.6)
+    store.close()
+    _, reopened = make(tmp_path)
+    assert reopened.best()[1] == 2.0 and len(reopened.elites()) == 2
+
+
+def test_rank_sampling_prefers_better_elites_and_uses_distinct_cells(tmp_path):
+    store, archive = make(tmp_path)
+    for seq, (fitness, d) in enumerate([(4.0, 0.1), (3.0, 0.3), (2.0, 0.6), (1.0, 0.9)]):
+        add(store, archive, seq, fitness, d)
+    rng = random.Random(0)
+    firsts = [archive.sample_parents(1, rng, island=0)[0].evaluation.fitness for _ in range(400)]
+    assert firsts.count(4.0) > firsts.count(1.0) * 2
+    pair = archive.sample_parents(2, rng, island=0)
+    assert pair[0].cell != pair[1].cell
+    inspirations = archive.inspirations(3, rng, island=0, exclude=[pair[0].candidate.id])
+    assert pair[0].candidate.id not in {p.candidate.id for p in inspirations}
+
+
+def test_unknown_sampler_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="uniform"):
+        make(tmp_path, sampler="best")

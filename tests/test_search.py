@@ -1,0 +1,130 @@
+"""The search loop end to end on the toy fitness: budgets, dedup, failures, resume, determinism."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evolve import runner
+from evolve.store import Store
+from evolve.types import CandidateStatus, EvolveError
+from tests.conftest import REPO, composed
+
+
+def sequence(run_dir):
+    store = Store(run_dir / "archive.db", readonly=True)
+    rows = store.conn.execute("SELECT seq, id, status FROM candidates ORDER BY seq").fetchall()
+    store.close()
+    return rows
+
+
+def test_a_short_run_improves_on_the_seed_and_leaves_a_whole_archive(tmp_path):
+    cfg = composed(["search.max_candidates=40", "search.workers=2"])
+    summary = runner.run(cfg, tmp_path)
+    assert summary.evaluated == 40 and summary.best > summary.seed_fitness
+    store = Store(tmp_path / "archive.db")
+    assert store.integrity_problems() == []
+    ids = [row[0] for row in store.conn.execute("SELECT id FROM candidates")]
+    assert len(ids) == len(set(ids))
+    roles = {row[0] for row in store.conn.execute("SELECT role FROM edges")}
+    assert {"mutation", "crossover", "migration"} <= roles
+    assert store.conn.execute("SELECT COUNT(*) FROM stats").fetchone()[0] == 40
+    assert store.get_state("bandit")["counts"]
+
+
+def test_a_crashing_harness_is_recorded_and_the_run_goes_on(tmp_path):
+    cfg = composed(["search.max_candidates=6", "search.workers=1"])
+    cfg["benchmark"]["fitness"]["_target_"] = "tests.fixtures.toy.Crashing"
+    summary = runner.run(cfg, tmp_path)
+    assert summary.evaluated == 6 and summary.failures == 5
+    store = Store(tmp_path / "archive.db")
+    failed = store.conn.execute("SELECT id FROM candidates WHERE status='failed' LIMIT 1").fetchone()[0]
+    artifacts = store.evaluation(failed).artifacts
+    assert "harness bug" in artifacts["error"] and "Traceback" in artifacts["traceback"]
+
+
+def test_a_seed_that_fails_its_own_evaluation_stops_the_run_with_the_reason(tmp_path):
+    cfg = composed(["search.max_candidates=5"], fail_seed=True)
+    with pytest.raises(EvolveError, match="(?s)fails its own evaluation.*rejects everything"):
+        runner.run(cfg, tmp_path)
+
+
+def test_budget_resume_continues_the_same_sequence(tmp_path):
+    full, split = tmp_path / "full", tmp_path / "split"
+    runner.run(composed(["search.max_candidates=25", "search.workers=1"]), full)
+    runner.run(composed(["search.max_candidates=10", "search.workers=1"]), split)
+    assert len([r for r in sequence(split) if r[2] != "rejected"]) == 10
+    runner.run(composed(["search.max_candidates=25", "search.workers=1"]), split, resumed=True)
+    assert sequence(split) == sequence(full)
+
+
+def start(run_dir, *extra):
+    args = [sys.executable, "-m", "evolve", "--config-dir", "tests/fixtures/evolve_configs", f"hydra.run.dir={run_dir}",
+            "benchmark=toy", "search.progress=false", *extra]
+    if (run_dir / "archive.db").exists():
+        args = [a for a in args if not a.startswith("hydra.run.dir")] + [f"resume={run_dir}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill_at_random(run_dir, rng, *extra):
+    proc = start(run_dir, *extra)
+    time.sleep(rng.uniform(1.5, 4.0))
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def finish(run_dir, *extra):
+    proc = start(run_dir, *[a for a in extra if a.startswith("search.")])
+    output = proc.communicate(timeout=240)[0].decode()
+    assert proc.returncode == 0, output
+
+
+def done_evaluations(run_dir):
+    store = Store(run_dir / "archive.db", readonly=True)
+    rows = dict(store.conn.execute(
+        "SELECT c.id, v.id FROM candidates c JOIN evaluations v ON v.candidate = c.id WHERE c.status IN ('done', 'failed')"
+    ).fetchall())
+    store.close()
+    return rows
+
+
+def test_kill_9_at_random_instants_loses_and_repeats_nothing(tmp_path):
+    rng = random.Random(7)
+    run_dir = tmp_path / "run"
+    budget = ["search.max_candidates=100", "search.workers=2", "benchmark.fitness.sleep_s=0.1"]
+    kept, mid_run_kills = {}, 0
+    for _ in range(5):
+        kill_at_random(run_dir, rng, *budget)
+        if not (run_dir / "archive.db").exists():
+            continue
+        now = done_evaluations(run_dir)
+        mid_run_kills += len(now) < 100
+        assert all(now.get(cid) == eid for cid, eid in kept.items()), "a completed evaluation was lost or redone"
+        kept = now
+        store = Store(run_dir / "archive.db")
+        assert store.integrity_problems() == []
+        store.close()
+    finish(run_dir, *budget)
+    assert mid_run_kills >= 4
+    final = done_evaluations(run_dir)
+    assert all(final.get(cid) == eid for cid, eid in kept.items())
+    store = Store(run_dir / "archive.db")
+    assert store.integrity_problems() == []
+    assert store.count(CandidateStatus.DONE) + store.count(CandidateStatus.FAILED) == 100
+    assert store.count(CandidateStatus.PROPOSED) == store.count(CandidateStatus.EVALUATING) == 0
+
+
+def test_kill_9_then_resume_reproduces_the_uninterrupted_sequence(tmp_path):
+    budget = ["search.max_candidates=40", "search.workers=1", "benchmark.fitness.sleep_s=0.1"]
+    finish(tmp_path / "straight", *budget)
+    interrupted = tmp_path / "interrupted"
+    rng = random.Random(3)
+    for _ in range(2):
+        kill_at_random(interrupted, rng, *budget)
+    finish(interrupted, *budget)
+    assert sequence(interrupted) == sequence(tmp_path / "straight")

@@ -121,7 +121,8 @@ def grid(source: sqlite3.Connection | Store, *, island: int | None = None) -> Gr
         cells.append((index, cid, value))
     dims = max((len(i) for i, _, _ in cells), default=0)
     names, bins, ranges = _axes_info(conn, dims)
-    dims = max(dims, min(len(names), 2))
+    if not cells:
+        dims = min(len(names), 2)
     shown = min(dims, 2)
     size = [
         max(
@@ -134,7 +135,8 @@ def grid(source: sqlite3.Connection | Store, *, island: int | None = None) -> Gr
     values: list[list[float | None]] = [[None] * cols for _ in range(rows)]
     ids: list[list[str | None]] = [[None] * cols for _ in range(rows)]
     for index, cid, value in cells:
-        r, c = (index[0], index[1]) if shown == 2 else (0, index[0] if index else 0)
+        index = index + [0] * (2 - len(index))
+        r, c = (index[0], index[1]) if shown == 2 else (0, index[0])
         r, c = min(max(r, 0), rows - 1), min(max(c, 0), cols - 1)
         current = values[r][c]
         if current is None or oriented(value, direction) > oriented(current, direction):

@@ -11,7 +11,7 @@ from evolve.lineage import Lineage, best_candidate, objective_direction, primary
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 
-M, X, I = EdgeRole.MUTATION, EdgeRole.CROSSOVER, EdgeRole.INSPIRATION
+M, X, INS = EdgeRole.MUTATION, EdgeRole.CROSSOVER, EdgeRole.INSPIRATION
 
 
 def _add(
@@ -46,7 +46,7 @@ def tree(tmp_path, request):
     s = _add(store, 0, "S", (), "seed", None, 1.0 * sign)
     a = _add(store, 1, "A", ((s, M),), "tweak", None, 1.2 * sign)
     b = _add(store, 2, "B", ((a, M),), "diff", "m1", 1.1 * sign)
-    c = _add(store, 3, "C", ((a, X), (s, X), (b, I)), "crossover", None, 1.5 * sign)
+    c = _add(store, 3, "C", ((a, X), (s, X), (b, INS)), "crossover", None, 1.5 * sign)
     d = _add(store, 4, "D", ((c, M),), "diff", "m2", None)
     store.put_elite(0, "0,0", c, 1.5 * sign)
     store.put_elite(0, "1,0", b, 1.1 * sign)

@@ -1,4 +1,4 @@
-"""Evaluation backends: where a candidate's fitness is computed. Here, local worker processes.
+"""The local evaluation backend: worker processes on this machine, one per slot.
 
 The local backend keeps one single-process pool per slot. A slot on a GPU machine owns
 ``gpus_per_eval`` GPUs through CUDA_VISIBLE_DEVICES, set before the worker imports
@@ -12,39 +12,12 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-import platform
-import shutil
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
-from evolve.fitness import EvalContext, Fitness, evaluate_safely, write_files
-from evolve.types import EvalStatus, Evaluation, Files
-
-HARNESS_GRACE_S = 60.0  # how long past the candidate's timeout a fitness may take to return
-
-
-@dataclass(frozen=True, kw_only=True)
-class Job:
-    """One evaluation to run: a candidate's files and the context handed to the fitness."""
-
-    candidate_id: str
-    files: Files
-    seed: int
-    timeout_s: float
-
-
-class Backend(Protocol):
-    """Runs evaluations; ``slots`` of them at once."""
-
-    slots: int
-
-    async def evaluate(self, slot: int, job: Job) -> Evaluation: ...
-
-    def close(self) -> None: ...
+from evolve.backends.base import HARNESS_GRACE_S, Job, run_job
+from evolve.fitness import Fitness
+from evolve.types import EvalStatus, Evaluation
 
 
 def visible_gpus() -> list[str]:
@@ -90,34 +63,9 @@ def _init_worker(fitness: Fitness, gpu: str | None) -> None:
     _worker_fitness, _worker_gpu = fitness, gpu
 
 
-def _hardware(gpu: str | None) -> str:
-    if gpu is None:
-        return f"cpu: {platform.processor() or platform.machine()} x{os.cpu_count()}"
-    try:
-        import torch
-
-        return f"gpu {gpu}: {torch.cuda.get_device_name(0)}"
-    except Exception:
-        return f"gpu {gpu}"
-
-
 def _run_job(job: Job) -> Evaluation:
     assert _worker_fitness is not None, "worker not initialised"
-    workdir = Path(tempfile.mkdtemp(prefix=f"evolve-{job.candidate_id[:8]}-"))
-    scratch = Path(tempfile.mkdtemp(prefix="evolve-harness-"))
-    try:
-        write_files(job.files, workdir)
-        ctx = EvalContext(
-            seed=job.seed,
-            timeout_s=job.timeout_s,
-            gpu=_worker_gpu,
-            hardware=_hardware(_worker_gpu),
-            scratch=scratch,
-        )
-        return evaluate_safely(_worker_fitness, workdir, ctx)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(scratch, ignore_errors=True)
+    return run_job(_worker_fitness, job, _worker_gpu)
 
 
 # --- driver side ---------------------------------------------------------------------------------

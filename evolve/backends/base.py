@@ -1,0 +1,76 @@
+"""What every evaluation backend shares: the job, the backend protocol, and running one job."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from evolve.fitness import EvalContext, Fitness, evaluate_safely, write_files
+from evolve.types import Evaluation, Files
+
+HARNESS_GRACE_S = 60.0  # how long past the candidate's timeout a fitness may take to return
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One evaluation to run: a candidate's files and the context handed to the fitness."""
+
+    candidate_id: str
+    files: Files
+    seed: int
+    timeout_s: float
+
+
+class Backend(Protocol):
+    """Runs evaluations; ``slots`` of them at once."""
+
+    slots: int
+
+    async def evaluate(self, slot: int, job: Job) -> Evaluation: ...
+
+    def close(self) -> None: ...
+
+
+def hardware(gpu: str | None) -> str:
+    """A short description of the hardware an evaluation runs on (``gpu``: CUDA_VISIBLE_DEVICES)."""
+    if gpu is None:
+        return f"cpu: {platform.processor() or platform.machine()} x{os.cpu_count()}"
+    try:
+        import torch
+
+        return f"gpu {gpu}: {torch.cuda.get_device_name(0)}"
+    except Exception:
+        return f"gpu {gpu}"
+
+
+def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
+    """Evaluate ``job`` with ``fitness`` in this process: fresh workdir and scratch, both removed after.
+
+    Args:
+        fitness: the benchmark's fitness.
+        job: the candidate's files, seed and timeout.
+        gpu: the CUDA_VISIBLE_DEVICES value this process owns, or None on CPU.
+
+    Returns:
+        The evaluation; a fitness that raises gives an ERROR evaluation (``evaluate_safely``).
+    """
+    workdir = Path(tempfile.mkdtemp(prefix=f"evolve-{job.candidate_id[:8]}-"))
+    scratch = Path(tempfile.mkdtemp(prefix="evolve-harness-"))
+    try:
+        write_files(job.files, workdir)
+        ctx = EvalContext(
+            seed=job.seed,
+            timeout_s=job.timeout_s,
+            gpu=gpu,
+            hardware=hardware(gpu),
+            scratch=scratch,
+        )
+        return evaluate_safely(fitness, workdir, ctx)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)

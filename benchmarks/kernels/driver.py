@@ -1,0 +1,314 @@
+"""The process that runs a candidate kernel: correctness rounds, audited timing, anti-cheat checks.
+
+Run only through ``run_sandboxed`` as ``python -m evolve.benchmarks.kernels.driver`` in the
+candidate's working directory, with a job (JSON) on stdin. It prepares everything it
+relies on (clock, input maker, reference, function identities, C++ blockers) *before*
+importing the candidate module, then for each workload:
+
+1. ``rounds`` correctness rounds, each on fresh inputs from its own seed: the reference
+   runs on one copy, the candidate (destination-passing: ``run(*inputs, *outputs)``)
+   on another, into NaN-filled outputs; raw error stats are recorded per output;
+2. a profiled call records the kernels the candidate launches;
+3. ``repeats`` timing loops (warm-up, ``iters`` timed calls, L2 flushed, fresh inputs
+   and outputs every call); at unpredictable iterations the timed call's outputs are
+   checked against the reference on the same inputs, one of them is saved as a
+   witness for the harness's own check, and an extra profiled call must launch the
+   same kernels as before.
+
+It prints one JSON line (prefixed by ``RESULT_TAG``) of raw facts: error stats, raw
+timings, the witness file, or the cheat detected. It decides nothing about the score:
+the parent harness recomputes every verdict and the score from these numbers, and
+checks the witness against a reference run in a process without the candidate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import secrets
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+RESULT_TAG = "EVOLVE_KERNELS_RESULT "
+
+
+def _outputs_fail(stats: list[dict[str, Any]], tolerance: Any) -> str | None:
+    from evolve.benchmarks.kernels.compare import verdict
+
+    for index, s in enumerate(stats):
+        reason = verdict(s, tolerance, name=f"output {index}")
+        if reason:
+            return reason
+    return None
+
+
+def run_workload(
+    job: dict[str, Any], tools: dict[str, Any], candidate: Any, problem: Any, workload: Any
+) -> dict[str, Any]:
+    """All measurements of one workload; raises CheatDetected on a cheat."""
+    import torch
+
+    compare, guards, inputs, timing = (
+        tools["compare"],
+        tools["guards"],
+        tools["inputs"],
+        tools["timing"],
+    )
+    snapshot, blocker, reference = tools["snapshot"], tools["blocker"], tools["reference"]
+    device = torch.device(job["device"])
+    maker = inputs.InputMaker(problem, workload, device, reference)
+    n_in = len(problem.definition.inputs)
+    tol = workload.tolerance
+    seed = int(job["seed"])
+    result: dict[str, Any] = {
+        "uuid": workload.uuid,
+        "status": "ok",
+        "rounds": [],
+        "audits": [],
+        "timings_ms": [],
+    }
+
+    def reference_outputs(inputs_seed: int) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return maker.normalize(reference.run(*maker.make(inputs_seed)))
+
+    def call_checked(args: list[Any], when: str) -> None:
+        facts = guards.TensorFacts(args[n_in:])
+        with torch.no_grad():
+            candidate(*args)
+        timing.synchronize(device)
+        facts.check(when)
+        snapshot.check(when)
+        blocker.check(when)
+
+    threads = None
+    for r in range(int(job["rounds"])):
+        round_seed = inputs.derive_seed(seed, workload.uuid, "round", r)
+        ref = reference_outputs(round_seed)
+        args = [*maker.make(round_seed), *maker.allocate()]
+        try:
+            call_checked(args, f"correctness round {r}")
+        except guards.CheatDetected:
+            raise
+        except Exception as exc:  # the candidate crashed: an error, not a cheat
+            result.update(
+                status="error",
+                message=f"round {r}: {type(exc).__name__}: {exc}",
+                traceback=traceback.format_exc()[-3000:],
+            )
+            return result
+        if threads is None:
+            threads = (
+                guards.thread_count()
+            )  # after the first call: JIT compilers may start threads once
+        stats = [
+            compare.error_stats(o, ref_o, tol) for o, ref_o in zip(args[n_in:], ref, strict=True)
+        ]
+        result["rounds"].append(stats)
+        reason = _outputs_fail(stats, tol)
+        if reason:
+            result.update(status="incorrect", message=f"round {r}: {reason}")
+            return result
+        del args, ref
+
+    first_kernels = guards.kernel_signature(
+        candidate,
+        [*maker.make(inputs.derive_seed(seed, workload.uuid, "profile")), *maker.allocate()],
+        device,
+    )
+    iters = int(job["iters"])
+    witness_dir = Path(job["witness_dir"]) if job.get("witness_dir") else None
+    for rep in range(int(job["repeats"])):
+        chosen = sorted(secrets.SystemRandom().sample(range(iters), min(iters, int(job["audits"]))))
+        witness_at = chosen[0] if (rep == 0 and chosen) else None
+        profile_at = chosen[-1] if chosen else None
+
+        facts_at: dict[int, Any] = {}
+
+        def setup(
+            i: int, rep: int = rep, chosen: Any = chosen, facts_at: Any = facts_at
+        ) -> list[Any]:
+            args = [
+                *maker.make(inputs.derive_seed(seed, workload.uuid, "timed", rep, i)),
+                *maker.allocate(),
+            ]
+            if i in chosen:
+                facts_at[i] = guards.TensorFacts(args[n_in:])
+            return args
+
+        def audit(i: int, args: Any, rep: int = rep, witness_at: Any = witness_at, profile_at: Any = profile_at,
+                  facts_at: Any = facts_at) -> None:  # fmt: skip
+            facts_at.pop(i).check(f"timed call {i}")
+            outs = [o.detach().clone() for o in args[n_in:]]
+            inputs_seed = inputs.derive_seed(seed, workload.uuid, "timed", rep, i)
+            stats = [
+                compare.error_stats(o, r_o, tol)
+                for o, r_o in zip(outs, reference_outputs(inputs_seed), strict=True)
+            ]
+            result["audits"].append(stats)
+            reason = _outputs_fail(stats, tol)
+            if reason:
+                raise guards.CheatDetected(
+                    f"timed call {i} gave wrong outputs ({reason}) although the correctness rounds passed"
+                )
+            if i == witness_at and witness_dir is not None:
+                path = witness_dir / f"{workload.uuid}.pt"
+                torch.save({"seed": inputs_seed, "outputs": [o.cpu() for o in outs]}, path)
+                result["witness"] = {"seed": inputs_seed, "file": str(path)}
+            if i == profile_at:
+                extra = [
+                    *maker.make(inputs.derive_seed(seed, workload.uuid, "profile", rep, i)),
+                    *maker.allocate(),
+                ]
+                guards.check_same_kernels(
+                    first_kernels,
+                    guards.kernel_signature(candidate, extra, device),
+                    f"timed call {i}",
+                )
+
+        def timed(*args: Any) -> None:
+            candidate(*args)
+
+        with torch.no_grad():
+            result["timings_ms"].append(
+                timing.measure(
+                    timed,
+                    setup,
+                    device=device,
+                    warmup=int(job["warmup"]),
+                    iters=iters,
+                    flush_l2=bool(job.get("flush_l2", True)),
+                    audit_at=chosen,
+                    audit=audit,
+                )  # fmt: skip
+            )
+        snapshot.check(f"timing repeat {rep}")
+        blocker.check(f"timing repeat {rep}")
+        if threads is not None:
+            guards.check_threads(threads, f"timing repeat {rep}")
+    last = guards.kernel_signature(
+        candidate,
+        [
+            *maker.make(inputs.derive_seed(seed, workload.uuid, "profile", "last")),
+            *maker.allocate(),
+        ],
+        device,
+    )
+    guards.check_same_kernels(first_kernels, last, "after timing")
+    result["kernels"] = first_kernels
+    return result
+
+
+def _settle_lazy_imports() -> None:
+    """Import what rebinds torch functions on first import (dynamo wraps torch.manual_seed), before the snapshot."""
+    import torch._dynamo  # noqa: F401
+    import torch.profiler  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+
+
+def main() -> int:
+    """Entry point: read the job, prepare, import the candidate, measure, print one result line."""
+    real_stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever the candidate prints goes to stderr, never into the result stream
+    sys.stdout = os.fdopen(1, "w", closefd=False)
+    job = json.loads(sys.stdin.read())
+
+    def emit(payload: dict[str, Any]) -> None:
+        real_stdout.write(RESULT_TAG + json.dumps(payload) + "\n")
+        real_stdout.flush()
+
+    try:
+        import torch
+        from evolve.benchmarks.kernels import compare, guards, inputs, spec, timing
+
+        problem = spec.load_problem(job["problem_dir"])
+        harness_dir = Path(job["harness_dir"])
+        reference = inputs.load_reference(problem.definition, harness_dir)
+        _settle_lazy_imports()
+        if job["device"].startswith("cuda") and not torch.cuda.is_available():
+            emit({"fatal": "the job asks for a CUDA device but torch sees none in the sandbox"})
+            return 0
+        snapshot = guards.Snapshot(
+            extra=[
+                ("driver", sys.modules[__name__], n)
+                for n in ("run_workload", "_outputs_fail", "main")
+            ]
+            + [("timing", timing, n) for n in ("measure", "synchronize")]
+            + [("compare", compare, n) for n in ("error_stats", "verdict")]
+            + [
+                ("inputs.InputMaker", inputs.InputMaker, n)
+                for n in ("make", "allocate", "normalize")
+            ]
+            + [
+                ("guards", guards, n)
+                for n in ("kernel_signature", "check_same_kernels", "check_threads", "thread_count")
+            ]
+        )
+        blocker = guards.CppBlocker()
+    except Exception as exc:
+        emit(
+            {
+                "fatal": f"harness setup failed: {type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-3000:],
+            }
+        )
+        return 0
+
+    tools = {"compare": compare, "guards": guards, "inputs": inputs, "timing": timing,
+             "snapshot": snapshot, "blocker": blocker, "reference": reference}  # fmt: skip
+    try:
+        sys.path.insert(0, str(Path.cwd()))
+        module = importlib.import_module(job.get("module", "kernel"))
+        candidate = getattr(module, "run", None)
+        if not callable(candidate):
+            emit(
+                {
+                    "error": f"{job.get('module', 'kernel')}.py defines no callable run(*inputs, *outputs)"
+                }
+            )
+            return 0
+        snapshot.check("after import")
+        blocker.check("after import")
+    except guards.CheatDetected as exc:
+        emit({"cheat": str(exc)})
+        return 0
+    except Exception as exc:
+        emit(
+            {
+                "error": f"importing the candidate failed: {type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-3000:],
+            }
+        )
+        return 0
+
+    results = []
+    wanted = job.get("workloads")
+    for workload in problem.workloads:
+        if wanted and workload.uuid not in wanted:
+            continue
+        try:
+            results.append(run_workload(job, tools, candidate, problem, workload))
+        except guards.CheatDetected as exc:
+            emit({"cheat": str(exc), "workloads": results})
+            return 0
+        except Exception as exc:
+            if isinstance(exc, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+            results.append({"uuid": workload.uuid, "status": "error", "message": f"{type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc()[-3000:]})  # fmt: skip
+        with contextlib.suppress(Exception):
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    emit({"workloads": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

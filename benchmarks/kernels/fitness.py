@@ -1,0 +1,167 @@
+"""``KernelFitness``: the kernels benchmark as an evolve fitness (one problem, SOL score to maximise).
+
+Config: ``benchmark=kernels benchmark.fitness.problem=<name>`` picks a problem of our
+suite; ``benchmark.fitness.dataset=<dir>`` points at another folder in the SOL-ExecBench
+layout (for example a copy of that dataset). The candidate is a module ``kernel.py``
+with ``run(*inputs, *outputs)``. Kernels need a CUDA GPU: without one the fitness
+refuses to start, unless TRITON_INTERPRET=1 is set (Triton's CPU interpreter, for tests;
+its timings mean nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evolve.benchmarks.kernels.harness import Harness, Report, Settings
+from evolve.benchmarks.kernels.spec import Problem, find_problem
+
+from evolve.fitness import EvalContext
+from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
+
+SUITE = Path(__file__).parent / "problems"
+_STATUS = {"ok": EvalStatus.OK, "invalid": EvalStatus.INVALID, "incorrect": EvalStatus.INVALID, "error": EvalStatus.ERROR,
+           "timeout": EvalStatus.TIMEOUT, "cheat": EvalStatus.REJECTED}  # fmt: skip
+
+
+def resolve_device(device: str = "auto") -> str:
+    """'cuda' when a GPU is visible; 'cpu' only under TRITON_INTERPRET=1; otherwise a clear error."""
+    import torch
+
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        return "cuda"
+    if device in ("auto", "cpu") and os.environ.get("TRITON_INTERPRET") == "1":
+        return "cpu"
+    raise EvolveError(
+        "the kernels benchmark needs a CUDA GPU, and torch sees none here "
+        f"(torch {torch.__version__}, torch.cuda.is_available() is False). Run it on a GPU machine with a CUDA "
+        "build of torch and triton (pip install 'evolve[gpu]'); for tests only, TRITON_INTERPRET=1 runs Triton "
+        "kernels on the CPU interpreter (timings are then meaningless)."
+    )
+
+
+def problem_statement(problem: Problem) -> str:
+    """The problem as operators see it: description, tensors, workloads and the reference source."""
+    d = problem.definition
+    lines = [f"Problem {d.name} ({d.op_type or 'kernel'}): {d.description}".strip()]
+    axes = ", ".join(
+        f"{a.name}={a.value}"
+        if a.kind == "const"
+        else (f"{a.name}={a.expression}" if a.kind == "expr" else f"{a.name} (varies)")
+        for a in d.axes.values()
+    )
+    lines.append(f"Axes: {axes}")
+    for role, specs in (("input", d.inputs), ("output", d.outputs)):
+        for s in specs.values():
+            shape = "Python scalar" if s.shape is None else "[" + ", ".join(s.shape) + "]"
+            lines.append(f"  {role} {s.name}: {shape} {s.dtype}")
+    lines.append(
+        "Workloads: "
+        + "; ".join(", ".join(f"{k}={v}" for k, v in w.axes.items()) for w in problem.workloads)
+    )
+    lines.append(
+        "Call: run(" + ", ".join([*d.inputs, *d.outputs]) + ")  # write the outputs in place"
+    )
+    lines.append("Reference (reference.py):\n" + d.reference)
+    return "\n".join(lines)
+
+
+class KernelFitness:
+    """SOL score of a candidate kernel on one problem (0.5 = torch.compile baseline, 1.0 = roofline).
+
+    Args:
+        problem: the problem's name (its definition ``name``).
+        dataset: folder of problem folders in the SOL-ExecBench layout; default our suite.
+        device: "auto" (a GPU, else refuse), "cuda", or "cpu" (only with TRITON_INTERPRET=1).
+        rounds, warmup, iters, repeats, audits: measurement counts (defaults as in SOL-ExecBench).
+        baseline: "compile" (T_b = reference under torch.compile) or "eager".
+        calibration: path to a JSON written by ``python -m evolve.benchmarks.kernels calibrate``;
+            without it the machine is calibrated once per worker process.
+        workloads: optional subset of workload uuids.
+        allow_above_sol: keep a score above 1 (else the evaluation is rejected as a measurement fault).
+        timeout_s: wall-clock limit of the candidate's process.
+    """
+
+    def __init__(
+        self,
+        *,
+        problem: str = "rmsnorm",
+        dataset: str | None = None,
+        device: str = "auto",
+        rounds: int = 10,
+        warmup: int = 10,
+        iters: int = 50,
+        repeats: int = 1,
+        audits: int = 3,
+        baseline: str = "compile",
+        calibration: str | None = None,
+        workloads: Sequence[str] = (),
+        allow_above_sol: bool = False,
+        timeout_s: float = 900.0,
+        quick_calibration: bool = False,
+    ) -> None:
+        if baseline not in ("compile", "eager"):
+            raise EvolveError(f"kernels: baseline must be 'compile' or 'eager', got {baseline!r}")
+        self.problem = find_problem(dataset or SUITE, problem)
+        self.settings = Settings(
+            device=resolve_device(device), rounds=rounds, warmup=warmup, iters=iters, repeats=repeats, audits=audits,
+            baseline=baseline, workloads=tuple(workloads), timeout_s=timeout_s, quick_calibration=quick_calibration,
+        )  # fmt: skip
+        self.calibration = json.loads(Path(calibration).read_text()) if calibration else None
+        self.allow_above_sol = allow_above_sol
+        self.objective = Objective(name="sol_score", direction=Direction.MAXIMIZE)
+        self.descriptors = (
+            Descriptor(name="kernels_launched", low=1, high=9, bins=8),
+            Descriptor(name="code_lines", low=0, high=300, bins=6),
+        )
+
+    def prepare(self, workdir: Path) -> None:
+        """Write the harness's files (definition.json, reference.py) into the candidate's folder."""
+        workdir.joinpath("definition.json").write_text(
+            (self.problem.root / "definition.json").read_text()
+        )
+        workdir.joinpath("reference.py").write_text(self.problem.definition.reference)
+
+    def measure(self, workdir: Path, ctx: EvalContext) -> Report:
+        """The full report of one candidate (used by ``evaluate`` and the suite command)."""
+        self.prepare(workdir)
+        harness = Harness(self.problem, self.settings, calibration=self.calibration)
+        return harness.evaluate(workdir, seed=ctx.seed, env=ctx.env())
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason."""
+        report = self.measure(workdir, ctx)
+        metrics: dict[str, Any] = {"score": report.score}
+        for row in report.rows:
+            for key in ("kernel_ms", "baseline_ms", "sol_ms", "score", "cv"):
+                value = getattr(row, key)
+                if value is not None:
+                    metrics[f"{row.uuid}/{key}"] = value
+        artifacts = {"results": report.table(), "problem": problem_statement(self.problem)}
+        if report.output:
+            artifacts["output"] = report.output
+        status = _STATUS.get(report.status, EvalStatus.ERROR)
+        flagged = [r.uuid for r in report.rows if r.flagged]
+        if status == EvalStatus.OK and flagged and not self.allow_above_sol:
+            status = EvalStatus.REJECTED
+            report.message = f"score above 1 on {flagged}: faster than the roofline, so the SOL bound or the timing is wrong"
+        if status != EvalStatus.OK:
+            artifacts["error"] = report.message or report.status
+            return Evaluation(status=status, metrics=metrics, artifacts=artifacts)
+        kernel_text = (
+            (workdir / "kernel.py").read_text() if (workdir / "kernel.py").is_file() else ""
+        )
+        descriptors = {
+            "kernels_launched": float(sum(report.kernels.values()) or 1),
+            "code_lines": float(sum(1 for line in kernel_text.splitlines() if line.strip())),
+        }
+        return Evaluation(
+            status=status,
+            fitness=report.score,
+            metrics=metrics,
+            descriptors=descriptors,
+            artifacts=artifacts,
+        )

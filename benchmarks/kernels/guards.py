@@ -1,0 +1,231 @@
+"""Anti-cheat checks run by the driver around a candidate it has imported into its own process.
+
+Each check names the cheat it catches (the list of SOL-ExecBench's ``reward_hack.py``, and
+a few more):
+
+- patched timers or harness functions: identities captured before the candidate is
+  imported, compared after import and after every call (``Snapshot``);
+- torch function / dispatch modes left active (a mode can fake or defer any op);
+- extra threads still running after a call (work hidden from the timed window);
+- proxy or lazy outputs: an output tensor whose class, storage, shape or strides the
+  candidate changed (``TensorFacts``);
+- inline C++ loading: ``torch.utils.cpp_extension.load`` / ``load_inline`` blocked, and
+  any attempt remembered even if the candidate swallows the error;
+- kernels changing between iterations: the multiset of kernels (ops on a CPU device) a
+  call launches, profiled at several points, must not change.
+
+Outputs cached across calls are caught by the driver's design rather than here: every
+call gets fresh inputs and NaN-filled outputs, and calls inside the timed loop are
+audited at unpredictable positions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.utils.cpp_extension as cpp_extension
+
+_ACTIVE_COUNT = threading.active_count
+
+
+class CheatDetected(Exception):
+    """The candidate did something the benchmark forbids; the message says what."""
+
+
+def _critical_targets() -> list[tuple[str, Any, str]]:
+    """(label, owner, attribute) of every function whose identity the harness relies on."""
+    targets = [
+        ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"),
+        ("torch.cuda.Event", torch.cuda.Event, "record"),
+        ("torch.cuda.Event", torch.cuda.Event, "synchronize"),
+        ("torch.cuda", torch.cuda, "synchronize"),
+        ("torch.cuda", torch.cuda, "Event"),
+        ("time", time, "perf_counter_ns"),
+        ("time", time, "perf_counter"),
+        ("time", time, "monotonic"),
+        ("threading", threading, "active_count"),
+        ("json", json, "dumps"),
+        ("torch", torch, "save"),
+    ]
+    for name in (
+        "randn",
+        "randint",
+        "empty",
+        "isfinite",
+        "where",
+        "zeros_like",
+        "manual_seed",
+        "tensor",
+    ):
+        targets.append(("torch", torch, name))
+    for name in ("to", "float", "abs", "sum", "max", "item", "copy_", "clone", "fill_", "zero_", "cpu",
+                 "__sub__", "__gt__", "__add__", "__mul__", "__or__", "__invert__", "__eq__", "all", "numel",
+                 "data_ptr", "stride", "detach", "contiguous", "view"):  # fmt: skip
+        targets.append(("torch.Tensor", torch.Tensor, name))
+    targets.append(("torch.Generator", torch.Generator, "manual_seed"))
+    return targets
+
+
+class Snapshot:
+    """Identities of the harness's critical functions, taken before the candidate is imported."""
+
+    def __init__(self, extra: Sequence[tuple[str, Any, str]] = ()):
+        self.targets = [*_critical_targets(), *extra]
+        self.seen = {
+            f"{label}.{attr}": getattr(owner, attr, None) for label, owner, attr in self.targets
+        }
+
+    def changed(self) -> list[str]:
+        """Names of functions that are no longer the objects captured."""
+        return [
+            f"{label}.{attr}"
+            for label, owner, attr in self.targets
+            if getattr(owner, attr, None) is not self.seen[f"{label}.{attr}"]
+        ]
+
+    def check(self, when: str) -> None:
+        """Raise CheatDetected if a captured function was replaced or a torch mode is active."""
+        changed = self.changed()
+        if changed:
+            raise CheatDetected(
+                f"{when}: harness functions were replaced (patched timers or driver): {', '.join(changed)}"
+            )
+        modes = active_modes()
+        if modes:
+            raise CheatDetected(
+                f"{when}: a torch {modes} mode is active; candidates must not install modes"
+            )
+
+
+def active_modes() -> str:
+    """'function' or 'dispatch' when a TorchFunctionMode / TorchDispatchMode is on the stack, else ''."""
+    found = []
+    if torch._C._len_torch_function_stack() > 0:
+        found.append("function")
+    if torch._C._len_torch_dispatch_stack() > 0:
+        found.append("dispatch")
+    return "/".join(found)
+
+
+class CppBlocker:
+    """Replaces ``torch.utils.cpp_extension`` loaders with functions that refuse and remember."""
+
+    NAMES = ("load", "load_inline", "_jit_compile")
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+        for name in self.NAMES:
+            if hasattr(cpp_extension, name):
+                setattr(cpp_extension, name, self._blocker(name))
+        self.installed = {name: getattr(cpp_extension, name, None) for name in self.NAMES}
+
+    def _blocker(self, name: str) -> Any:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            self.attempts.append(name)
+            raise CheatDetected(
+                f"torch.utils.cpp_extension.{name}() is not allowed: write kernels in Triton or PyTorch "
+                "(inline C++/CUDA loading is blocked)"
+            )
+
+        return refuse
+
+    def check(self, when: str) -> None:
+        """Raise CheatDetected if a load was attempted or the blockers were removed."""
+        if self.attempts:
+            raise CheatDetected(
+                f"{when}: the candidate tried inline C++ loading ({', '.join(self.attempts)})"
+            )
+        restored = [
+            n for n, f in self.installed.items() if getattr(cpp_extension, n, None) is not f
+        ]
+        if restored:
+            raise CheatDetected(
+                f"{when}: the candidate restored blocked C++ loaders: {', '.join(restored)}"
+            )
+
+
+def thread_count() -> int:
+    """Live Python threads (through the function captured at import)."""
+    return _ACTIVE_COUNT()
+
+
+def check_threads(before: int, when: str) -> None:
+    """Raise CheatDetected when more Python threads run than ``before``."""
+    now = _ACTIVE_COUNT()
+    if now > before:
+        names = [t.name for t in threading.enumerate()]
+        raise CheatDetected(
+            f"{when}: {now - before} extra thread(s) still running after the call ({names}); no background threads"
+        )
+
+
+class TensorFacts:
+    """What an output tensor is before a call: the candidate must write into it, not replace it."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor]):
+        self.tensors = list(tensors)
+        self.facts = [self._facts(t) for t in tensors]
+
+    @staticmethod
+    def _facts(t: torch.Tensor) -> tuple:
+        return (
+            type(t),
+            t.data_ptr(),
+            tuple(t.shape),
+            tuple(t.stride()),
+            t.dtype,
+            t.device,
+            t.storage_offset(),
+        )
+
+    def check(self, when: str) -> None:
+        """Raise CheatDetected when an output changed class, storage, shape, strides or dtype."""
+        for index, (t, before) in enumerate(zip(self.tensors, self.facts, strict=True)):
+            if type(t) is not torch.Tensor:
+                raise CheatDetected(
+                    f"{when}: output {index} became a {type(t).__name__} (proxy/lazy tensors are not allowed)"
+                )
+            if self._facts(t) != before:
+                raise CheatDetected(
+                    f"{when}: output {index} was replaced or reshaped (storage, shape or strides changed); "
+                    "write the results into the given output tensors"
+                )
+
+
+def kernel_signature(call: Any, args: Sequence[Any], device: torch.device) -> dict[str, int]:
+    """Names and counts of the GPU kernels (on CPU: the ops) that one call launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        call(*args)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    counts: Counter[str] = Counter()
+    for event in prof.events():
+        on_gpu = str(getattr(event, "device_type", "")).endswith("CUDA")
+        if (
+            (device.type == "cuda") == on_gpu
+            and not event.name.startswith("[")
+            and "Profiler" not in event.name
+        ):
+            counts[event.name] += 1
+    return dict(sorted(counts.items()))
+
+
+def check_same_kernels(first: dict[str, int], other: dict[str, int], when: str) -> None:
+    """Raise CheatDetected when a call launched a different set of kernels than the first profiled one."""
+    if first != other:
+        gone = sorted(set(first) - set(other))
+        new = sorted(set(other) - set(first))
+        changed = sorted(k for k in set(first) & set(other) if first[k] != other[k])
+        raise CheatDetected(
+            f"{when}: the kernels launched changed between iterations (missing {gone[:5]}, new {new[:5]}, "
+            f"different counts {changed[:5]}); a kernel must do the same work on every call"
+        )

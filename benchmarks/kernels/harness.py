@@ -1,0 +1,339 @@
+"""The parent side of a kernel evaluation: runs the sandboxed processes and computes the score.
+
+For one problem and one candidate folder it (1) gets the machine's ceilings and the
+problem's baselines from the referee process (measured once per process and kept),
+(2) runs the candidate's driver in the sandbox, (3) has the referee check the witness
+outputs the driver saved, then (4) recomputes every verdict from the raw error stats
+with the workload's tolerance and every time from the raw timings, and scores.
+Nothing the candidate's process reports is taken as a verdict or a score.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolve.benchmarks.kernels.compare import verdict
+from evolve.benchmarks.kernels.roofline import sol_ms
+from evolve.benchmarks.kernels.score import (
+    above_sol,
+    coefficient_of_variation,
+    problem_score,
+    sol_score,
+)
+from evolve.benchmarks.kernels.spec import Problem
+
+from evolve.fitness import Limits, Policy, Result, run_sandboxed
+
+DRIVER = "evolve.benchmarks.kernels.driver"
+REFEREE = "evolve.benchmarks.kernels.referee"
+DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
+REFEREE_TAG = "EVOLVE_KERNELS_REFEREE "
+_CACHE: dict[str, Any] = {}  # per process: calibration and baselines, measured once
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """How a candidate is measured (defaults: BENCHMARKS.md section 3)."""
+
+    device: str = "cuda"
+    rounds: int = 10
+    warmup: int = 10
+    iters: int = 50
+    repeats: int = 1
+    audits: int = 3
+    baseline: str = "compile"  # or "eager": T_b = the reference without torch.compile
+    flush_l2: bool = True
+    timeout_s: float = 900.0
+    referee_timeout_s: float = 1800.0
+    quick_calibration: bool = False
+    workloads: tuple[str, ...] = ()
+    module: str = "kernel"
+
+
+@dataclass(kw_only=True)
+class WorkloadRow:
+    """One workload's measurements and score (times in ms)."""
+
+    uuid: str
+    status: str = "ok"
+    message: str = ""
+    kernel_ms: float | None = None
+    reference_ms: float | None = None
+    baseline_ms: float | None = None
+    sol_ms: float | None = None
+    memory_ms: float | None = None
+    compute_ms: float | None = None
+    score: float | None = None
+    cv: float | None = None
+    repeat_medians: list[float] = field(default_factory=list)
+    flagged: bool = False
+
+
+@dataclass(kw_only=True)
+class Report:
+    """A candidate's result on one problem: status (ok, invalid, error, cheat), rows, score."""
+
+    problem: str
+    status: str = "ok"
+    message: str = ""
+    rows: list[WorkloadRow] = field(default_factory=list)
+    score: float = 0.0
+    kernels: dict[str, int] = field(default_factory=dict)
+    output: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        """A plain-text table of the rows, for feedback to operators and logs."""
+        lines = [
+            f"problem {self.problem}: status {self.status}, score {self.score:.4f} {self.message}".rstrip()
+        ]
+        lines.append(
+            f"{'workload':<24} {'status':<9} {'T_k ms':>9} {'T_b ms':>9} {'T_SOL ms':>9} {'score':>7}"
+        )
+        for r in self.rows:
+            cells = [_fmt(r.kernel_ms), _fmt(r.baseline_ms), _fmt(r.sol_ms), _fmt(r.score, 4)]
+            lines.append(
+                f"{r.uuid[:24]:<24} {r.status:<9} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7}  {r.message}".rstrip()
+            )
+        return "\n".join(lines)
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def sandboxed_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: float, env: Mapping[str, str],
+                   tag: str, gpu: bool, writable: tuple[Path, ...] = ()) -> tuple[dict[str, Any] | None, Result]:  # fmt: skip
+    """Run ``python -m module`` in the sandbox with ``job`` on stdin; the tagged JSON line it printed."""
+    limits = Limits(
+        timeout_s=timeout_s,
+        memory_bytes=None if gpu else 24 << 30,
+        processes=None,
+        output_bytes=4 << 20,
+    )
+    result = run_sandboxed([sys.executable, "-m", module], cwd=cwd, limits=limits, env=dict(env),
+                           stdin=json.dumps(job).encode(), policy=Policy(writable=writable))  # fmt: skip
+    payload = None
+    for line in result.stdout.splitlines():
+        if line.startswith(tag):
+            payload = json.loads(line[len(tag) :])
+    return payload, result
+
+
+class Harness:
+    """Measures candidates on one problem; keeps calibration and baselines for the process's life."""
+
+    def __init__(
+        self, problem: Problem, settings: Settings, *, calibration: Mapping[str, Any] | None = None
+    ):
+        self.problem = problem
+        self.settings = settings
+        self.fixed_calibration = dict(calibration) if calibration else None
+
+    def _selected(self) -> list[str]:
+        return [
+            w.uuid
+            for w in self.problem.workloads
+            if not self.settings.workloads or w.uuid in self.settings.workloads
+        ]
+
+    def _referee(self, job: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        harness_dir = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
+        try:
+            job = {
+                "device": self.settings.device,
+                "problem_dir": str(self.problem.root),
+                "harness_dir": str(harness_dir),
+                **job,
+            }
+            payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=self.settings.referee_timeout_s, env=env,
+                                             tag=REFEREE_TAG, gpu=self.settings.device.startswith("cuda"))  # fmt: skip
+        finally:
+            shutil.rmtree(harness_dir, ignore_errors=True)
+        if payload is None or "fatal" in payload:
+            detail = (payload or {}).get("fatal") or (
+                "timed out" if result.timed_out else f"exit {result.returncode}"
+            )
+            raise RuntimeError(
+                f"kernels referee ({job['task']}) failed: {detail}\n{(payload or {}).get('traceback', '')}{result.tail(3000)}"
+            )
+        return payload
+
+    def calibration(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """The machine's ceilings: the given calibration, else measured once in this process."""
+        if self.fixed_calibration:
+            return self.fixed_calibration
+        key = f"calibration|{self.settings.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{self.settings.quick_calibration}"
+        if key not in _CACHE:
+            _CACHE[key] = self._referee(
+                {"task": "calibrate", "quick": self.settings.quick_calibration}, env
+            )["calibration"]
+        return _CACHE[key]
+
+    def baselines(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """Reference and baseline timings, bytes and FLOPs per workload, measured once in this process."""
+        s = self.settings
+        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}"
+        if key not in _CACHE:
+            job = {"task": "baseline", "workloads": self._selected(), "warmup": s.warmup, "iters": s.iters,
+                   "baseline": s.baseline, "seed": 0}  # fmt: skip
+            _CACHE[key] = self._referee(job, env)["workloads"]
+        return _CACHE[key]
+
+    def evaluate(self, workdir: Path, *, seed: int, env: Mapping[str, str]) -> Report:
+        """Measure the candidate in ``workdir`` (its module ``settings.module``) and score it."""
+        report = Report(problem=self.problem.name)
+        calibration = self.calibration(env)
+        baselines = self.baselines(env)
+        scratch = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
+        try:
+            witness_dir = scratch / "witness"
+            witness_dir.mkdir()
+            harness_dir = scratch / "harness"
+            harness_dir.mkdir()
+            s = self.settings
+            job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
+                   "device": s.device, "seed": seed, "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
+                   "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
+                   "module": s.module}  # fmt: skip
+            raw, result = sandboxed_json(DRIVER, job, cwd=workdir, timeout_s=s.timeout_s, env=env, tag=DRIVER_TAG,
+                                         gpu=s.device.startswith("cuda"), writable=(witness_dir, harness_dir))  # fmt: skip
+            report.output = result.tail(4000)
+            if raw is None:
+                why = (
+                    "timed out"
+                    if result.timed_out
+                    else f"exited with status {result.returncode} without a result"
+                )
+                report.status, report.message = (
+                    ("timeout" if result.timed_out else "error"),
+                    f"candidate process {why}",
+                )
+                return report
+            if result.leftover:
+                report.status, report.message = (
+                    "cheat",
+                    f"candidate left {result.leftover} process(es) running",
+                )
+                return report
+            for key, status in (("fatal", "error"), ("error", "error"), ("cheat", "cheat")):
+                if key in raw:
+                    report.status, report.message = status, raw[key]
+                    return report
+            witnesses = [
+                {"uuid": w["uuid"], **w["witness"]} for w in raw["workloads"] if w.get("witness")
+            ]
+            checked = (
+                self._referee({"task": "witness", "witnesses": witnesses}, env)["witness"]
+                if witnesses
+                else {}
+            )
+            self._score(report, raw, checked, baselines, calibration)
+            return report
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
+               calibration: dict[str, Any]) -> None:  # fmt: skip
+        by_uuid = {w["uuid"]: w for w in raw.get("workloads", [])}
+        for uuid in self._selected():
+            workload = self.problem.workload(uuid)
+            row = WorkloadRow(uuid=uuid)
+            report.rows.append(row)
+            base = baselines[uuid]
+            row.reference_ms = _median(base["reference_ms"][0])
+            row.baseline_ms = (
+                _median(base["baseline_ms"][0]) if base.get("baseline_ms") else row.reference_ms
+            )
+            sol = sol_ms(base["bytes"], base.get("flops", {}), calibration)
+            row.sol_ms, row.memory_ms, row.compute_ms = (
+                sol["sol_ms"],
+                sol["memory_ms"],
+                sol["compute_ms"],
+            )
+            got = by_uuid.get(uuid)
+            if got is None:
+                row.status, row.message = "error", "no result for this workload"
+                continue
+            row.status, row.message = got["status"], got.get("message", "")
+            if row.status != "ok":
+                continue
+            problems = self._verify(got, checked.get(uuid), workload)
+            if problems:
+                row.status, row.message = (
+                    ("cheat" if problems.startswith("witness") else "incorrect"),
+                    problems,
+                )
+                continue
+            row.repeat_medians = [_median(t) for t in got["timings_ms"]]
+            row.kernel_ms = _median(row.repeat_medians)
+            row.cv = coefficient_of_variation(row.repeat_medians)
+            row.score = sol_score(row.kernel_ms, row.baseline_ms, row.sol_ms)
+            row.flagged = above_sol(row.score)
+            report.kernels = got.get("kernels", {})
+        failed = [r for r in report.rows if r.status != "ok"]
+        report.score = problem_score([r.score if r.status == "ok" else None for r in report.rows])
+        if any(r.status == "cheat" for r in failed):
+            report.status, report.message = (
+                "cheat",
+                "; ".join(f"{r.uuid}: {r.message}" for r in failed if r.status == "cheat"),
+            )
+        elif failed:
+            report.status = "invalid"
+            report.message = "; ".join(f"{r.uuid}: {r.status}: {r.message}" for r in failed)[:2000]
+        flagged = [r.uuid for r in report.rows if r.flagged]
+        if flagged and not report.message:
+            report.message = f"score above 1 on {flagged}: faster than the roofline, so the SOL bound or the timing is wrong"
+
+    def _verify(self, got: dict[str, Any], witness: dict[str, Any] | None, workload: Any) -> str:
+        """Recompute every verdict from raw stats and check the timings; '' when all is well."""
+        tol = workload.tolerance
+        if len(got.get("rounds", [])) != self.settings.rounds:
+            return f"{len(got.get('rounds', []))} correctness rounds reported, {self.settings.rounds} required"
+        for r, stats in enumerate(got["rounds"]):
+            for i, s in enumerate(stats):
+                reason = verdict(s, tol, name=f"round {r} output {i}")
+                if reason:
+                    return reason
+        for a, stats in enumerate(got.get("audits", [])):
+            for i, s in enumerate(stats):
+                reason = verdict(s, tol, name=f"audited timed call {a} output {i}")
+                if reason:
+                    return reason
+        timings = got.get("timings_ms", [])
+        if len(timings) != self.settings.repeats or any(
+            len(t) != self.settings.iters for t in timings
+        ):
+            return "the timing loop did not report the expected number of timed calls"
+        if any(
+            not (isinstance(v, int | float) and math.isfinite(v) and v > 0)
+            for t in timings
+            for v in t
+        ):
+            return "a reported time is not a positive finite number"
+        if self.settings.audits and witness is None:
+            return "witness: no witness outputs to check"
+        if witness is not None:
+            if "error" in witness:
+                return f"witness: {witness['error']}"
+            for i, s in enumerate(witness["stats"]):
+                reason = verdict(s, tol, name=f"output {i}")
+                if reason:
+                    return f"witness: outputs saved from a timed call do not match the reference run by the harness ({reason})"
+        return ""

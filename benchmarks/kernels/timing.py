@@ -1,0 +1,97 @@
+"""GPU timing of one callable: warm-up, timed runs with fresh arguments, L2 flushed before each.
+
+Every iteration gets arguments from ``setup(i)`` (fresh inputs and fresh output buffers,
+so nothing computed earlier can be reused), then the L2 cache is flushed by zeroing a
+buffer of twice its size, then the call runs between two CUDA events (GPU time only;
+setup and flush sit before the start event). ``audit(i, args)`` runs after the end
+event of chosen iterations, so its work is never timed and the audited call is a timed
+call like any other. On a CPU device (tests) the host clock stands in for the events.
+
+The clock functions are captured when this module is imported, which the driver does
+before it imports a candidate: a candidate that patches them later changes nothing here
+(and ``guards`` reports the patch).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+
+_EVENT = torch.cuda.Event
+_RECORD = torch.cuda.Event.record
+_ELAPSED = torch.cuda.Event.elapsed_time
+_SYNC = torch.cuda.synchronize
+_NOW_NS = time.perf_counter_ns
+FALLBACK_L2_BYTES = 64 << 20
+
+
+def l2_bytes(device: torch.device) -> int:
+    """The device's L2 cache size in bytes (a generous default where torch cannot tell)."""
+    if device.type != "cuda":
+        return 0
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "L2_cache_size", 0) or FALLBACK_L2_BYTES)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all work on ``device`` (no-op on CPU)."""
+    if device.type == "cuda":
+        _SYNC(device)
+
+
+def measure(
+    fn: Callable[..., Any],
+    setup: Callable[[int], Sequence[Any]],
+    *,
+    device: torch.device,
+    warmup: int = 10,
+    iters: int = 50,
+    flush_l2: bool = True,
+    audit_at: Iterable[int] = (),
+    audit: Callable[[int, Sequence[Any]], None] | None = None,
+) -> list[float]:
+    """Milliseconds of each of ``iters`` timed calls ``fn(*setup(i))`` after ``warmup`` untimed ones."""
+    audits = set(audit_at)
+    flush = (
+        torch.empty(2 * l2_bytes(device), dtype=torch.int8, device=device)
+        if flush_l2 and device.type == "cuda"
+        else None
+    )
+    for i in range(warmup):
+        args = setup(-1 - i)
+        if flush is not None:
+            flush.zero_()
+        fn(*args)
+    synchronize(device)
+    if device.type != "cuda":
+        times = []
+        for i in range(iters):
+            args = setup(i)
+            start = _NOW_NS()
+            fn(*args)
+            times.append((_NOW_NS() - start) / 1e6)
+            if i in audits and audit is not None:
+                audit(i, args)
+        return times
+    starts = [_EVENT(enable_timing=True) for _ in range(iters)]
+    ends = [_EVENT(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        args = setup(i)
+        if flush is not None:
+            flush.zero_()
+        _RECORD(starts[i])
+        fn(*args)
+        _RECORD(ends[i])
+        if i in audits and audit is not None:
+            audit(i, args)
+    _SYNC(device)
+    return [float(_ELAPSED(s, e)) for s, e in zip(starts, ends, strict=True)]
+
+
+def median(times: Sequence[float]) -> float:
+    """The median of a list of times."""
+    return float(statistics.median(times))

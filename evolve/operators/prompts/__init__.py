@@ -1,0 +1,1 @@
+"""The prompt templates of the LLM operators (Jinja2, rendered strictly by evolve.operators.prompting)."""

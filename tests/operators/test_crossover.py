@@ -1,0 +1,84 @@
+"""LLM ``crossover``: two parents shown, a child edited from parent A, two crossover edges."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+import scripted_provider  # noqa: E402
+from test_mutate import FILES, HARNESS, PROGRAM, benchmark, parent  # noqa: E402
+
+from evolve.llm import LLMClient, LLMSettings  # noqa: E402
+from evolve.operators.base import OperatorRejected, OperatorRequest  # noqa: E402
+from evolve.operators.crossover import Crossover  # noqa: E402
+from evolve.store import Store  # noqa: E402
+from evolve.types import EdgeRole  # noqa: E402
+
+OTHER = {
+    "main.py": PROGRAM.replace("[0.05] * n", "[0.04] * (n - 1) + [0.2]"),
+    "harness.py": HARNESS,
+}
+CHILD = """Take B's one big circle and keep A's uniform small ones.
+
+main.py
+<<<<<<< SEARCH
+    return [0.05] * n
+=======
+    return [0.05] * (n - 1) + [0.2]
+>>>>>>> REPLACE
+"""
+
+
+@pytest.fixture
+def scripted():
+    return scripted_provider.install()
+
+
+@pytest.fixture
+def operator(tmp_path) -> Crossover:
+    client = LLMClient(
+        LLMSettings.from_config({"model": "scripted/m", "retries": 0}),
+        store=Store(tmp_path / "a.db"),
+    )
+    return Crossover(client=client, model="scripted/m")
+
+
+def test_crossover_shows_both_parents_and_links_both(scripted, operator, tmp_path) -> None:
+    scripted.queue("m", CHILD)
+    a, b = parent(FILES, 1.3, cid="a" * 20), parent(OTHER, 1.5, cid="b" * 20)
+    req = OperatorRequest(
+        parents=[a, b], benchmark=benchmark(tmp_path), rng=random.Random(1), seq=3
+    )
+    proposal = asyncio.run(operator.propose(req))
+    assert proposal.parents == (("a" * 20, EdgeRole.CROSSOVER), ("b" * 20, EdgeRole.CROSSOVER))
+    assert (
+        "[0.05] * (n - 1) + [0.2]" in proposal.files["main.py"] and proposal.operator == "crossover"
+    )
+    user = scripted.requests[0][1][1]["content"]
+    assert "Parent A `aaaaaaaaaaaa`" in user and "Parent B `bbbbbbbbbbbb`" in user
+    assert "[0.04] * (n - 1) + [0.2]" in user and "sum_radii: 1.5" in user
+
+
+def test_the_same_parent_twice_falls_back_to_an_inspiration(scripted, operator, tmp_path) -> None:
+    scripted.queue("m", CHILD)
+    a, other = parent(FILES, cid="a" * 20), parent(OTHER, cid="c" * 20)
+    req = OperatorRequest(
+        parents=[a, a], inspirations=[other], benchmark=benchmark(tmp_path), rng=random.Random(1)
+    )
+    proposal = asyncio.run(operator.propose(req))
+    assert [pid for pid, _ in proposal.parents] == ["a" * 20, "c" * 20]
+
+
+def test_one_elite_only_is_rejected_without_a_call(scripted, operator, tmp_path) -> None:
+    a = parent(FILES, cid="a" * 20)
+    req = OperatorRequest(parents=[a, a], benchmark=benchmark(tmp_path), rng=random.Random(1))
+    with pytest.raises(OperatorRejected, match="two different parents") as caught:
+        asyncio.run(operator.propose(req))
+    assert caught.value.model == "scripted/m" and scripted.requests == []

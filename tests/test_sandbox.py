@@ -502,3 +502,94 @@ def test_private_shared_memory(tmp_path: Path) -> None:
     result = candidate(tmp_path, code)
     assert result.stdout.split() == ["True", "ping"], result.tail()
     assert not Path(f"/dev/shm/evolve-{os.getpid()}").exists()
+
+
+# --- what the GPU benchmarks need: torchrun, torch.compile, CUDA, Triton, NCCL -------------
+
+DDP = """
+    import os, sys, torch, torch.distributed as dist
+    backend = sys.argv[1]
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    t = torch.ones(4, device=device) * (rank + 1)
+    dist.all_reduce(t)
+    print("rank", rank, t.sum().item(), flush=True)
+    dist.destroy_process_group()
+"""
+
+
+def torchrun(workdir: Path, backend: str, procs: int) -> Result:
+    (workdir / "ddp.py").write_text(textwrap.dedent(DDP))
+    argv = [
+        PY,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={procs}",
+        "ddp.py",
+        backend,
+    ]
+    return run(argv, cwd=workdir, limits=Limits(timeout_s=300, memory_bytes=None))
+
+
+def test_torchrun_works_inside_the_private_network(tmp_path: Path) -> None:
+    """Multi-process training talks over the sandbox's own loopback and /dev/shm."""
+    pytest.importorskip("torch")
+    needs("network")
+    result = torchrun(tmp_path, "gloo", 2)
+    assert result.ok and result.leftover == 0, result.tail()
+    assert sorted(result.stdout.split()) == sorted(["rank", "0", "12.0", "rank", "1", "12.0"])
+
+
+@pytest.mark.slow
+def test_torch_compile_works_with_private_home_and_tmpdir(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    code = """
+        import os, torch
+        f = torch.compile(lambda x: (x.sin() ** 2 + x.cos() ** 2).sum())
+        print(round(float(f(torch.ones(1000)))))
+    """
+    result = candidate(tmp_path, code, limits=Limits(timeout_s=300, memory_bytes=None))
+    assert result.ok and result.stdout.strip() == "1000", result.tail()
+    assert any((tmp_path / ".sandbox" / "tmp").iterdir())  # inductor's cache landed in the workdir
+
+
+def _cuda_count() -> int:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch.cuda.device_count()
+
+
+@pytest.mark.gpu
+def test_cuda_triton_and_compile_work_in_the_default_sandbox(tmp_path: Path) -> None:
+    """Default Policy (no network, writes confined, no capabilities) with memory_bytes=None."""
+    _cuda_count()
+    code = """
+        import torch, triton, triton.language as tl
+
+        @triton.jit
+        def add(x, y, out, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(out + i, tl.load(x + i, mask=i < n) + tl.load(y + i, mask=i < n), mask=i < n)
+
+        a = torch.ones(4096, device='cuda')
+        out = torch.empty_like(a)
+        add[(4,)](a, a, out, 4096, BLOCK=1024)
+        f = torch.compile(lambda x: torch.relu(x @ x).sum())
+        print(int(out.sum().item()), int((a[:64, None] @ a[None, :64]).sum().item()), f(a[:64].reshape(8, 8)).item() > 0)
+    """
+    result = candidate(tmp_path, code, limits=Limits(timeout_s=600, memory_bytes=None))
+    assert result.ok and result.stdout.split() == ["8192", "4096", "True"], result.tail()
+
+
+@pytest.mark.gpu
+def test_nccl_all_reduce_across_two_gpus_in_the_sandbox(tmp_path: Path) -> None:
+    if _cuda_count() < 2:
+        pytest.skip("needs two GPUs")
+    result = torchrun(tmp_path, "nccl", 2)
+    assert result.ok and result.leftover == 0, result.tail()
+    assert sorted(result.stdout.split()) == sorted(["rank", "0", "12.0", "rank", "1", "12.0"])

@@ -27,7 +27,16 @@ def make_backend(cfg: dict[str, Any], benchmark: Any) -> Any:
         return LocalBackend(
             fitness=benchmark.fitness, gpus_per_eval=benchmark.gpus, workers=workers(cfg)
         )
-    raise ConfigError(f"backend {kind!r} unknown; available: local")
+    if kind == "ray":
+        from evolve.backends.ray import RayBackend  # Ray is imported (or found missing) when it is built
+
+        return RayBackend.from_config(
+            cfg["backend"],
+            fitness=benchmark.fitness,
+            gpus_per_eval=benchmark.gpus,
+            workers=workers(cfg),
+        )
+    raise ConfigError(f"backend {kind!r} unknown; available: local, ray")
 
 
 def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary:

@@ -1,0 +1,117 @@
+"""Fitnesses for the backend tests: they score numbers, and leave a trace of each run on disk.
+
+A trace file per evaluation run (``<candidate id>.<pid>.<ns>.json`` in ``trace_dir``) says
+which process ran it, with which GPU, so tests can kill that process or count the runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
+from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective, content_hash
+
+TARGET = {"A": 3.0, "B": 12, "C": 0.25}
+SLEEPER = "import os, time; open('child.pid', 'w').write(str(os.getpid())); time.sleep(600)"
+
+
+def read_params(text: str) -> dict[str, float]:
+    """The numbers assigned at the top level of ``text`` (read with literal_eval, never run)."""
+    values = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
+    return values
+
+
+def traces(trace_dir: Path) -> list[dict]:
+    """Every trace written so far, oldest first."""
+    found = [json.loads(p.read_text()) for p in Path(trace_dir).glob("*.json")]
+    return sorted(found, key=lambda t: t["ns"])
+
+
+class Traced:
+    """Maximise -sum((x - target)^2) over params.py; optionally sleep, hang, die or run a sleeper.
+
+    Args:
+        sleep_s: seconds to sleep before scoring (a stand-in for real work).
+        trace_dir: where to write a trace per run (None: no traces).
+        hang_s: seconds the harness itself hangs (past its deadline, to test timeouts).
+        die: "always" kills the process running the harness; "once" does so only on the
+            first run of each candidate (needs ``trace_dir``).
+        sleeper: run a candidate process that sleeps for 10 minutes, under the sandbox.
+    """
+
+    objective = Objective(name="score", direction=Direction.MAXIMIZE)
+    descriptors = (
+        Descriptor(name="a", low=0.0, high=10.0, bins=5),
+        Descriptor(name="b", low=0.0, high=32.0, bins=4),
+    )
+
+    def __init__(
+        self,
+        *,
+        sleep_s: float = 0.0,
+        trace_dir: str | None = None,
+        hang_s: float = 0.0,
+        die: str | None = None,
+        sleeper: bool = False,
+    ) -> None:
+        self.sleep_s, self.hang_s, self.die, self.sleeper = sleep_s, hang_s, die, sleeper
+        self.trace_dir = Path(trace_dir) if trace_dir else None
+
+    def _trace(self, candidate: str, ctx: EvalContext, **extra: object) -> int:
+        """Write this run's trace; returns how many runs of ``candidate`` came before it."""
+        if self.trace_dir is None:
+            return 0
+        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        before = len(list(self.trace_dir.glob(f"{candidate}.*.json")))
+        ns = time.time_ns()
+        trace = {
+            "candidate": candidate,
+            "pid": os.getpid(),
+            "ns": ns,
+            "gpu": ctx.gpu,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "cmdline": Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip(),
+            **extra,
+        }
+        path = self.trace_dir / f"{candidate}.{os.getpid()}.{ns}.json"
+        path.with_suffix(".tmp").write_text(json.dumps(trace))
+        path.with_suffix(".tmp").rename(path)
+        return before
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        files = {
+            p.relative_to(workdir).as_posix(): p.read_text()
+            for p in sorted(workdir.rglob("*"))
+            if p.is_file()
+        }
+        candidate = content_hash(files)
+        runs_before = self._trace(candidate, ctx)
+        if self.die == "always" or (self.die == "once" and runs_before == 0):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.sleeper:
+            result = run_sandboxed(
+                [sys.executable, "-c", SLEEPER], cwd=workdir, limits=Limits(timeout_s=ctx.timeout_s)
+            )
+            child = (workdir / "child.pid").read_text() if (workdir / "child.pid").exists() else ""
+            self._trace(f"{candidate}-child", ctx, child=int(child or 0))
+            failure = sandbox_failure(result)
+            if failure is not None:
+                return failure
+        time.sleep(self.sleep_s + self.hang_s)
+        params = read_params(files["params.py"])
+        score = -sum((float(params[k]) - v) ** 2 for k, v in TARGET.items())
+        return Evaluation(
+            status=EvalStatus.OK,
+            fitness=score,
+            metrics={"score": score},
+            descriptors={"a": float(params["A"]), "b": float(params["B"])},
+        )

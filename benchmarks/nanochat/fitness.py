@@ -1,0 +1,298 @@
+"""The nanochat fitness: train the candidate in a sandbox for a fixed budget, then score val bits per byte.
+
+Two sandboxed runs per evaluation. Training: the harness's supervisor runs the candidate's
+``train.py`` with the training split only and times it with its own clock. Scoring: the
+harness's scorer feeds the fixed validation rows through the saved model (run by a guarded
+child process) and computes cross-entropy and bytes itself. Lower val_bpb is better.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from evolve.benchmarks.nanochat import prepare, scales
+from evolve.benchmarks.nanochat.procutil import SAFE_PATH
+
+from evolve.fitness import EvalContext, Limits, run_sandboxed
+from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
+
+log = logging.getLogger(__name__)
+STATUS = {
+    "rejected": EvalStatus.REJECTED,
+    "timeout": EvalStatus.TIMEOUT,
+    "error": EvalStatus.ERROR,
+    "invalid": EvalStatus.INVALID,
+}
+CHECKPOINT_NAMES = ("config.json", "model.pt")
+MAX_CHECKPOINT_BYTES = 64 << 30
+
+
+def _verdict(result, nonce: str, what: str) -> dict | Evaluation:
+    """The harness process's JSON verdict from a sandbox result, or the failed Evaluation."""
+    if result.timed_out:
+        return Evaluation(
+            status=EvalStatus.TIMEOUT,
+            artifacts={"error": f"{what} exceeded its wall limit", "output": result.tail()},
+        )
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if secrets.compare_digest(str(data.get("nonce", "")), nonce):
+                return data
+    return Evaluation(
+        status=EvalStatus.ERROR,
+        artifacts={
+            "error": f"the harness's {what} process gave no verdict (exit status {result.returncode})",
+            "output": result.tail(),
+        },
+    )
+
+
+class NanochatFitness:
+    """Fixed-budget language-model training scored by validation bits per byte (lower is better).
+
+    Args:
+        scale: "auto" (nanochat with CUDA, else cpu), "nanochat" or "cpu"; see ``scales``.
+        data_dir: where prepared datasets live (default ``$EVOLVE_DATA_DIR`` or ~/.cache/evolve/nanochat).
+        **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``.
+
+    Attributes:
+        objective: val_bpb, minimised.
+        descriptors: log10 of the parameter count and of the training tokens processed.
+        gpus: GPUs one evaluation needs (1 at a CUDA scale, else 0).
+        seed_dir: the seed program of the chosen scale.
+        timeout_s: an upper bound on one evaluation's wall time.
+    """
+
+    def __init__(self, *, scale: str = "auto", data_dir: str | None = None, **overrides) -> None:
+        self.scale = scales.resolve(scale, **overrides)
+        self.data_dir = str(prepare.data_dir(data_dir))
+        self.objective = Objective(name="val_bpb", direction=Direction.MINIMIZE)
+        self.descriptors = (
+            Descriptor(
+                name="log10_params",
+                low=self.scale.params_range[0],
+                high=self.scale.params_range[1],
+                bins=8,
+            ),
+            Descriptor(
+                name="log10_tokens",
+                low=self.scale.tokens_range[0],
+                high=self.scale.tokens_range[1],
+                bins=8,
+            ),
+        )
+        self.gpus = 1 if self.scale.device == "cuda" else 0
+        self.seed_dir = self.scale.seed_dir
+        self.timeout_s = self.scale.train_limit_s + self.scale.eval_limit_s + 60.0
+        log.info("nanochat: %s", self.scale.describe())
+        self._dataset_meta()  # fail now, not at the first evaluation, when the data is missing
+
+    @property
+    def dataset_root(self) -> Path:
+        """The prepared dataset's folder (the automatic stdlib set is kept per vocabulary size)."""
+        name = self.scale.dataset
+        return Path(self.data_dir) / (
+            f"stdlib-{self.scale.vocab_size}" if name == "stdlib" else name
+        )
+
+    def _dataset_meta(self) -> dict:
+        root = self.dataset_root
+        if self.scale.dataset == "stdlib":
+            prepare.ensure_stdlib(root, self.scale.vocab_size, log=log.info)
+        if not prepare.is_prepared(root):
+            raise EvolveError(
+                f"nanochat dataset {self.scale.dataset!r} is not prepared under {root.parent}; run "
+                f"`python -m evolve.benchmarks.nanochat.prepare --name {self.scale.dataset} ...` "
+                "(see benchmarks/nanochat/README.md) or choose another with benchmark.fitness.dataset=NAME"
+            )
+        meta = json.loads((root / "dataset.json").read_text())
+        if meta["vocab_size"] != self.scale.vocab_size:
+            raise EvolveError(
+                f"dataset {root} has vocabulary {meta['vocab_size']} but scale {self.scale.name} "
+                f"needs {self.scale.vocab_size}; prepare it with --vocab {self.scale.vocab_size}"
+            )
+        return meta
+
+    def forbidden(self) -> list[str]:
+        """Paths candidate code must not read: everything in the data directory but our train and tokenizer."""
+        root, data = self.dataset_root, Path(self.data_dir)
+        parts = prepare.split_dirs(root)
+        allowed = {parts["train"], parts["tokenizer"]}
+        found = [p for p in data.iterdir() if p != root] if data.is_dir() else []
+        found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
+        return sorted({str(p) for p in found} | {str(parts["val"])})
+
+    def _limits(self, timeout_s: float) -> Limits:
+        memory = None if self.scale.memory_gb is None else int(self.scale.memory_gb * (1 << 30))
+        return Limits(timeout_s=timeout_s, memory_bytes=memory)
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """Train the candidate in ``workdir`` and score its checkpoint."""
+        meta = self._dataset_meta()
+        scale, parts = self.scale, prepare.split_dirs(self.dataset_root)
+        scratch = Path(tempfile.mkdtemp(prefix="nanochat-eval-", dir=ctx.scratch))
+        try:
+            return self._evaluate(Path(workdir), ctx, scale, parts, meta, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _evaluate(self, workdir, ctx, scale, parts, meta, scratch) -> Evaluation:
+        env = ctx.env()
+        forbidden = self.forbidden()
+        checkpoint = workdir / "checkpoint"
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        nonce = secrets.token_hex(16)
+        train_job = {
+            "nonce": nonce,
+            "entry": "train.py",
+            "budget_s": scale.budget_s,
+            "untimed_steps": scale.untimed_steps,
+            "startup_limit_s": scale.startup_limit_s,
+            "finish_limit_s": scale.finish_limit_s,
+            "seq_len": scale.seq_len,
+            "vocab_size": scale.vocab_size,
+            "bos_id": meta["bos_id"],
+            "device": scale.device,
+            "seed": ctx.seed,
+            "train_dir": str(parts["train"]),
+            "checkpoint_dir": str(checkpoint),
+            "forbidden": forbidden,
+        }
+        result = run_sandboxed(
+            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.supervisor"],
+            cwd=workdir,
+            limits=self._limits(scale.train_limit_s),
+            env=env,
+            stdin=(json.dumps(train_job) + "\n").encode(),
+        )
+        train = _verdict(result, nonce, "training")
+        if isinstance(train, Evaluation):
+            return train
+        metrics = {
+            "steps": train["steps"],
+            "tokens": train["tokens"],
+            "training_s": train["training_s"],
+            "startup_s": train["startup_s"],
+            "train_wall_s": train["total_s"],
+            "tokens_per_s": train["timed_tokens"] / train["training_s"]
+            if train["training_s"] > 0
+            else 0.0,
+            **{f"reported_{k}": v for k, v in train.get("notes", {}).items()},
+        }
+        artifacts = {"train_log": train.get("log_tail", "")}
+        if train["status"] != "ok":
+            return Evaluation(
+                status=STATUS.get(train["status"], EvalStatus.ERROR),
+                metrics=metrics,
+                artifacts={**artifacts, "error": train.get("reason", "")},
+            )
+        evaldir = scratch / "checkpoint"
+        problem = self._copy_checkpoint(checkpoint, evaldir)
+        if problem:
+            return Evaluation(
+                status=EvalStatus.ERROR, metrics=metrics, artifacts={**artifacts, "error": problem}
+            )
+        nonce = secrets.token_hex(16)
+        eval_job = {
+            "nonce": nonce,
+            "val_dir": str(parts["val"]),
+            "token_bytes": str(parts["tokenizer"] / "token_bytes.npy"),
+            "seq_len": scale.seq_len,
+            "eval_tokens": scale.eval_tokens,
+            "batch_rows": scale.eval_batch_rows,
+            "vocab_size": scale.vocab_size,
+            "device": scale.device,
+            "causal_atol": scale.causal_atol,
+            "forbidden": forbidden,
+            "worker_startup_s": min(300.0, scale.eval_limit_s / 2),
+            "batch_timeout_s": min(120.0, scale.eval_limit_s),
+        }
+        result = run_sandboxed(
+            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.scorer"],
+            cwd=evaldir,
+            limits=self._limits(scale.eval_limit_s),
+            env=env,
+            stdin=(json.dumps(eval_job) + "\n").encode(),
+        )
+        score = _verdict(result, nonce, "scoring")
+        if isinstance(score, Evaluation):
+            return Evaluation(
+                status=score.status, metrics=metrics, artifacts={**artifacts, **score.artifacts}
+            )
+        artifacts["eval_log"] = score.get("worker_log", "")
+        if score["status"] != "ok":
+            return Evaluation(
+                status=STATUS.get(score["status"], EvalStatus.ERROR),
+                metrics=metrics,
+                artifacts={**artifacts, "error": score.get("reason", "")},
+            )
+        bpb = float(score["val_bpb"])
+        if not math.isfinite(bpb):
+            return Evaluation(
+                status=EvalStatus.INVALID,
+                metrics=metrics,
+                artifacts={**artifacts, "error": "val_bpb is not finite"},
+            )
+        metrics.update(
+            {
+                "val_bpb": bpb,
+                "params": score["params"],
+                "eval_s": score["eval_s"],
+                "eval_targets": score["targets"],
+                "eval_bytes": score["bytes"],
+                "max_prefix_diff": score["max_prefix_diff"],
+                "max_row_diff": score["max_row_diff"],
+            }
+        )
+        descriptors = {
+            "log10_params": math.log10(max(1, score["params"])),
+            "log10_tokens": math.log10(max(1, train["tokens"])),
+        }
+        artifacts["feedback"] = (
+            f"val_bpb {bpb:.4f} after {train['steps']} steps ({train['tokens']:,} tokens, "
+            f"{metrics['tokens_per_s']:,.0f} tokens/s in the timed {train['training_s']:.1f}s); "
+            f"{score['params']:,} parameters"
+        )
+        return Evaluation(
+            status=EvalStatus.OK,
+            fitness=bpb,
+            metrics=metrics,
+            descriptors=descriptors,
+            artifacts=artifacts,
+            seeds=(ctx.seed,),
+            hardware=ctx.hardware,
+        )
+
+    @staticmethod
+    def _copy_checkpoint(source: Path, target: Path) -> str | None:
+        """Copy model.py, other .py files, config.json and model.pt; return a problem or None."""
+        missing = [n for n in ("model.py", *CHECKPOINT_NAMES) if not (source / n).is_file()]
+        if missing:
+            return (
+                f"no checkpoint: {', '.join(missing)} missing in checkpoint/; the training program must call "
+                "client.save_checkpoint(model, config) after Clock.step() returns False"
+            )
+        files = [
+            p
+            for p in source.iterdir()
+            if p.is_file()
+            and not p.is_symlink()
+            and (p.suffix == ".py" or p.name in CHECKPOINT_NAMES)
+        ]
+        if sum(p.stat().st_size for p in files) > MAX_CHECKPOINT_BYTES:
+            return "checkpoint is larger than 64 GiB"
+        target.mkdir(parents=True)
+        for path in files:
+            shutil.copyfile(path, target / path.name)
+        return None

@@ -1,0 +1,121 @@
+"""Keep candidate code off files it must not read (validation data), installed before it runs.
+
+``install`` adds a Python audit hook (PEP 578; it cannot be removed once added) that
+refuses, with PermissionError, any open, listing, link, rename or copy of a path under a
+forbidden root, and reports each attempt on a file descriptor owned by the harness (which
+then rejects the candidate). It also refuses subprocess commands that name a forbidden
+root.
+
+What it does NOT stop: native code that opens files without Python's audit events (for
+example ``numpy.fromfile``, ``ctypes`` calls to ``open``). The training process is never
+told where validation data lives, and a candidate that goes looking for it by such means
+is outside what this guard closes; see the benchmark README ("threat model").
+
+Run as ``python -m evolve.benchmarks.nanochat.guard SCRIPT``: reads the forbidden roots from
+the harness's config variable, installs the hook, then runs SCRIPT as ``__main__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+
+PATH_EVENTS = {
+    "open": (0,),
+    "os.listdir": (0,),
+    "os.scandir": (0,),
+    "os.chdir": (0,),
+    "os.link": (0, 1),
+    "os.symlink": (0, 1),
+    "os.rename": (0, 1),
+    "shutil.copyfile": (0, 1),
+    "shutil.copytree": (0, 1),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.utime": (0,),
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+}
+COMMAND_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
+
+
+def _as_text(value: object) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return os.fsdecode(value)
+    if isinstance(value, os.PathLike):
+        return _as_text(os.fspath(value))
+    return None
+
+
+def _flatten(value: object) -> list[str]:
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in _flatten(item)]
+    text = _as_text(value)
+    return [text] if text is not None else []
+
+
+def install(forbidden: Sequence[str], report_fd: int | None = None) -> None:
+    """Install the audit hook refusing access under ``forbidden`` (reported on ``report_fd``)."""
+    roots = tuple(os.path.realpath(root) for root in forbidden if root)
+    if not roots:
+        return
+    realpath, join, getcwd, write = os.path.realpath, os.path.join, os.getcwd, os.write
+    busy = [False]
+
+    def under(path: str) -> bool:
+        real = realpath(join(getcwd(), path))
+        return any(real == root or real.startswith(root + os.sep) for root in roots)
+
+    def refuse(event: str, what: str) -> None:
+        if report_fd is not None:
+            with contextlib.suppress(OSError):
+                write(
+                    report_fd,
+                    ("violation " + json.dumps({"event": event, "path": what}) + "\n").encode(),
+                )
+        raise PermissionError(f"the nanochat harness forbids access to {what!r} (validation data)")
+
+    def hook(event: str, args: tuple) -> None:
+        if busy[0]:
+            return
+        if event in PATH_EVENTS:
+            busy[0] = True
+            try:
+                hits = [
+                    p
+                    for i in PATH_EVENTS[event]
+                    if i < len(args) and (p := _as_text(args[i])) and under(p)
+                ]
+            finally:
+                busy[0] = False
+            if hits:
+                refuse(event, hits[0])
+        elif event in COMMAND_EVENTS:
+            words = _flatten(args)
+            for root in roots:
+                if any(root in word for word in words):
+                    refuse(event, root)
+
+    sys.addaudithook(hook)
+
+
+def main() -> None:
+    if len(sys.argv) < 2:
+        raise SystemExit("usage: python -m evolve.benchmarks.nanochat.guard SCRIPT [ARGS...]")
+    config = json.loads(os.environ.get("NANOCHAT_CONFIG", "{}"))
+    report = os.environ.get("NANOCHAT_REPORT_FD")
+    install(config.get("forbidden", []), int(report) if report else None)
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

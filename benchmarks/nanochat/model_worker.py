@@ -1,0 +1,129 @@
+"""The scorer's child that runs the candidate's model: tokens in, logits out, nothing else.
+
+Started by the scorer inside the evaluation sandbox, in a directory holding only the
+checkpoint (``model.py``, ``config.json``, ``model.pt``). The guard is installed before any
+candidate code is imported. For each request (slot, B, T, then B*T int32 tokens) it runs
+``model(inputs)`` and writes the logits, shifted so that each position's maximum is 0 and
+stored as float16, into the shared-memory slot; then it answers one JSON line. The
+scorer, a separate process, turns those logits into the score.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import mmap
+import os
+import struct
+import sys
+
+from evolve.benchmarks.nanochat import guard
+
+HEADER = struct.Struct("<4sIII")
+MAGIC = b"NCRQ"
+FLOOR = -60000.0  # shifted logits below this are clamped (probability exp(-60000) is 0 anyway)
+WORKER_ENV = "NANOCHAT_WORKER"
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    parts, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(parts)
+
+
+def _answer(fd: int, **message) -> None:
+    os.write(fd, (json.dumps(message) + "\n").encode())
+
+
+def load_model(device: str):
+    """Import ``model.py`` from the current directory, build the model and load its weights."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("model", os.path.abspath("model.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "build_model"):
+        raise AttributeError("model.py defines no build_model(config) -> torch.nn.Module")
+    with open("config.json") as handle:
+        config = json.load(handle)
+    model = module.build_model(config)
+    state = torch.load("model.pt", map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    return model.to(device).eval()
+
+
+def serve(spec: dict) -> None:
+    import torch
+
+    req, resp = spec["request_fd"], spec["response_fd"]
+    device, vocab = spec["device"], spec["vocab_size"]
+    slots = [mmap.mmap(fd, spec["slot_bytes"]) for fd in spec["slot_fds"]]
+    try:
+        model = load_model(device)
+    except Exception as exc:  # the candidate's code failed to load: tell the scorer why
+        _answer(resp, error=f"loading the checkpoint failed: {type(exc).__name__}: {exc}")
+        return
+    _answer(resp, ready=True)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.startswith("cuda")
+        else contextlib.nullcontext()
+    )
+    while True:
+        try:
+            magic, slot, batch, seq = HEADER.unpack(_read_exact(req, HEADER.size))
+            raw = _read_exact(req, batch * seq * 4)
+        except EOFError:
+            return
+        if magic != MAGIC:
+            _answer(resp, error="bad request")
+            return
+        inputs = (
+            torch.frombuffer(bytearray(raw), dtype=torch.int32).view(batch, seq).to(device).long()
+        )
+        try:
+            with torch.inference_mode(), autocast:
+                logits = model(inputs)
+            if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (batch, seq, vocab):
+                shape = (
+                    tuple(logits.shape)
+                    if isinstance(logits, torch.Tensor)
+                    else type(logits).__name__
+                )
+                _answer(
+                    resp,
+                    error=f"model(inputs) must return logits of shape {(batch, seq, vocab)}, got {shape}",
+                )
+                return
+            with torch.inference_mode():
+                shifted = logits.float()
+                shifted = (
+                    (shifted - shifted.amax(dim=-1, keepdim=True))
+                    .clamp_(min=FLOOR)
+                    .to(torch.float16)
+                )
+                out = torch.frombuffer(slots[slot], dtype=torch.float16, count=batch * seq * vocab)
+                out.copy_(shifted.reshape(-1))
+        except Exception as exc:
+            _answer(resp, error=f"model forward failed: {type(exc).__name__}: {exc}")
+            return
+        _answer(resp, slot=slot, ok=True)
+
+
+def main() -> None:
+    spec = json.loads(os.environ[WORKER_ENV])
+    config = json.loads(os.environ.get("NANOCHAT_CONFIG", "{}"))
+    guard.install(config.get("forbidden", []), spec.get("report_fd"))
+    sys.path.insert(0, os.getcwd())
+    serve(spec)
+
+
+if __name__ == "__main__":
+    main()

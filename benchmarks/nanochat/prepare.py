@@ -1,0 +1,225 @@
+"""Prepare a dataset once: get text, train the tokenizer, write train and validation token files.
+
+Usage::
+
+    # English Wikipedia shards (or any parquet / jsonl / jsonl.xz / txt files or folders)
+    python -m evolve.benchmarks.nanochat.prepare --name wikipedia \\
+        --train data/wikipedia/train-00.jsonl.xz data/wikipedia/train-01.jsonl.xz --val data/wikipedia/val.jsonl.xz
+    # climbmix as in the original: downloads N training shards plus the pinned validation shard
+    python -m evolve.benchmarks.nanochat.prepare --name climbmix --climbmix-shards 8
+    # the offline CPU set, from Python's standard library (done automatically on first use)
+    python -m evolve.benchmarks.nanochat.prepare --name stdlib --stdlib --vocab 4096
+
+Layout under the data directory (``$EVOLVE_DATA_DIR`` or ``~/.cache/evolve/nanochat``)::
+
+    NAME/tokenizer/{tokenizer.json, token_bytes.npy}   given to training and scoring
+    NAME/train/{tokens.bin, offsets.npy, split.json}   the only data the training sandbox sees
+    NAME/val/{...}                                     read by the harness's scorer only
+    NAME/dataset.json                                  sources, sizes, vocabulary
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from evolve.benchmarks.nanochat import download, sources, tokenizer, tokens
+
+DEFAULT_DATA_DIR = Path("~/.cache/evolve/nanochat")
+DOC_CAP_CHARS = (
+    10_000  # each document contributes at most this much to tokenizer training (nanochat)
+)
+TextSource = Callable[[], Iterable[str]]
+
+
+def data_dir(override: str | Path | None = None) -> Path:
+    """The data directory: ``override``, else ``$EVOLVE_DATA_DIR``, else ``~/.cache/evolve/nanochat``."""
+    chosen = override or os.environ.get("EVOLVE_DATA_DIR") or DEFAULT_DATA_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+def split_dirs(root: Path) -> dict[str, Path]:
+    """The parts of a prepared dataset directory."""
+    return {"tokenizer": root / "tokenizer", "train": root / "train", "val": root / "val"}
+
+
+def is_prepared(root: Path) -> bool:
+    return (root / "dataset.json").is_file()
+
+
+def _capped(texts: Iterable[str], max_chars: int) -> Iterator[str]:
+    total = 0
+    for text in texts:
+        piece = text[:DOC_CAP_CHARS]
+        yield piece
+        total += len(piece)
+        if total >= max_chars:
+            return
+
+
+def build(
+    root: Path,
+    *,
+    train: TextSource,
+    val: TextSource,
+    vocab_size: int,
+    tokenizer_chars: int = 2_000_000_000,
+    describe: dict | None = None,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Build a dataset into ``root`` (atomically: a temp directory renamed at the end).
+
+    Args:
+        root: target directory; must not exist yet.
+        train: returns the training documents (called twice: tokenizer, then tokens).
+        val: returns the validation documents.
+        vocab_size: tokenizer vocabulary, specials included.
+        tokenizer_chars: at most this many characters train the tokenizer.
+        describe: extra facts stored in dataset.json (sources...).
+        log: progress messages.
+    """
+    tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    parts = split_dirs(tmp)
+    start = time.monotonic()
+    tok = tokenizer.train_tokenizer(_capped(train(), tokenizer_chars), vocab_size)
+    tokenizer.save(tok, parts["tokenizer"])
+    log(
+        f"nanochat prepare: tokenizer ({vocab_size} tokens) trained in {time.monotonic() - start:.1f}s"
+    )
+    summary = {"vocab_size": vocab_size, "bos_id": tokenizer.bos_id(tok), **(describe or {})}
+    for name, texts in (("train", train), ("val", val)):
+        t0 = time.monotonic()
+        meta = tokens.write_split(parts[name], tokenizer.iter_encoded(tok, texts()), vocab_size)
+        if meta["documents"] == 0:
+            raise ValueError(f"the {name} split has no documents; check the --{name} sources")
+        summary[name] = meta
+        log(
+            f"nanochat prepare: {name}: {meta['documents']} documents, {meta['tokens']:,} tokens "
+            f"({time.monotonic() - t0:.1f}s)"
+        )
+    (tmp / "dataset.json").write_text(json.dumps(summary, indent=2))
+    tmp.replace(root)
+    return summary
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_stdlib(root: Path, vocab_size: int, log: Callable[[str], None] = print) -> Path:
+    """Prepare the offline stdlib dataset at ``root`` unless it exists (safe across processes)."""
+    if is_prepared(root):
+        return root
+    with _lock(root.with_name(root.name + ".lock")):
+        if not is_prepared(root):
+            log(
+                f"nanochat: preparing the offline dataset from Python's standard library into {root}"
+            )
+            train_texts, val_texts = sources.stdlib_corpus()
+            build(
+                root,
+                train=lambda: train_texts,
+                val=lambda: val_texts,
+                vocab_size=vocab_size,
+                describe={"source": "python-stdlib", "python": sys.version.split()[0]},
+                log=log,
+            )
+    return root
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m evolve.benchmarks.nanochat.prepare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--name", required=True, help="dataset name (a folder under the data directory)"
+    )
+    parser.add_argument("--data-dir", help="default: $EVOLVE_DATA_DIR or ~/.cache/evolve/nanochat")
+    parser.add_argument("--train", nargs="+", type=Path, help="training text files or folders")
+    parser.add_argument("--val", nargs="+", type=Path, help="validation text files or folders")
+    parser.add_argument(
+        "--stdlib", action="store_true", help="use Python's standard library (offline)"
+    )
+    parser.add_argument(
+        "--climbmix-shards", type=int, help="download this many climbmix training shards"
+    )
+    parser.add_argument("--climbmix-url", default=download.CLIMBMIX_URL)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument(
+        "--max-train-chars", type=int, help="stop reading training text after this many chars"
+    )
+    parser.add_argument("--tokenizer-chars", type=int, default=2_000_000_000)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing dataset of this name"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    root = data_dir(args.data_dir) / args.name
+    if is_prepared(root) and not args.overwrite:
+        print(f"{root} is already prepared (pass --overwrite to rebuild)")
+        return 0
+    shutil.rmtree(root, ignore_errors=True)
+    describe: dict = {}
+    if args.stdlib:
+        ensure_stdlib(root, args.vocab)
+        return 0
+    if args.climbmix_shards:
+        raw = data_dir(args.data_dir) / "raw" / "climbmix"
+        train_files = download.download_climbmix(
+            range(args.climbmix_shards), raw, base_url=args.climbmix_url
+        )
+        val_files = download.download_climbmix(
+            [download.CLIMBMIX_LAST_SHARD], raw, base_url=args.climbmix_url
+        )
+        describe["source"] = (
+            f"climbmix-400b-shuffle shards 0..{args.climbmix_shards - 1}, val {download.CLIMBMIX_LAST_SHARD}"
+        )
+    elif args.train and args.val:
+        train_files, val_files = sources.expand(args.train), sources.expand(args.val)
+        if set(train_files) & set(val_files):
+            raise SystemExit(
+                "a file is in both --train and --val; validation must be disjoint from training"
+            )
+        describe["source"] = {
+            "train": [str(p) for p in train_files],
+            "val": [str(p) for p in val_files],
+        }
+    else:
+        raise SystemExit(
+            "name a source: --train FILES --val FILES, --climbmix-shards N, or --stdlib"
+        )
+    build(
+        root,
+        train=lambda: sources.iter_texts(train_files, args.max_train_chars),
+        val=lambda: sources.iter_texts(val_files),
+        vocab_size=args.vocab,
+        tokenizer_chars=args.tokenizer_chars,
+        describe=describe,
+    )
+    print(f"prepared {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

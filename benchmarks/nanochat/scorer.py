@@ -1,0 +1,292 @@
+"""The harness's process in the evaluation sandbox: feeds validation tokens, computes bits per byte.
+
+Reads its job (JSON) from stdin. Packs the validation split into rows with the original's
+rule, starts ``model_worker`` (which runs the candidate's model code, guarded) as a child,
+sends it fixed batches of inputs and reads back logits through shared memory. This
+process never imports candidate code: it copies each batch of logits out of shared
+memory, checks it, and computes cross-entropy and bytes itself (``bpb``). One extra batch
+checks causality: rows whose future was replaced by other text must give the same logits
+before the cut, and rows must not depend on the other rows of their batch. The verdict is
+one JSON line on stdout carrying the job's nonce.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+from evolve.benchmarks.nanochat.bpb import BpbSums, batch_sums
+from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, WORKER_ENV
+from evolve.benchmarks.nanochat.packing import pack_rows
+from evolve.benchmarks.nanochat.procutil import SAFE_PATH, kill_group, make_undumpable, tail
+from evolve.benchmarks.nanochat.tokens import Split
+
+LOG_FILE = "worker.log"
+CHECK_ROWS = 4  # rows of the causality batch whose future is replaced
+
+
+class EvalFailure(Exception):
+    """The candidate's model failed evaluation; ``status`` says how."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def eval_rows(val_dir: Path, seq_len: int, n_rows: int, spare: int) -> np.ndarray:
+    """The first ``n_rows + spare`` packed validation rows of ``seq_len + 1`` tokens."""
+    rows = []
+    for row in pack_rows(Split(val_dir).documents(), seq_len + 1):
+        rows.append(row)
+        if len(rows) == n_rows + spare:
+            return np.stack(rows)
+    raise EvalFailure(
+        "error",
+        f"the validation split gives only {len(rows)} rows of {seq_len + 1} tokens; "
+        f"{n_rows + spare} are needed (prepare more validation text or lower eval_tokens)",
+    )
+
+
+def causality_batch(
+    first: np.ndarray, spare: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, list[int]]:
+    """A copy of the first batch whose rows 0..k-1 are rows k..2k-1 with their future replaced.
+
+    Returns the batch and the cut of each replaced row (positions before it must not change).
+    """
+    batch = first.copy()
+    k = min(CHECK_ROWS, len(first) // 2)
+    seq = first.shape[1]
+    cuts = []
+    for i in range(k):
+        cut = int(rng.integers(seq // 4, max(seq // 4 + 1, 3 * seq // 4)))
+        batch[i, :cut] = first[k + i, :cut]
+        batch[i, cut:] = spare[i % len(spare), cut:]
+        cuts.append(cut)
+    return batch, cuts
+
+
+def count_params(path: Path) -> int:
+    """Numbers in the checkpoint's tensors (loaded as plain tensors, no code runs)."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    if not isinstance(state, dict):
+        raise EvalFailure("invalid", "model.pt must hold a state dict")
+    return int(sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor)))
+
+
+class Worker:
+    """The model worker child and its pipes and shared-memory slots."""
+
+    def __init__(self, job: dict, batch_rows: int) -> None:
+        seq, vocab = job["seq_len"], job["vocab_size"]
+        self.slot_bytes = batch_rows * seq * vocab * 2
+        self.slot_fds = []
+        for i in range(2):
+            fd = os.memfd_create(f"nanochat-logits-{i}")
+            os.ftruncate(fd, self.slot_bytes)
+            self.slot_fds.append(fd)
+        self.slots = [mmap.mmap(fd, self.slot_bytes) for fd in self.slot_fds]
+        req_r, self.req_w = os.pipe()
+        self.resp_r, resp_w = os.pipe()
+        self.report_r, report_w = os.pipe()
+        spec = {
+            "request_fd": req_r,
+            "response_fd": resp_w,
+            "report_fd": report_w,
+            "slot_fds": self.slot_fds,
+            "slot_bytes": self.slot_bytes,
+            "device": job["device"],
+            "vocab_size": vocab,
+        }
+        env = dict(os.environ)
+        env[WORKER_ENV] = json.dumps(spec)
+        env["NANOCHAT_CONFIG"] = json.dumps({"forbidden": job["forbidden"]})
+        with open(LOG_FILE, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.model_worker"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                pass_fds=(req_r, resp_w, report_w, *self.slot_fds),
+            )
+        for fd in (req_r, resp_w, report_w):
+            os.close(fd)
+        self.buffer = b""
+        self.violations: list[dict] = []
+
+    def send(self, slot: int, inputs: np.ndarray) -> None:
+        batch, seq = inputs.shape
+        payload = HEADER.pack(MAGIC, slot, batch, seq) + inputs.astype(np.int32).tobytes()
+        try:
+            os.write(self.req_w, payload) if len(payload) < 65536 else self._write_all(payload)
+        except BrokenPipeError as exc:
+            raise EvalFailure("error", "the model worker exited early:\n" + tail(LOG_FILE)) from exc
+
+    def _write_all(self, payload: bytes) -> None:
+        view = memoryview(payload)
+        while view:
+            written = os.write(self.req_w, view[: 1 << 20])
+            view = view[written:]
+
+    def check_guard(self) -> None:
+        while select.select([self.report_r], [], [], 0)[0]:
+            chunk = os.read(self.report_r, 65536)
+            if not chunk:
+                break
+            for line in chunk.decode(errors="replace").splitlines():
+                if line.startswith("violation "):
+                    self.violations.append({"report": line[10:300]})
+        if self.violations:
+            raise EvalFailure("rejected", f"the model read forbidden data: {self.violations[0]}")
+
+    def answer(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self.resp_r], [], [], remaining)[0]:
+                raise EvalFailure("timeout", f"the model gave no answer within {timeout_s:.0f}s")
+            chunk = os.read(self.resp_r, 65536)
+            if not chunk:
+                self.check_guard()
+                raise EvalFailure("error", "the model worker exited:\n" + tail(LOG_FILE))
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        self.check_guard()
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            raise EvalFailure("error", "the model worker's answer was garbled") from exc
+        if "error" in message:
+            raise EvalFailure("error", str(message["error"])[:2000] + "\n" + tail(LOG_FILE, 2000))
+        return message
+
+    def close(self) -> None:
+        os.close(self.req_w)
+        kill_group(self.proc)
+
+
+def evaluate(job: dict) -> dict:
+    """Score the checkpoint in the current directory per ``job``; raises EvalFailure."""
+    import torch
+
+    start = time.monotonic()
+    seq, rows_per_batch, device = job["seq_len"], job["batch_rows"], job["device"]
+    n_rows = job["eval_tokens"] // seq
+    rows = eval_rows(Path(job["val_dir"]), seq, n_rows, spare=CHECK_ROWS)
+    rows, spare = rows[:n_rows], rows[n_rows:]
+    token_bytes = torch.from_numpy(np.load(job["token_bytes"]).astype(np.int64)).to(device)
+    check, cuts = causality_batch(
+        rows[:rows_per_batch], spare, np.random.default_rng(job.get("check_seed", 1234))
+    )
+    params = count_params(Path("model.pt"))
+    worker = Worker(job, rows_per_batch)
+    try:
+        worker.answer(job["worker_startup_s"])
+        load_s = time.monotonic() - start
+        batches = [rows[i : i + rows_per_batch] for i in range(0, n_rows, rows_per_batch)]
+        plan = [("score", batches[0]), ("check", check), *(("score", b) for b in batches[1:])]
+        sums = BpbSums()
+        seen: dict = {}
+        shape = (rows_per_batch, seq, job["vocab_size"])
+
+        def collect(slot: int, kind: str, batch: np.ndarray) -> None:
+            message = worker.answer(job["batch_timeout_s"])
+            if message.get("slot") != slot:
+                raise EvalFailure("error", "the model worker answered out of order")
+            count = shape[0] * shape[1] * shape[2]
+            logits = torch.frombuffer(worker.slots[slot], dtype=torch.float16, count=count).view(
+                shape
+            )
+            logits = logits.to(
+                device, copy=True
+            )  # our own copy: the worker can no longer change it
+            if not bool(torch.isfinite(logits).all()):
+                raise EvalFailure("invalid", "the model produced non-finite logits")
+            if kind == "check":
+                seen["check"] = logits
+                return
+            seen.setdefault("first", logits)
+            sums.add(*batch_sums(logits, torch.from_numpy(batch[:, 1:]).to(device), token_bytes))
+
+        in_flight: deque = deque()
+        for index, (kind, batch) in enumerate(plan):
+            if len(in_flight) == 2:
+                collect(*in_flight.popleft())
+            worker.send(index % 2, batch[:, :-1])
+            in_flight.append((index % 2, kind, batch))
+        while in_flight:
+            collect(*in_flight.popleft())
+        first, check_logits = seen["first"], seen["check"]
+        causal = causality_report(first, check_logits, cuts)
+        if (
+            causal["max_prefix_diff"] > job["causal_atol"]
+            or causal["max_row_diff"] > job["causal_atol"]
+        ):
+            raise EvalFailure(
+                "rejected",
+                (
+                    f"the model is not causal: logits before a position changed when later tokens changed "
+                    f"(max diff {causal['max_prefix_diff']:.3g}) or when other rows of the batch changed "
+                    f"(max diff {causal['max_row_diff']:.3g}); tolerance {job['causal_atol']}"
+                ),
+            )
+    finally:
+        worker.close()
+    return {
+        "val_bpb": sums.bpb,
+        "nats": sums.nats,
+        "bytes": sums.bytes,
+        "targets": sums.targets,
+        "params": params,
+        "eval_s": time.monotonic() - start,
+        "load_s": load_s,
+        **causal,
+        "worker_log": tail(LOG_FILE, 1500),
+    }
+
+
+def causality_report(first, check, cuts: list[int]) -> dict:
+    """Largest logit changes: replaced rows before their cut, and untouched rows anywhere."""
+    k = len(cuts)
+    prefix = max(
+        float((check[i, :cut].float() - first[k + i, :cut].float()).abs().max())
+        for i, cut in enumerate(cuts)
+    )
+    rows = max(
+        (float((check[i].float() - first[i].float()).abs().max()) for i in range(k, len(first))),
+        default=0.0,
+    )
+    return {"max_prefix_diff": prefix, "max_row_diff": rows}
+
+
+def main() -> None:
+    make_undumpable()
+    job = json.loads(sys.stdin.readline())
+    nonce = job.pop("nonce")
+    try:
+        result = {"status": "ok", **evaluate(job)}
+    except EvalFailure as failure:
+        result = {
+            "status": failure.status,
+            "reason": failure.reason,
+            "worker_log": tail(LOG_FILE, 1500),
+        }
+    sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

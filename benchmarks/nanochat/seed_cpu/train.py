@@ -1,0 +1,114 @@
+"""Train a GPT for the harness's time budget with AdamW; the harness then scores the saved model.
+
+Run by the nanochat harness (never directly): it passes the settings, owns the clock and
+the validation data, and computes val_bpb itself from the checkpoint this program saves.
+"""
+
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from evolve.benchmarks.nanochat import client
+from model import build_model
+
+settings = client.settings()
+torch.manual_seed(settings.seed)
+
+# EVOLVE-BLOCK-START
+# Hyperparameters (CPU scale: a few cores, 128-token rows, vocab 2048, 15 s budget).
+N_LAYER = 2
+N_HEAD = 4
+N_EMBD = 128
+MLP_RATIO = 4
+INIT_STD = 0.02
+DEVICE_BATCH = 8  # rows per forward/backward
+GRAD_ACCUM = 1  # micro-batches per optimizer step
+LR = 0.001
+WEIGHT_DECAY = 0.1
+BETA1 = 0.9
+BETA2 = 0.95
+WARMUP_STEPS = 10
+WARMDOWN = 0.5  # fraction of the budget at the end over which the learning rate decays to 0
+GRAD_CLIP = 1.0
+# EVOLVE-BLOCK-END
+
+device = settings.device
+config = dict(
+    vocab_size=settings.vocab_size,
+    seq_len=settings.seq_len,
+    n_layer=N_LAYER,
+    n_head=N_HEAD,
+    n_embd=N_EMBD,
+    mlp_ratio=MLP_RATIO,
+    init_std=INIT_STD,
+)
+model = build_model(config).to(device)
+use_amp = device == "cuda"
+if use_amp:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+# EVOLVE-BLOCK-START
+def make_optimizer(model):
+    """AdamW; weight decay on matrices only (not on norms, biases)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": WEIGHT_DECAY},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=LR, betas=(BETA1, BETA2), fused=use_amp)
+
+
+def lr_scale(step, progress):
+    """Linear warm-up over WARMUP_STEPS, then constant, then linear decay to 0 over the last WARMDOWN."""
+    warm = min(1.0, (step + 1) / WARMUP_STEPS)
+    decay = min(1.0, (1.0 - progress) / WARMDOWN)
+    return warm * max(decay, 0.0)
+
+
+def loss_of(model, x, y):
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
+        logits = model(x)
+    return F.cross_entropy(
+        logits.float().reshape(y.numel(), logits.shape[-1]), y.reshape(y.numel())
+    )
+
+
+# EVOLVE-BLOCK-END
+
+
+optimizer = make_optimizer(model)
+train_model = torch.compile(model) if use_amp else model
+batches = client.train_batches(DEVICE_BATCH, device=device)
+clock = client.Clock()
+step, started = 0, time.monotonic()
+while True:
+    for group in optimizer.param_groups:
+        group["lr"] = LR * lr_scale(step, clock.progress)
+    for _ in range(GRAD_ACCUM):
+        x, y = next(batches)
+        loss = loss_of(train_model, x, y)
+        (loss / GRAD_ACCUM).backward()
+    if GRAD_CLIP > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    step += 1
+    if step % 25 == 0 or step <= 3:
+        print(
+            f"step {step} loss {loss.item():.4f} progress {clock.progress:.3f} "
+            f"elapsed {time.monotonic() - started:.1f}s",
+            flush=True,
+        )
+    if not math.isfinite(loss.item()):
+        raise SystemExit(f"loss is {loss.item()} at step {step}; training diverged")
+    if not clock.step(tokens=GRAD_ACCUM * x.numel()):
+        break
+
+if device == "cuda":
+    clock.note(peak_mem_gb=torch.cuda.max_memory_allocated() / 1e9)
+client.save_checkpoint(model, config, code_files=["model.py"])
+print(f"trained {step} steps in {time.monotonic() - started:.1f}s; checkpoint saved", flush=True)

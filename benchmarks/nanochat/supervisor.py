@@ -1,0 +1,224 @@
+"""The harness's process in the training sandbox: runs the candidate and times it with its own clock.
+
+Reads its job (JSON) from stdin, starts the candidate's training script under the guard
+as a child, and watches the step reports the child sends on a pipe, timestamping each
+with this process's clock. The first ``untimed_steps`` steps are not timed; from the end of
+the last untimed step, ``budget_s`` seconds later it tells the child to stop. It kills the
+child when it overstays: past ``startup_limit_s`` before the timed phase, past
+``finish_limit_s`` after the budget, or after more than one step beyond the stop. The
+verdict is one JSON line on stdout carrying the job's nonce (the child cannot write there:
+this process is undumpable and the child's output goes to a log file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+from evolve.benchmarks.nanochat.client import CONFIG_ENV, CONTROL_FD_ENV, REPORT_FD_ENV
+from evolve.benchmarks.nanochat.procutil import SAFE_PATH, kill_group, make_undumpable, tail
+
+LOG_FILE = "train.log"
+MAX_LINE = 1 << 16
+
+
+class Watch:
+    """State of one watched training run (all times from this process's monotonic clock)."""
+
+    def __init__(self, job: dict, start: float) -> None:
+        self.job = job
+        self.start = start
+        self.steps = 0
+        self.tokens = 0
+        self.timed_tokens = 0
+        self.timed_from: float | None = None
+        self.last_step_at: float | None = None
+        self.stop_sent_at: float | None = None
+        self.steps_after_stop = 0
+        self.notes: dict[str, float] = {}
+        self.violations: list[dict] = []
+        self.verdict: tuple[str, str] | None = (
+            None  # (status, reason) when the harness ended the run
+        )
+
+    def on_line(self, line: str, now: float) -> None:
+        kind, _, rest = line.partition(" ")
+        if kind == "step":
+            self.steps += 1
+            parts = rest.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                self.tokens += int(parts[1])
+                if self.timed_from is not None:
+                    self.timed_tokens += int(parts[1])
+            self.last_step_at = now
+            if self.stop_sent_at is not None:
+                self.steps_after_stop += 1
+            if self.steps == self.job["untimed_steps"]:
+                self.timed_from = now
+        elif kind == "violation":
+            try:
+                self.violations.append(json.loads(rest))
+            except ValueError:
+                self.violations.append({"event": "?", "path": rest[:200]})
+        elif kind == "note":
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                self.notes.update({k: float(v) for k, v in json.loads(rest).items()})
+
+    def deadline(self) -> float:
+        """When the harness must act next (stop signal or kill)."""
+        job = self.job
+        if self.timed_from is None:
+            return self.start + job["startup_limit_s"]
+        if self.stop_sent_at is None:
+            return self.timed_from + job["budget_s"]
+        return self.timed_from + job["budget_s"] + job["finish_limit_s"]
+
+    def check(self, now: float) -> str | None:
+        """'stop' to send the stop byte, 'kill' with ``verdict`` set, or None."""
+        if self.violations:
+            self.verdict = ("rejected", f"read forbidden data: {self.violations[0]}")
+            return "kill"
+        if self.steps_after_stop > 1:
+            self.verdict = (
+                "rejected",
+                "kept training after the harness said stop (budget overrun)",
+            )
+            return "kill"
+        if now < self.deadline():
+            return None
+        if self.timed_from is None:
+            self.verdict = (
+                "timeout",
+                f"did not finish {self.job['untimed_steps']} untimed steps within "
+                f"{self.job['startup_limit_s']}s of starting (startup limit)",
+            )
+            return "kill"
+        if self.stop_sent_at is None:
+            return "stop"
+        self.verdict = (
+            "timeout",
+            f"still running {self.job['finish_limit_s']}s after the {self.job['budget_s']}s "
+            "budget ended (budget overrun: stop at Clock.step() returning False, then save)",
+        )
+        return "kill"
+
+
+def supervise(job: dict) -> dict:
+    """Run the candidate per ``job`` and return the verdict (without the nonce)."""
+    report_r, report_w = os.pipe()
+    control_r, control_w = os.pipe()
+    config = {
+        k: job[k]
+        for k in (
+            "budget_s",
+            "untimed_steps",
+            "seq_len",
+            "vocab_size",
+            "bos_id",
+            "device",
+            "seed",
+            "train_dir",
+            "checkpoint_dir",
+            "forbidden",
+        )
+    }
+    env = dict(os.environ)
+    env.update(
+        {
+            CONFIG_ENV: json.dumps(config),
+            REPORT_FD_ENV: str(report_w),
+            CONTROL_FD_ENV: str(control_r),
+        }
+    )
+    start = time.monotonic()
+    with open(LOG_FILE, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.guard", job["entry"]],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            pass_fds=(report_w, control_r),
+            start_new_session=True,
+        )
+    os.close(report_w)
+    os.close(control_r)
+    watch = Watch(job, start)
+    buffer = b""
+    eof = False
+    while True:
+        now = time.monotonic()
+        action = watch.check(now)
+        if action == "stop":
+            watch.stop_sent_at = now
+            os.write(control_w, b"s")
+            continue
+        if action == "kill":
+            kill_group(proc)
+            break
+        if eof:
+            if proc.poll() is not None:
+                break
+            time.sleep(min(0.05, max(0.0, watch.deadline() - now)))
+            continue
+        ready, _, _ = select.select([report_r], [], [], max(0.0, min(0.5, watch.deadline() - now)))
+        if ready:
+            chunk = os.read(report_r, 65536)
+            stamp = time.monotonic()
+            if not chunk:
+                eof = True
+                continue
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                watch.on_line(line[:MAX_LINE].decode(errors="replace"), stamp)
+            buffer = buffer[-MAX_LINE:]
+        elif proc.poll() is not None and not select.select([report_r], [], [], 0)[0]:
+            break
+    end = time.monotonic()
+    returncode = proc.wait()
+    kill_group(proc)  # anything the child left in its session goes with it
+    timed = watch.timed_from is not None
+    result = {
+        "steps": watch.steps,
+        "tokens": watch.tokens,
+        "timed_tokens": watch.timed_tokens,
+        "startup_s": (watch.timed_from if timed else end) - start,
+        "training_s": (watch.last_step_at - watch.timed_from)
+        if timed and watch.last_step_at
+        else 0.0,
+        "total_s": end - start,
+        "stopped_by_harness": watch.stop_sent_at is not None,
+        "returncode": returncode,
+        "notes": watch.notes,
+        "violations": watch.violations[:10],
+        "log_tail": tail(LOG_FILE),
+    }
+    if watch.verdict is not None:
+        result["status"], result["reason"] = watch.verdict
+    elif returncode != 0:
+        result["status"], result["reason"] = (
+            "error",
+            f"training program exited with status {returncode}",
+        )
+    else:  # stopping before the budget is allowed: it only costs the candidate training time
+        result["status"], result["reason"] = "ok", ""
+    return result
+
+
+def main() -> None:
+    make_undumpable()
+    job = json.loads(sys.stdin.readline())
+    nonce = job.pop("nonce")
+    result = supervise(job)
+    sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,7 @@ from pygments.lexers import DiffLexer, TextLexer, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
 from evolve.browse import queries, summary
+from evolve.browse.render import when
 from evolve.browse.source import BrowseError, resolve_id
 from evolve.browse.web import svg
 from evolve.browse.web.graph import lineage_svg
@@ -154,6 +155,8 @@ async def elites(datasette: Any, request: Any) -> Response:
         return {"rows": rows, "islands": islands, "version": version(conn)}
 
     data = await datasette.get_database().execute_fn(work)
+    for row in data["rows"]:
+        row["updated"] = when(row["updated_at"])
     keys: list[str] = []
     for row in data["rows"]:
         keys += [

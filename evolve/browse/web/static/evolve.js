@@ -1,5 +1,5 @@
 // evolve browse: live updates (poll a version token, swap the page body) and lineage scrolling.
-(function () {
+document.addEventListener("DOMContentLoaded", function () {
   "use strict";
   var main = document.getElementById("evolve-main");
   var badge = document.getElementById("live-status");
@@ -48,4 +48,4 @@
 
   centreFocus();
   window.setInterval(poll, 2000);
-})();
+});

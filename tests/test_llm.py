@@ -236,3 +236,14 @@ def test_settings_reject_what_they_do_not_know() -> None:
     )
     assert cfg.models == (("a/b", 2.0), ("c/d", 1.0)) and cfg.commands == {"me": ("cat", "-")}
     assert not LLMSettings.from_config({"model": None}).enabled
+
+
+def test_one_command_line_serves_every_command_model() -> None:
+    cfg = LLMSettings.from_config(
+        {
+            "models": ["command/a", "command/b"],
+            "command": "my-agent --print",
+            "commands": {"b": "other"},
+        }
+    )
+    assert cfg.commands == {"a": ("my-agent", "--print"), "b": ("other",)}

@@ -44,7 +44,8 @@ class LLMSettings:
         max_cost_usd: hard budget; no call starts that could take the run past it.
         offline: serve every call from recorded answers; a prompt with none ends the run.
         replay_from: another archive.db whose recorded answers are served as well.
-        commands: for ``command/<name>`` models: name -> command line (prompt on stdin).
+        commands: for ``command/<name>`` models: name -> command line (prompt on stdin);
+            ``llm.command`` gives the one for every ``command/<name>`` not listed.
         pricing: price for models litellm cannot price (overrides litellm when set).
         operators: weight of each LLM operator (diff, rewrite, crossover) per model.
         artifact_chars: how much of a parent's artifacts a prompt shows.
@@ -83,7 +84,7 @@ class LLMSettings:
     def from_config(cls, cfg: Mapping[str, Any] | None) -> LLMSettings:
         """Build from the ``llm`` group (a plain mapping); unknown keys are an error."""
         cfg = dict(cfg or {})
-        known = {f for f in cls.__dataclass_fields__} | {"model", "name"}
+        known = {f for f in cls.__dataclass_fields__} | {"model", "name", "command"}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise LLMConfigError(
@@ -92,6 +93,11 @@ class LLMSettings:
         models = _models(cfg.pop("model", None), cfg.pop("models", None))
         cfg.pop("name", None)
         commands = {str(k): _argv(k, v) for k, v in dict(cfg.pop("commands", None) or {}).items()}
+        command = cfg.pop("command", None)
+        if command:  # the command line of every command/<name> model not named in llm.commands
+            for name, _ in models:
+                if name.startswith("command/"):
+                    commands.setdefault(name.split("/", 1)[1], _argv("command", command))
         pricing = cfg.pop("pricing", None)
         operators = dict(
             cfg.pop("operators", None) or {"diff": 1.0, "rewrite": 0.3, "crossover": 0.5}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -36,6 +37,7 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+@functools.cache
 def hardware(gpu: str | None) -> str:
     """A short description of the hardware an evaluation runs on (``gpu``: CUDA_VISIBLE_DEVICES)."""
     if gpu is None:

@@ -1,6 +1,7 @@
 """The local evaluation backend: worker processes on this machine, one per slot.
 
-The local backend keeps one single-process pool per slot. A slot on a GPU machine owns
+Each slot has one long-lived worker process, reached through a pipe that the event loop
+watches directly (no executor threads: they cost milliseconds per job). A slot on a GPU machine owns
 ``gpus_per_eval`` GPUs through CUDA_VISIBLE_DEVICES, set before the worker imports
 anything. The driver never runs a fitness itself: a fitness that hangs past its outer
 deadline, or kills its worker, is recorded as a failed evaluation and the slot's worker is
@@ -12,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
 
 from evolve.backends.base import HARNESS_GRACE_S, Job, run_job
 from evolve.fitness import Fitness
@@ -52,23 +53,47 @@ def gpu_groups(gpus_per_eval: int, workers: int | None) -> list[str | None]:
 
 # --- worker side ---------------------------------------------------------------------------------
 
-_worker_fitness: Fitness | None = None
-_worker_gpu: str | None = None
 
-
-def _init_worker(fitness: Fitness, gpu: str | None) -> None:
-    global _worker_fitness, _worker_gpu
+def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
+    """A slot's worker: evaluate each job received on ``conn`` until the driver hangs up."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    _worker_fitness, _worker_gpu = fitness, gpu
-
-
-def _run_job(job: Job) -> Evaluation:
-    assert _worker_fitness is not None, "worker not initialised"
-    return run_job(_worker_fitness, job, _worker_gpu)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):  # the driver closed the pipe or died
+            return
+        conn.send(run_job(fitness, job, gpu))
 
 
 # --- driver side ---------------------------------------------------------------------------------
+
+
+class _Worker:
+    """One worker process and the pipe to it; the event loop waits on the pipe, no threads."""
+
+    def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}")
+        self.process.start()
+        child.close()
+
+    async def call(self, job: Job, timeout_s: float) -> Evaluation:
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        fd = self.conn.fileno()
+        self.conn.send(job)
+        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, timeout_s)
+        finally:
+            loop.remove_reader(fd)
+        return self.conn.recv()  # EOFError when the worker died instead of answering
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
 
 
 class LocalBackend:
@@ -87,36 +112,24 @@ class LocalBackend:
         self.groups = gpu_groups(gpus_per_eval, workers)
         self.slots = len(self.groups)
         self._context = multiprocessing.get_context("spawn")
-        self._pools: list[ProcessPoolExecutor | None] = [None] * self.slots
+        self._workers: list[_Worker | None] = [None] * self.slots
 
-    def _pool(self, slot: int) -> ProcessPoolExecutor:
-        pool = self._pools[slot]
-        if pool is None:
-            pool = ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=self._context,
-                initializer=_init_worker,
-                initargs=(self.fitness, self.groups[slot]),
-            )
-            self._pools[slot] = pool
-        return pool
+    def _worker(self, slot: int) -> _Worker:
+        worker = self._workers[slot]
+        if worker is None:
+            worker = self._workers[slot] = _Worker(self._context, self.fitness, self.groups[slot])
+        return worker
 
     def _discard(self, slot: int) -> None:
         """Kill a slot's worker (and whatever it runs) so the next job gets a fresh one."""
-        pool = self._pools[slot]
-        self._pools[slot] = None
-        if pool is None:
-            return
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+        worker, self._workers[slot] = self._workers[slot], None
+        if worker is not None:
+            worker.kill()
 
     async def evaluate(self, slot: int, job: Job) -> Evaluation:
-        loop = asyncio.get_running_loop()
         deadline = job.timeout_s + HARNESS_GRACE_S
         try:
-            future = loop.run_in_executor(self._pool(slot), _run_job, job)
-            return await asyncio.wait_for(future, timeout=deadline)
+            return await self._worker(slot).call(job, deadline)
         except TimeoutError:
             self._discard(slot)
             return Evaluation(
@@ -125,11 +138,11 @@ class LocalBackend:
                     "error": f"the fitness did not return within {deadline:.0f} s; its worker was killed"
                 },
             )
-        except BrokenProcessPool as exc:
+        except (EOFError, OSError) as exc:
             self._discard(slot)
             return Evaluation(
                 status=EvalStatus.ERROR,
-                artifacts={"error": f"the evaluation worker died ({exc}); it was restarted"},
+                artifacts={"error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"},
             )
 
     def close(self) -> None:

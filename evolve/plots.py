@@ -15,8 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.lineage import Lineage, objective_direction, oriented
+from evolve.lineage import PARENT_ROLES, objective_direction, oriented
 from evolve.store import Store
+
+_SUCCESS_SQL = """
+SELECT c.{key}, COUNT(*), SUM(c.status IN ('done', 'failed')), SUM(f.fitness IS NOT NULL),
+       SUM(f.fitness {better} p.fitness), SUM(CASE WHEN f.fitness {better} p.fitness THEN {gain} ELSE 0 END)
+FROM candidates c
+LEFT JOIN (SELECT candidate, {pick}(fitness) AS fitness FROM evaluations WHERE status = 'ok' GROUP BY candidate) f
+       ON f.candidate = c.id
+LEFT JOIN (SELECT e.child, {pick}(v.fitness) AS fitness FROM edges e
+           JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
+           WHERE e.role IN ({roles}) AND e.parent != e.child GROUP BY e.child) p
+       ON p.child = c.id
+GROUP BY c.{key} ORDER BY COUNT(*) DESC
+"""
+
 
 SERIES_COLUMNS = ("evaluated", "best", "coverage", "qd_score", "cost", "failures", "created_at")
 
@@ -39,6 +53,39 @@ def fitness_series(
         (low, step, high),
     ).fetchall()
     return [dict(zip(SERIES_COLUMNS, row, strict=True)) for row in rows]
+
+
+def success_rates(source: sqlite3.Connection | Store, by: str = "operator") -> list[dict[str, Any]]:
+    """Per operator or model: candidates, evaluated, ok (scored), improved on its best parent, gain.
+
+    Rates are fractions of candidates. A candidate without a model counts as ``builtin``.
+    """
+    conn = _conn(source)
+    if by not in ("operator", "model"):
+        raise ValueError(f"success by {by!r}: choose 'operator' or 'model'")
+    maximise = objective_direction(conn) == "max"
+    sql = _SUCCESS_SQL.format(
+        key=by,
+        better=">" if maximise else "<",
+        pick="MAX" if maximise else "MIN",
+        gain="f.fitness - p.fitness" if maximise else "p.fitness - f.fitness",
+        roles=",".join(f"'{r}'" for r in PARENT_ROLES),
+    )
+    rows = []
+    for key, total, evaluated, ok, improved, gain in conn.execute(sql):
+        rows.append(
+            {
+                by: key or ("builtin" if by == "model" else "?"),
+                "candidates": total,
+                "evaluated": evaluated or 0,
+                "ok": ok or 0,
+                "improved": improved or 0,
+                "gain": gain or 0.0,
+                "ok_rate": (ok or 0) / total if total else 0.0,
+                "improve_rate": (improved or 0) / total if total else 0.0,
+            }
+        )
+    return rows
 
 
 @dataclass
@@ -183,12 +230,14 @@ def write_plots(
     try:
         out = Path(run_dir) / subdir if subdir else Path(run_dir)
         out.mkdir(parents=True, exist_ok=True)
-        lineage = Lineage.load(conn)
         return [
             _draw_fitness(plt, fitness_series(conn, points=2000), out / "fitness.png"),
             _draw_grid(plt, grid(conn), out / "grid.png"),
             _draw_success(
-                plt, lineage.credit("operator"), lineage.credit("model"), out / "success.png"
+                plt,
+                success_rates(conn, "operator"),
+                success_rates(conn, "model"),
+                out / "success.png",
             ),
         ]
     finally:

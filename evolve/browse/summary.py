@@ -6,21 +6,8 @@ import json
 import sqlite3
 from typing import Any
 
-from evolve.lineage import PARENT_ROLES, best_candidate, objective_direction
-from evolve.plots import fitness_series
-
-_SUCCESS_SQL = """
-SELECT c.{key}, COUNT(*), SUM(c.status IN ('done', 'failed')), SUM(f.fitness IS NOT NULL),
-       SUM(f.fitness {better} p.fitness), SUM(CASE WHEN f.fitness {better} p.fitness THEN {gain} ELSE 0 END)
-FROM candidates c
-LEFT JOIN (SELECT candidate, {pick}(fitness) AS fitness FROM evaluations WHERE status = 'ok' GROUP BY candidate) f
-       ON f.candidate = c.id
-LEFT JOIN (SELECT e.child, {pick}(v.fitness) AS fitness FROM edges e
-           JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
-           WHERE e.role IN ({roles}) AND e.parent != e.child GROUP BY e.child) p
-       ON p.child = c.id
-GROUP BY c.{key} ORDER BY COUNT(*) DESC
-"""
+from evolve.lineage import best_candidate, objective_direction
+from evolve.plots import fitness_series, success_rates
 
 
 def run_info(conn: sqlite3.Connection) -> dict[str, Any]:
@@ -82,38 +69,6 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
     return result
 
 
-def success(conn: sqlite3.Connection, by: str = "operator") -> list[dict[str, Any]]:
-    """Per operator or model: candidates, evaluated, ok (scored), improved on its best parent, gain.
-
-    Rates are fractions of candidates. A candidate without a model counts as ``builtin``.
-    """
-    if by not in ("operator", "model"):
-        raise ValueError(f"success by {by!r}: choose 'operator' or 'model'")
-    maximise = objective_direction(conn) == "max"
-    sql = _SUCCESS_SQL.format(
-        key=by,
-        better=">" if maximise else "<",
-        pick="MAX" if maximise else "MIN",
-        gain="f.fitness - p.fitness" if maximise else "p.fitness - f.fitness",
-        roles=",".join(f"'{r}'" for r in PARENT_ROLES),
-    )
-    rows = []
-    for key, total, evaluated, ok, improved, gain in conn.execute(sql):
-        rows.append(
-            {
-                by: key or ("builtin" if by == "model" else "?"),
-                "candidates": total,
-                "evaluated": evaluated or 0,
-                "ok": ok or 0,
-                "improved": improved or 0,
-                "gain": gain or 0.0,
-                "ok_rate": (ok or 0) / total if total else 0.0,
-                "improve_rate": (improved or 0) / total if total else 0.0,
-            }
-        )
-    return rows
-
-
 def cost(conn: sqlite3.Connection) -> dict[str, Any]:
     """LLM calls, tokens and USD, in total and per model."""
     per_model = [
@@ -145,8 +100,8 @@ def stats(conn: sqlite3.Connection, *, points: int = 20) -> dict[str, Any]:
     return {
         "run": run_info(conn),
         "counts": counts(conn),
-        "by_operator": success(conn, "operator"),
-        "by_model": success(conn, "model"),
+        "by_operator": success_rates(conn, "operator"),
+        "by_model": success_rates(conn, "model"),
         "cost": cost(conn),
         "series": fitness_series(conn, points=points),
     }

@@ -18,7 +18,7 @@ from evolve.browse.source import BrowseError, resolve_id
 from evolve.browse.web import svg
 from evolve.browse.web.graph import lineage_svg
 from evolve.lineage import ALL_ROLES, PARENT_ROLES, Lineage
-from evolve.plots import fitness_series, grid
+from evolve.plots import fitness_series, grid, success_rates
 
 PREFIX = "/-/evolve"
 FORMATTER = HtmlFormatter(cssclass="highlight", linenos="inline", wrapcode=True)
@@ -90,8 +90,8 @@ async def overview(datasette: Any, request: Any) -> Response:
             "run": summary.run_info(conn),
             "counts": summary.counts(conn),
             "cost": summary.cost(conn),
-            "by_operator": summary.success(conn, "operator"),
-            "by_model": summary.success(conn, "model"),
+            "by_operator": success_rates(conn, "operator"),
+            "by_model": success_rates(conn, "model"),
             "series": fitness_series(conn, points=400),
             "grid": grid(conn, island=island).to_json(),
             "version": version(conn),

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-
-import scripted_provider  # noqa: E402
-
-from evolve.llm import (  # noqa: E402
+from evolve.llm import (
     BudgetExceeded,
     LLMCallFailed,
     LLMClient,
@@ -22,7 +17,8 @@ from evolve.llm import (  # noqa: E402
     LLMStop,
     ReplayMiss,
 )
-from evolve.store import Store  # noqa: E402
+from evolve.store import Store
+from tests.fixtures import scripted_provider
 
 MESSAGES = [
     {"role": "system", "content": "You edit programs."},

@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
-sys.path.insert(0, str(Path(__file__).parent))
-
-import scripted_provider  # noqa: E402
-from test_mutate import FILES, HARNESS, PROGRAM, benchmark, parent  # noqa: E402
-
-from evolve.llm import LLMClient, LLMSettings  # noqa: E402
-from evolve.operators.base import OperatorRejected, OperatorRequest  # noqa: E402
-from evolve.operators.crossover import Crossover  # noqa: E402
-from evolve.store import Store  # noqa: E402
-from evolve.types import EdgeRole  # noqa: E402
+from evolve.llm import LLMClient, LLMSettings
+from evolve.operators.base import OperatorRejected, OperatorRequest
+from evolve.operators.crossover import Crossover
+from evolve.store import Store
+from evolve.types import EdgeRole
+from tests.fixtures import scripted_provider
+from tests.operators.test_mutate import FILES, HARNESS, PROGRAM, benchmark, parent
 
 OTHER = {
     "main.py": PROGRAM.replace("[0.05] * n", "[0.04] * (n - 1) + [0.2]"),

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 from pathlib import Path
 
 import jinja2
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
-
-import scripted_provider  # noqa: E402
-
-from evolve.fitness import Benchmark, EvalContext  # noqa: E402
-from evolve.llm import BudgetExceeded, LLMClient, LLMSettings  # noqa: E402
-from evolve.operators.base import OperatorRejected, OperatorRequest, Parent  # noqa: E402
-from evolve.operators.mutate import Diff, Rewrite  # noqa: E402
-from evolve.operators.prompting import render  # noqa: E402
-from evolve.store import Store  # noqa: E402
-from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, Objective  # noqa: E402
+from evolve.fitness import Benchmark, EvalContext
+from evolve.llm import BudgetExceeded, LLMClient, LLMSettings
+from evolve.operators.base import OperatorRejected, OperatorRequest, Parent
+from evolve.operators.mutate import Diff, Rewrite
+from evolve.operators.prompting import render
+from evolve.store import Store
+from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, Objective
+from tests.fixtures import scripted_provider
 
 PROGRAM = """import math
 

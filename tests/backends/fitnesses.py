@@ -79,7 +79,11 @@ class Traced:
             "ns": ns,
             "gpu": ctx.gpu,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "cmdline": Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip(),
+            "cmdline": Path("/proc/self/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode()
+            .strip(),
             **extra,
         }
         path = self.trace_dir / f"{candidate}.{os.getpid()}.{ns}.json"

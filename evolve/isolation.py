@@ -299,7 +299,10 @@ def apply(plan: Plan) -> dict[str, str]:
         with contextlib.suppress(OSError):
             _loopback_up()
         report["network"] = f"isolated: {namespaces} with its own loopback only"
-        report["netns"] = os.readlink("/proc/self/ns/net")
+    if namespaces:  # a namespace no descendant can leave: how the parent finds them all
+        report["ns"] = os.readlink(
+            "/proc/self/ns/mnt" if flags & CLONE_NEWNS else "/proc/self/ns/net"
+        )
     shm = _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else False
     if plan.readonly and "readonly" not in report:
         report["readonly"] = f"{NOT}enforced (no mount namespace); checked after the run"

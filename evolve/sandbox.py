@@ -171,8 +171,8 @@ def _proc_fields(pid: str) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def _members(sid: int, marker: bytes, netns: str | None) -> list[int]:
-    """Live pids in session ``sid``, carrying ``marker`` in their environment, or in ``netns``."""
+def _members(sid: int, marker: bytes, ns: str | None) -> list[int]:
+    """Live pids in session ``sid``, carrying ``marker`` in their environment, or in namespace ``ns``."""
     members = []
     for entry in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -181,28 +181,28 @@ def _members(sid: int, marker: bytes, netns: str | None) -> list[int]:
                 continue
             if (
                 int(fields[3]) == sid
-                or (netns is not None and os.readlink(entry / "ns/net") == netns)
+                or (ns is not None and os.readlink(entry / "ns" / ns.split(":")[0]) == ns)
                 or marker in (entry / "environ").read_bytes()
             ):
                 members.append(int(entry.name))
     return members
 
 
-def _signal_tree(pid: int, marker: bytes, netns: str | None, sig: int) -> int:
+def _signal_tree(pid: int, marker: bytes, ns: str | None, sig: int) -> int:
     """Send ``sig`` to the group and to every other member; return how many members were found."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    members = _members(pid, marker, netns)
+    members = _members(pid, marker, ns)
     for member in members:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(member, sig)
     return len(members)
 
 
-def _kill_all(pid: int, marker: bytes, netns: str | None) -> None:
+def _kill_all(pid: int, marker: bytes, ns: str | None) -> None:
     """SIGKILL until no member is left (a fork loop may need several rounds)."""
     for _ in range(200):
-        if not _signal_tree(pid, marker, netns, signal.SIGKILL):
+        if not _signal_tree(pid, marker, ns, signal.SIGKILL):
             return
         time.sleep(0.01)
     log.warning("sandbox %s: processes still alive after 200 SIGKILL rounds", marker.decode())
@@ -342,7 +342,7 @@ def run(
         raise
     os.close(report_w)
     report = _read_report(report_r)
-    netns = report.pop("netns", None)
+    ns = report.pop("ns", None)
     _warn_once(report)
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
@@ -355,14 +355,12 @@ def run(
         except subprocess.TimeoutExpired:
             timed_out = True
     if timed_out:
-        _signal_tree(proc.pid, marker, netns, signal.SIGTERM)
+        _signal_tree(proc.pid, marker, ns, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=GRACE_S)
     # Whatever happened, nothing of the child's tree survives this call.
-    leftover = (
-        0 if timed_out else len([p for p in _members(proc.pid, marker, netns) if p != proc.pid])
-    )
-    _kill_all(proc.pid, marker, netns)
+    leftover = 0 if timed_out else len([p for p in _members(proc.pid, marker, ns) if p != proc.pid])
+    _kill_all(proc.pid, marker, ns)
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
         stream.close()

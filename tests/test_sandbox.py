@@ -147,9 +147,12 @@ def test_setsid_double_fork_is_killed(tmp_path: Path) -> None:
     assert_ended(result, tmp_path, 1)
 
 
-def test_setsid_double_fork_with_clean_environment_is_killed(tmp_path: Path) -> None:
-    """Leaves the session and drops the marker variable: only the network namespace finds it."""
-    needs("network")
+@pytest.mark.parametrize(("policy", "key"), [(Policy(), "network"), (Policy(network=True), "shm")])
+def test_setsid_double_fork_with_clean_environment_is_killed(
+    tmp_path: Path, policy: Policy, key: str
+) -> None:
+    """Leaves the session and drops the marker variable: only the sandbox's namespace finds it."""
+    needs(key, policy)
     code = """
         import os, signal
         if os.fork() == 0:
@@ -161,7 +164,7 @@ def test_setsid_double_fork_with_clean_environment_is_killed(tmp_path: Path) -> 
             os._exit(0)
         import time; time.sleep(1000)
     """
-    result = candidate(tmp_path, code)
+    result = candidate(tmp_path, code, policy=policy)
     assert result.timed_out
     assert_ended(result, tmp_path, 1)
 
@@ -414,7 +417,7 @@ def test_writes_are_confined_to_the_workdir(tmp_path: Path) -> None:
 
 
 def test_readonly_harness_file_cannot_be_changed(tmp_path: Path) -> None:
-    needs("readonly", Policy(readonly=["/usr"]))
+    needs("readonly", Policy(readonly=[__file__]))
     harness = tmp_path / "harness.py"
     harness.write_text("SCORE = 'honest'\n")
     code = """
@@ -482,7 +485,7 @@ def test_isolation_report_names_every_protection(tmp_path: Path) -> None:
 
 def test_strict_policy_runs_when_everything_applies(tmp_path: Path) -> None:
     policy = Policy(strict=True, readonly=[tmp_path / "main.py"])
-    if gaps(isolation_report(Policy(readonly=["/usr"]))):
+    if gaps(isolation_report(Policy(readonly=[__file__]))):
         pytest.skip("this platform lacks some protection; strict would refuse")
     (tmp_path / "main.py").write_text("")
     assert candidate(tmp_path, "print('ok')", policy=policy).stdout.strip() == "ok"

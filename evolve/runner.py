@@ -28,7 +28,8 @@ def make_backend(cfg: dict[str, Any], benchmark: Any) -> Any:
             fitness=benchmark.fitness, gpus_per_eval=benchmark.gpus, workers=workers(cfg)
         )
     if kind == "ray":
-        from evolve.backends.ray import RayBackend  # Ray is imported (or found missing) when it is built
+        # importing this module does not import Ray: building the backend does, or names the fix
+        from evolve.backends.ray import RayBackend
 
         return RayBackend.from_config(
             cfg["backend"],

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import prepare, scales
 from evolve.benchmarks.nanochat.procutil import SAFE_PATH
+from evolve.benchmarks.nanochat.scorer import CHECK_ROWS, eval_rows
 
-from evolve.fitness import EvalContext, Limits, run_sandboxed
+from evolve.fitness import EvalContext, Limits, Policy, run_sandboxed
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,21 @@ STATUS = {
 }
 CHECKPOINT_NAMES = ("config.json", "model.pt")
 MAX_CHECKPOINT_BYTES = 64 << 30
+_ROWS_CACHE: dict[tuple, bytes] = {}
+
+
+def validation_rows(val_dir: Path, seq_len: int, eval_tokens: int) -> bytes:
+    """The fixed evaluation rows (plus the causality check's spares) as int32 bytes, cached per process."""
+    key = (str(val_dir), seq_len, eval_tokens)
+    if key not in _ROWS_CACHE:
+        from evolve.benchmarks.nanochat.scorer import EvalFailure
+
+        try:
+            rows = eval_rows(val_dir, seq_len, eval_tokens // seq_len, spare=CHECK_ROWS)
+        except EvalFailure as failure:
+            raise EvolveError(failure.reason) from None
+        _ROWS_CACHE[key] = rows.astype("int32").tobytes()
+    return _ROWS_CACHE[key]
 
 
 def _verdict(result, nonce: str, what: str) -> dict | Evaluation:
@@ -69,9 +85,9 @@ class NanochatFitness:
     Attributes:
         objective: val_bpb, minimised.
         descriptors: log10 of the parameter count and of the training tokens processed.
-        gpus: GPUs one evaluation needs (1 at a CUDA scale, else 0).
-        seed_dir: the seed program of the chosen scale.
-        timeout_s: an upper bound on one evaluation's wall time.
+        benchmark_overrides: the seed folder of the chosen scale, the GPUs one evaluation
+            needs (1 at a CUDA scale, else 0) and a bound on one evaluation's wall time;
+            ``evolve.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
     """
 
     def __init__(self, *, scale: str = "auto", data_dir: str | None = None, **overrides) -> None:
@@ -92,9 +108,11 @@ class NanochatFitness:
                 bins=8,
             ),
         )
-        self.gpus = 1 if self.scale.device == "cuda" else 0
-        self.seed_dir = self.scale.seed_dir
-        self.timeout_s = self.scale.train_limit_s + self.scale.eval_limit_s + 60.0
+        self.benchmark_overrides = {
+            "seed": str(self.scale.seed_dir),
+            "gpus": 1 if self.scale.device == "cuda" else 0,
+            "timeout_s": self.scale.train_limit_s + self.scale.eval_limit_s + 60.0,
+        }
         log.info("nanochat: %s", self.scale.describe())
         self._dataset_meta()  # fail now, not at the first evaluation, when the data is missing
 
@@ -133,6 +151,10 @@ class NanochatFitness:
         found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
         return sorted({str(p) for p in found} | {str(parts["val"])})
 
+    def _policy(self, forbidden: list[str]) -> Policy:
+        """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it)."""
+        return Policy(hidden=tuple(forbidden))
+
     def _limits(self, timeout_s: float) -> Limits:
         memory = None if self.scale.memory_gb is None else int(self.scale.memory_gb * (1 << 30))
         return Limits(timeout_s=timeout_s, memory_bytes=memory)
@@ -150,6 +172,7 @@ class NanochatFitness:
     def _evaluate(self, workdir, ctx, scale, parts, meta, scratch) -> Evaluation:
         env = ctx.env()
         forbidden = self.forbidden()
+        rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
         checkpoint = workdir / "checkpoint"
         shutil.rmtree(checkpoint, ignore_errors=True)
         nonce = secrets.token_hex(16)
@@ -174,6 +197,7 @@ class NanochatFitness:
             cwd=workdir,
             limits=self._limits(scale.train_limit_s),
             env=env,
+            policy=self._policy(forbidden),
             stdin=(json.dumps(train_job) + "\n").encode(),
         )
         train = _verdict(result, nonce, "training")
@@ -206,7 +230,6 @@ class NanochatFitness:
         nonce = secrets.token_hex(16)
         eval_job = {
             "nonce": nonce,
-            "val_dir": str(parts["val"]),
             "token_bytes": str(parts["tokenizer"] / "token_bytes.npy"),
             "seq_len": scale.seq_len,
             "eval_tokens": scale.eval_tokens,
@@ -223,7 +246,8 @@ class NanochatFitness:
             cwd=evaldir,
             limits=self._limits(scale.eval_limit_s),
             env=env,
-            stdin=(json.dumps(eval_job) + "\n").encode(),
+            policy=self._policy(forbidden),
+            stdin=(json.dumps(eval_job) + "\n").encode() + rows,
         )
         score = _verdict(result, nonce, "scoring")
         if isinstance(score, Evaluation):

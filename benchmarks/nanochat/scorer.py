@@ -1,7 +1,7 @@
 """The harness's process in the evaluation sandbox: feeds validation tokens, computes bits per byte.
 
-Reads its job (JSON) from stdin. Packs the validation split into rows with the original's
-rule, starts ``model_worker`` (which runs the candidate's model code, guarded) as a child,
+Reads its job (one JSON line) and then the packed validation rows (int32) from stdin: the
+validation files themselves stay hidden from this sandbox. It starts ``model_worker`` (which runs the candidate's model code, guarded) as a child,
 sends it fixed batches of inputs and reads back logits through shared memory. This
 process never imports candidate code: it copies each batch of logits out of shared
 memory, checks it, and computes cross-entropy and bytes itself (``bpb``). One extra batch
@@ -54,6 +54,17 @@ def eval_rows(val_dir: Path, seq_len: int, n_rows: int, spare: int) -> np.ndarra
         f"the validation split gives only {len(rows)} rows of {seq_len + 1} tokens; "
         f"{n_rows + spare} are needed (prepare more validation text or lower eval_tokens)",
     )
+
+
+def read_rows(stream, count: int, width: int) -> np.ndarray:
+    """``count`` rows of ``width`` int32 tokens sent by the fitness after the job line."""
+    data = stream.read(count * width * 4)
+    if len(data) != count * width * 4:
+        raise EvalFailure(
+            "error",
+            f"the harness sent {len(data)} bytes of validation rows, expected {count * width * 4}",
+        )
+    return np.frombuffer(data, dtype=np.int32).reshape(count, width).astype(np.int64)
 
 
 def causality_batch(
@@ -185,7 +196,7 @@ def evaluate(job: dict) -> dict:
     start = time.monotonic()
     seq, rows_per_batch, device = job["seq_len"], job["batch_rows"], job["device"]
     n_rows = job["eval_tokens"] // seq
-    rows = eval_rows(Path(job["val_dir"]), seq, n_rows, spare=CHECK_ROWS)
+    rows = read_rows(sys.stdin.buffer, n_rows + CHECK_ROWS, seq + 1)
     rows, spare = rows[:n_rows], rows[n_rows:]
     token_bytes = torch.from_numpy(np.load(job["token_bytes"]).astype(np.int64)).to(device)
     check, cuts = causality_batch(
@@ -274,7 +285,7 @@ def causality_report(first, check, cuts: list[int]) -> dict:
 
 def main() -> None:
     make_undumpable()
-    job = json.loads(sys.stdin.readline())
+    job = json.loads(sys.stdin.buffer.readline())
     nonce = job.pop("nonce")
     try:
         result = {"status": "ok", **evaluate(job)}

@@ -213,7 +213,7 @@ def supervise(job: dict) -> dict:
 
 def main() -> None:
     make_undumpable()
-    job = json.loads(sys.stdin.readline())
+    job = json.loads(sys.stdin.buffer.readline())
     nonce = job.pop("nonce")
     result = supervise(job)
     sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")

@@ -159,15 +159,18 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
         )
     task_path = cfg.get("task")
     task = resolve_path(task_path).read_text() if task_path else ""
+    # A fitness that picks its scale from the hardware (nanochat) may override seed, gpus, timeout_s.
+    chosen = dict(getattr(fitness, "benchmark_overrides", None) or {})
+    seed_dir, gpus, timeout_s = chosen.get("seed"), chosen.get("gpus"), chosen.get("timeout_s")
     return Benchmark(
         name=str(cfg["name"]),
         fitness=fitness,
-        seed_dir=resolve_path(cfg["seed"]),
+        seed_dir=Path(seed_dir) if seed_dir is not None else resolve_path(cfg["seed"]),
         editable=tuple(cfg.get("editable") or ("*.py",)),
         task=task,
         harness_files=tuple(resolve_path(p) for p in cfg.get("harness") or ()),
-        timeout_s=float(cfg.get("timeout_s", 60.0)),
-        gpus=int(cfg.get("gpus", 0)),
+        timeout_s=float(timeout_s if timeout_s is not None else cfg.get("timeout_s", 60.0)),
+        gpus=int(gpus if gpus is not None else cfg.get("gpus", 0)),
     )
 
 

@@ -1,41 +1,40 @@
 """Run untrusted candidate code in a child process that cannot outlive its timeout.
 
-What it does (Linux):
-- runs the command in the given working directory (callers pass a fresh temp dir), with
-  HOME and TMPDIR pointing at fresh directories inside it (``Policy.private_home``);
-- starts it in its own session and process group;
-- applies rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
-- scrubs the environment: only an allow-list of variables passes, and none that looks like
-  a secret (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
-- captures stdout/stderr up to a byte cap (the rest is discarded, and said so);
-- isolates it (``evolve.isolation``, each part only where the platform allows it, and
-  ``Result.isolation`` says which): a private network namespace with only its own loopback
-  (as root, or through an unprivileged user namespace), else Landlock refusing TCP; Landlock
-  confining writes to the workdir plus ``Policy.writable`` and the device nodes, hiding
-  ``Policy.hidden`` from reads, scoping signals and abstract unix sockets, and forbidding
-  ptrace and ``/proc/<pid>/environ`` of processes outside the sandbox (so the secrets in
-  the parent's environment stay unreadable); read-only bind mounts over ``Policy.readonly``
-  (plus a check after the run: ``Result.modified``); no-new-privileges and an empty
-  capability bounding set, so a command started as root holds no capability;
-- on timeout sends SIGTERM to the group, then SIGKILL after a grace period; finally kills,
-  until none is left, every process of its session, carrying its marker variable, or living
-  in its network namespace; ``Result.leftover`` counts those still alive after the command
-  itself exited (a candidate leaving work behind is a red flag for the fitness).
+What it does (Linux; ``Result.isolation`` says which protections this platform applied):
+- runs the command in the given working directory (a fresh temp dir), with HOME and TMPDIR
+  pointing at fresh directories inside it, in its own session and process group;
+- rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
+- an environment from an allow-list, minus anything that looks like a secret
+  (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
+- stdout/stderr captured up to a byte cap (the rest is discarded, and said so);
+- ``evolve.isolation``: a private network namespace holding only its own loopback (as root,
+  or inside an unprivileged user namespace), else Landlock refusing TCP; a private tmpfs on
+  /dev/shm; read-only bind mounts over ``Policy.readonly`` (and a check after the run,
+  ``Result.modified``); Landlock confining writes to the workdir, ``Policy.writable`` and
+  the device nodes, hiding ``Policy.hidden``, scoping signals and abstract unix sockets, and
+  refusing ptrace and ``/proc/<pid>/environ`` of outside processes (the parent's secrets);
+  no-new-privileges and an empty capability bounding set (root keeps uid 0, no capability);
+- on timeout SIGTERM to the group, SIGKILL after a grace period; then SIGKILL, until none is
+  left, to every process in its session, carrying its marker variable, or inside its private
+  namespace (which no descendant can leave); ``Result.leftover`` counts those still alive
+  after the command itself exited (work left behind: a red flag for the fitness).
 
 What it does NOT protect against (run untrusted code on a machine you can lose):
-- reading files the user running evolve can read, except ``Policy.hidden`` (with Landlock);
-- without Landlock (kernel < 5.13 or refused): writes anywhere the user can write;
-- without a network namespace: UDP, and all network when Landlock < ABI 4 as well;
-  pathname unix sockets (e.g. a docker socket) are reachable whenever file permissions allow;
-- the kernel: no seccomp filter, no syscall restriction; kernel exploits escape everything;
-- memory: ``Limits.memory_bytes`` caps *virtual* address space, which CUDA exhausts at once
-  (it maps huge virtual ranges), so GPU programs need ``memory_bytes=None`` and then have
-  no memory cap at all (no cgroup is used); likewise the process limit does not bind root
-  (the kernel exempts uid 0 from RLIMIT_NPROC);
+- reading whatever the user running evolve can read, except ``Policy.hidden``;
+- without Landlock (kernel < 5.13, or refused): writes anywhere the user may write, which
+  for root means the whole system; without any namespace, UDP and (Landlock < 4) all network;
+- pathname unix sockets (e.g. a docker socket) that file permissions let it reach;
+- the kernel: no seccomp filter; a kernel exploit escapes everything;
+- memory: ``Limits.memory_bytes`` caps *virtual* address space, which CUDA exhausts at once,
+  so GPU programs need ``memory_bytes=None`` and then have no memory cap (no cgroup is used);
+  RLIMIT_NPROC counts per user machine-wide and never binds root;
 - GPU choice: ``CUDA_VISIBLE_DEVICES`` is advisory; every ``/dev/nvidia*`` node is writable;
-- a descendant that leaves the session, scrubs its environment *and* is not in a private
-  network namespace escapes the final kill (it is still counted if found before);
-- timing side channels, and CPU/GPU contention with other sandboxes on the same machine.
+- without a private namespace, a descendant that leaves the session and scrubs its
+  environment escapes the final kill;
+- timing side channels, and contention with other sandboxes on the same machine.
+
+Isolation runs in the child between fork and exec (``preexec_fn``), so call ``run`` from a
+process without other threads that may hold locks (evolve's workers are such processes).
 """
 
 from __future__ import annotations

@@ -189,10 +189,10 @@ class Harness:
     def baselines(self, env: Mapping[str, str]) -> dict[str, Any]:
         """Reference and baseline timings, bytes and FLOPs per workload, measured once in this process."""
         s = self.settings
-        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}"
+        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{self._selected()}"
         if key not in _CACHE:
             job = {"task": "baseline", "workloads": self._selected(), "warmup": s.warmup, "iters": s.iters,
-                   "baseline": s.baseline, "seed": 0}  # fmt: skip
+                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats}  # fmt: skip
             _CACHE[key] = self._referee(job, env)["workloads"]
         return _CACHE[key]
 

@@ -1,0 +1,298 @@
+"""All GPU measurements of the kernels benchmark in one go, for RESULTS.md.
+
+    python -m evolve.benchmarks.kernels.gpu_run [--minutes 8] [--gpus 0,1] [--smoke]
+    python -m evolve.benchmarks.kernels.gpu_run --device cpu --tiny --problems rmsnorm   # CPU check
+
+It measures (1) the machine's ceilings (calibration); (2) for every problem and
+workload the reference's eager time, the torch.compile baseline T_b, the roofline T_SOL
+and the reference's SOL score, each timing repeated ``--repeats`` times; (3) our Triton
+seed kernels scored through the full sandboxed harness (correctness, audits, witness),
+with the coefficient of variation of their median over the repeats. Problems are shared
+out over the given GPUs; a problem not started within the time budget is reported as
+skipped. Results go to $OUT (or --out): results.json, results.md, log.txt.
+``--tiny`` shrinks every axis to at most 64 so the whole path runs on a CPU (with
+TRITON_INTERPRET=1, set by ``--device cpu``); its times mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SEEDS = {
+    "rmsnorm": "rmsnorm_triton",
+    "softmax": "softmax_triton",
+    "silu_and_mul": "silu_mul_triton",
+}
+SMOKE_PROBLEMS = ("rmsnorm", "matmul_bf16")
+HERE = Path(__file__).parent
+
+
+def shrink_dataset(src: Path, dst: Path, cap: int = 64) -> Path:
+    """Copy a dataset with every const axis and workload axis value capped at ``cap`` (for CPU runs)."""
+    for definition_path in sorted(src.rglob("definition.json")):
+        folder = dst / definition_path.parent.relative_to(src)
+        shutil.copytree(definition_path.parent, folder, dirs_exist_ok=True)
+        definition = json.loads(definition_path.read_text())
+        for axis in definition["axes"].values():
+            if axis["type"] == "const":
+                axis["value"] = min(int(axis["value"]), cap)
+        (folder / "definition.json").write_text(json.dumps(definition, indent=2))
+        lines = []
+        for line in (folder / "workload.jsonl").read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                record["axes"] = {k: min(int(v), cap) for k, v in record["axes"].items()}
+                lines.append(json.dumps(record))
+        (folder / "workload.jsonl").write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def _log(out: Path, lock: threading.Lock, text: str) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {text}"
+    with lock:
+        print(line, flush=True)
+        with (out / "log.txt").open("a") as handle:
+            handle.write(line + "\n")
+
+
+def measure_problem(
+    name: str, dataset: Path, settings: Any, calibration: dict, env: dict, log: Any
+) -> dict[str, Any]:
+    """Baselines, roofline and reference score of one problem, then its Triton seed (if any)."""
+    from evolve.benchmarks.kernels.harness import Harness
+    from evolve.benchmarks.kernels.roofline import sol_ms
+    from evolve.benchmarks.kernels.score import coefficient_of_variation, problem_score, sol_score
+    from evolve.benchmarks.kernels.spec import find_problem
+    from evolve.benchmarks.kernels.suite import stage
+
+    problem = find_problem(dataset, name)
+    harness = Harness(problem, settings, calibration=calibration)
+    started = time.monotonic()
+    base = harness.baselines(env)
+    rows = []
+    for uuid, entry in base.items():
+        ref = [sorted(t)[len(t) // 2] for t in entry["reference_ms"]]
+        compiled = [sorted(t)[len(t) // 2] for t in entry.get("baseline_ms", [])] or ref
+        sol = sol_ms(entry["bytes"], entry.get("flops", {}), calibration)
+        t_ref, t_b = sorted(ref)[len(ref) // 2], sorted(compiled)[len(compiled) // 2]
+        rows.append({
+            "uuid": uuid, "reference_ms": t_ref, "baseline_ms": t_b, **sol, "bytes": entry["bytes"],
+            "flops": entry.get("flops", {}), "reference_score": sol_score(t_ref, t_b, sol["sol_ms"]),
+            "reference_cv": coefficient_of_variation(ref), "baseline_cv": coefficient_of_variation(compiled),
+            "compile_error": entry.get("compile_error"),
+        })  # fmt: skip
+    result: dict[str, Any] = {
+        "problem": name, "workloads": rows, "baseline_s": time.monotonic() - started,
+        "reference_score": problem_score([r["reference_score"] for r in rows]),
+    }  # fmt: skip
+    log(f"{name}: reference score {result['reference_score']:.3f} ({result['baseline_s']:.0f} s)")
+    if name in SEEDS:
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix=f"evolve-kernels-seed-{name}-") as tmp:
+            stage(
+                HERE / "seeds" / SEEDS[name],
+                Path(tmp),
+                (problem.root / "definition.json").read_text(),
+                problem.definition.reference,
+            )
+            report = harness.evaluate(Path(tmp), seed=1, env=env)
+        result["seed"] = {
+            "name": SEEDS[name],
+            "seconds": time.monotonic() - started,
+            **report.as_dict(),
+        }
+        log(
+            f"{name}: seed {SEEDS[name]} status {report.status} score {report.score:.3f} {report.message[:300]}"
+        )
+    return result
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """RESULTS.md text: calibration, per-problem baselines and SOL, seeds with their spread."""
+    cal = results["calibration"]
+    rates = cal["matrix_flops_per_s"]
+    out = [
+        f"### Run of {results['started']} on {cal['device']} (torch {cal['torch']}), {results['seconds']:.0f} s",
+        "",
+    ]
+    out += ["| ceiling | measured |", "| --- | ---: |",
+            f"| bandwidth used for SOL | {cal['bandwidth_bytes_per_s'] / 1e12:.3f} TB/s |",
+            f"| copy (read + write) | {cal['copy_bytes_per_s'] / 1e12:.3f} TB/s |",
+            f"| read (sum) | {cal['read_bytes_per_s'] / 1e12:.3f} TB/s |"]  # fmt: skip
+    out += [f"| {k} matmul | {v / 1e12:.1f} TFLOP/s |" for k, v in rates.items()]
+    out += ["", "| problem | workload | T_ref ms | T_b (compile) ms | T_SOL ms | bound | reference score | CV(T_b) |",
+            "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]  # fmt: skip
+    for p in results["problems"]:
+        if "error" in p or "skipped" in p:
+            out.append(f"| {p['problem']} | {p.get('error') or p.get('skipped')} | | | | | | |")
+            continue
+        for r in p["workloads"]:
+            bound = "memory" if r["memory_ms"] >= r["compute_ms"] else "compute"
+            note = " (compile failed)" if r.get("compile_error") else ""
+            out.append(f"| {p['problem']} | {r['uuid']} | {r['reference_ms']:.4f} | {r['baseline_ms']:.4f}{note} | {r['sol_ms']:.4f} | "
+                       f"{bound} | {r['reference_score']:.3f} | {r['baseline_cv']:.2%} |")  # fmt: skip
+    out += ["", "| problem | reference score (mean over workloads) |", "| --- | ---: |"]
+    out += [
+        f"| {p['problem']} | {p['reference_score']:.3f} |"
+        for p in results["problems"]
+        if "reference_score" in p
+    ]
+    out += ["", "| seed kernel | workload | status | T_k ms | T_b ms | T_SOL ms | score | CV of median |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for p in results["problems"]:
+        seed = p.get("seed")
+        if not seed:
+            continue
+        for r in seed["rows"]:
+            cells = [r.get(k) for k in ("kernel_ms", "baseline_ms", "sol_ms", "score", "cv")]
+            fmt = [("-" if c is None else f"{c:.4f}") for c in cells[:4]] + [
+                "-" if cells[4] is None else f"{cells[4]:.2%}"
+            ]
+            out.append(f"| {seed['name']} | {r['uuid']} | {r['status']} | {' | '.join(fmt)} |")
+        out.append(
+            f"| **{seed['name']}** | problem score | {seed['status']} | | | | **{seed['score']:.3f}** | |"
+        )
+    cvs = [
+        r["cv"]
+        for p in results["problems"]
+        for r in (p.get("seed") or {}).get("rows", [])
+        if r.get("cv") is not None
+    ]
+    if cvs:
+        out += ["", f"Spread: CV of the median over {results['settings']['repeats']} repeats, max {max(cvs):.2%}, "
+                    f"mean {sum(cvs) / len(cvs):.2%} (goal < 2%)."]  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run everything; print the Markdown table; write results into $OUT."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=8.0,
+        help="time budget; problems not started by then are skipped",
+    )
+    parser.add_argument(
+        "--gpus", default="0", help="comma-separated GPU indices to share problems over"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="two problems, one workload each, fewer iterations (< 2 min)",
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cuda", "cpu"),
+        help="cpu: Triton interpreter, eager baseline",
+    )
+    parser.add_argument("--tiny", action="store_true", help="cap every axis at 64 (for CPU runs)")
+    parser.add_argument("--problems", help="comma-separated subset")
+    parser.add_argument("--dataset", help="problems folder (default: our suite)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_run_out")
+    args = parser.parse_args(argv)
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+
+    def log(text: str) -> None:
+        _log(out, lock, text)
+
+    from evolve.benchmarks.kernels.fitness import SUITE, resolve_device
+    from evolve.benchmarks.kernels.harness import Harness, Settings
+    from evolve.benchmarks.kernels.spec import problem_dirs
+
+    device = resolve_device(args.device)
+    started, clock = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.monotonic()
+    dataset = Path(args.dataset or SUITE)
+    tmp = Path(tempfile.mkdtemp(prefix="evolve-kernels-gpu-run-"))
+    if args.tiny:
+        dataset = shrink_dataset(dataset, tmp / "tiny")
+    names = sorted(problem_dirs(dataset))
+    if args.problems:
+        names = [n for n in names if n in args.problems.split(",")]
+    elif args.smoke:
+        names = [n for n in names if n in SMOKE_PROBLEMS]
+    gpus = [g for g in args.gpus.split(",") if g] if device == "cuda" else [None]
+    small = args.smoke or device == "cpu"
+    settings = Settings(device=device, rounds=2 if small else 10, warmup=2 if small else 10, iters=10 if small else 50,
+                        repeats=2 if small else args.repeats, baseline="eager" if device == "cpu" else "compile",
+                        quick_calibration=device == "cpu", timeout_s=600.0)  # fmt: skip
+    log(
+        f"device {device}, GPUs {gpus}, {len(names)} problems, budget {args.minutes} min, settings {settings}"
+    )
+    first_env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus[0] is not None else {}
+    from evolve.benchmarks.kernels.spec import find_problem
+
+    calibration = Harness(find_problem(dataset, names[0]), settings).calibration(first_env)
+    (out / "calibration.json").write_text(json.dumps(calibration, indent=2))
+    log(f"calibration: {json.dumps(calibration)}")
+    todo: queue.Queue[str] = queue.Queue()
+    for name in sorted(names, key=lambda n: (n not in SEEDS, n)):  # seeds first: they are must-show
+        todo.put(name)
+    results: dict[str, Any] = {}
+
+    def worker(gpu: str | None) -> None:
+        env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+        while True:
+            try:
+                name = todo.get_nowait()
+            except queue.Empty:
+                return
+            if time.monotonic() - clock > args.minutes * 60:
+                results[name] = {"problem": name, "skipped": "not started within the time budget"}
+                continue
+            chosen = settings
+            if args.smoke:  # one workload (the first) per problem
+                from dataclasses import replace
+
+                chosen = replace(
+                    settings, workloads=(find_problem(dataset, name).workloads[0].uuid,)
+                )
+            try:
+                results[name] = measure_problem(name, dataset, chosen, calibration, env, log)
+            except Exception as exc:
+                results[name] = {
+                    "problem": name,
+                    "error": f"{type(exc).__name__}: {str(exc)[:500]}",
+                }
+                log(f"{name}: FAILED {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    shutil.rmtree(tmp, ignore_errors=True)
+    full = {"started": started, "seconds": time.monotonic() - clock, "device": device, "gpus": gpus, "tiny": args.tiny,
+            "smoke": args.smoke, "settings": settings.__dict__ | {"workloads": list(settings.workloads)},
+            "calibration": calibration, "problems": [results[n] for n in sorted(results)]}  # fmt: skip
+    (out / "results.json").write_text(json.dumps(full, indent=2, default=str))
+    text = markdown(full)
+    (out / "results.md").write_text(text)
+    print(text)
+    failed = [
+        p["problem"]
+        for p in full["problems"]
+        if "error" in p or (p.get("seed") or {}).get("status", "ok") != "ok"
+    ]
+    log(f"done in {full['seconds']:.0f} s; failed: {failed or 'none'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

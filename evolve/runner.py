@@ -13,7 +13,11 @@ from evolve.archive import Archive
 from evolve.backends import LocalBackend
 from evolve.config import ConfigError, build_benchmark, search_settings, workers
 from evolve.emitters import Emitter
+from evolve.fitness import Benchmark
+from evolve.llm import LLMStop, usage_line
 from evolve.operators.catalog import build_operators, uses_llm
+from evolve.operators.llm_catalog import llm_client, preflight_operators
+from evolve.plots import write_plots
 from evolve.search import Search, Summary
 from evolve.store import Store
 
@@ -40,6 +44,25 @@ def make_backend(cfg: dict[str, Any], benchmark: Any) -> Any:
     raise ConfigError(f"backend {kind!r} unknown; available: local, ray")
 
 
+def record_problem(store: Store, benchmark: Benchmark, cfg: dict[str, Any]) -> None:
+    """Write the objective and the grid's axes into ``state``, so readers need no config to draw them."""
+    objective = benchmark.fitness.objective
+    with store.transaction():
+        store.set_state(
+            "objective", {"name": objective.name, "direction": objective.direction.value}
+        )
+        store.set_state(
+            "grid",
+            {
+                "islands": cfg["archive"].get("islands", 1),
+                "descriptors": [
+                    {"name": d.name, "low": d.low, "high": d.high, "bins": d.bins}
+                    for d in benchmark.fitness.descriptors
+                ],
+            },
+        )
+
+
 def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary:
     """Run (or continue) the search described by ``cfg`` in ``run_dir``; returns how it ended."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -60,16 +83,19 @@ def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary
             seed=settings.seed,
             hardware=f"{platform.node()} {platform.machine()}",
         )
+        record_problem(store, benchmark, cfg)
         archive = Archive(
             store=store,
             objective=benchmark.fitness.objective,
             descriptors=benchmark.fitness.descriptors,
             **cfg["archive"],
         )
+        operators = build_operators(cfg, store=store, benchmark=benchmark)
+        llm = llm_client(operators)
         emitter = Emitter(
             archive=archive,
             benchmark=benchmark,
-            operators=build_operators(cfg, store=store, benchmark=benchmark),
+            operators=operators,
             **cfg.get("emitter", {}),
         )
         backend = make_backend(cfg, benchmark)
@@ -88,15 +114,25 @@ def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary
             backend=backend,
             benchmark=benchmark,
             settings=settings,
+            cost=llm.spent if llm is not None else (lambda: 0.0),
+            budget_errors=(LLMStop,),
         )
         status = "interrupted"
         try:
+            for warning in asyncio.run(
+                preflight_operators(operators)
+            ):  # before anything is evaluated
+                log.warning("%s", warning)
             summary = asyncio.run(search.run())
+            if llm is not None:
+                log.info("LLM use so far (this archive):\n%s", usage_line(llm.ledger.summary()))
             status = "finished"
         finally:
             backend.close()
             store.finish_run(run_id, status=status)
         (run_dir / "summary.json").write_text(json.dumps(summary.__dict__, indent=2))
+        written = write_plots(store, run_dir)
+        log.info("plots: %s", ", ".join(str(p) for p in written))
         return summary
     finally:
         store.close()

@@ -48,6 +48,8 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
     except EvolveError as exc:
         log.error("%s", exc)
         sys.exit(f"error: {exc}")
+    except KeyboardInterrupt:
+        sys.exit(f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}")
     print(
         f"\nrun finished ({summary.reason}): {summary.evaluated} evaluated, {summary.failures} failed\n"
         f"seed {summary.seed_fitness}  ->  best {summary.best} ({summary.best_id})\n"

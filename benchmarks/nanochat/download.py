@@ -50,7 +50,7 @@ def _expected_from_headers(headers, have: int, status: int) -> tuple[int | None,
     return total, etag.lower() if re.fullmatch(r"[0-9a-fA-F]{64}", etag) else None
 
 
-def _verify(path: Path, size: int | None, sha256: str | None) -> None:
+def _verify(path: Path, size: int | None, sha256: str | None, *, parquet: bool) -> None:
     actual = path.stat().st_size
     if size is not None and actual != size:
         raise DownloadError(f"{path.name}: got {actual} bytes, expected {size}")
@@ -58,7 +58,7 @@ def _verify(path: Path, size: int | None, sha256: str | None) -> None:
         raise DownloadError(
             f"{path.name}: SHA-256 mismatch (file corrupt); delete it and download again"
         )
-    if path.name.endswith(".parquet"):
+    if parquet:
         with open(path, "rb") as handle:
             head = handle.read(4)
             handle.seek(-4, 2)
@@ -90,7 +90,7 @@ def download(
                 with open(part, mode) as handle:
                     while chunk := response.read(CHUNK):
                         handle.write(chunk)
-            _verify(part, total, sha256 or etag_sha)
+            _verify(part, total, sha256 or etag_sha, parquet=dest.suffix == ".parquet")
             part.replace(dest)
             return dest
         except urllib.error.HTTPError as exc:
@@ -98,7 +98,7 @@ def download(
                 exc.code == 416 and have
             ):  # asked past the end: the part is complete or bad; check it
                 try:
-                    _verify(part, None, sha256)
+                    _verify(part, None, sha256, parquet=dest.suffix == ".parquet")
                     part.replace(dest)
                     return dest
                 except DownloadError:

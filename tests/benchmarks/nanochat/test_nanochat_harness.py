@@ -1,0 +1,139 @@
+"""The harness owns the measurement: honest candidates pass, cheaters and overrunners are refused.
+
+Each test trains a variant of the CPU seed for a 2-second budget on a tiny dataset and
+scores it with the real supervisor, scorer and sandbox.
+"""
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from evolve.benchmarks.nanochat import prepare
+from evolve.benchmarks.nanochat.fitness import NanochatFitness
+from evolve.benchmarks.nanochat.sources import chunk_text
+from evolve.fitness import EvalContext, evaluate_safely
+from evolve.types import EvalStatus
+
+SEED = Path(prepare.__file__).parent / "seed_cpu"
+TRAIN_STEP = "    if not clock.step(tokens=GRAD_ACCUM * x.numel()):\n        break\n"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """A tiny dataset ("tiny", vocab 512) from a few standard-library files."""
+    root = tmp_path_factory.mktemp("nanochat-data")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    texts = [
+        c
+        for name in ("argparse.py", "textwrap.py", "pathlib.py", "json/decoder.py")
+        for c in chunk_text((stdlib / name).read_text())
+    ]
+    val = [c for c in chunk_text((stdlib / "string.py").read_text())]
+    prepare.build(
+        root / "tiny", train=lambda: texts, val=lambda: val * 3, vocab_size=512, log=lambda _: None
+    )
+    return root
+
+
+def fitness(data_dir: Path, **overrides) -> NanochatFitness:
+    settings = dict(
+        scale="cpu",
+        data_dir=str(data_dir),
+        dataset="tiny",
+        vocab_size=512,
+        seq_len=64,
+        budget_s=2.0,
+        eval_tokens=64 * 8 * 2,
+        eval_batch_rows=8,
+        startup_limit_s=60.0,
+        finish_limit_s=15.0,
+    )
+    return NanochatFitness(**{**settings, **overrides})
+
+
+def run(data_dir: Path, tmp_path: Path, edit=None, **overrides):
+    files = {p.name: p.read_text() for p in SEED.glob("*.py")}
+    if edit:
+        edit(files)
+    work = tmp_path / "work"
+    work.mkdir()
+    for name, text in files.items():
+        (work / name).write_text(text)
+    return evaluate_safely(
+        fitness(data_dir, **overrides), work, EvalContext(seed=0, scratch=tmp_path)
+    )
+
+
+def test_honest_candidate_is_scored_by_the_harness(data_dir, tmp_path):
+    def print_fake(files):  # printing a score changes nothing: the harness computes its own
+        files["train.py"] += (
+            '\nprint("val_bpb: 0.0001")\nprint("{\\"status\\": \\"ok\\", \\"val_bpb\\": 0.0001}")\n'
+        )
+
+    ev = run(data_dir, tmp_path, print_fake)
+    assert ev.status == EvalStatus.OK, dict(ev.artifacts)
+    assert 1.0 < ev.fitness < 12.0
+    metrics = ev.metrics
+    assert metrics["steps"] > 11 and metrics["training_s"] >= 2.0
+    assert metrics["max_prefix_diff"] == 0.0 and metrics["max_row_diff"] == 0.0
+    assert metrics["eval_targets"] > 0 and metrics["params"] > 0
+    assert set(ev.descriptors) == {"log10_params", "log10_tokens"}
+
+
+def test_fake_score_without_training_is_refused(data_dir, tmp_path):
+    def fake(files):
+        files["train.py"] = (
+            'print("val_bpb: 0.0001")\nprint(\'{"status": "ok", "val_bpb": 0.0001}\')\n'
+        )
+
+    ev = run(data_dir, tmp_path, fake)
+    assert not ev.ok and ev.fitness is None
+    assert "checkpoint" in ev.artifacts["error"]
+
+
+def test_reading_validation_data_is_rejected(data_dir, tmp_path):
+    def peek(files):  # looks next to its training data, swallows the error, then trains honestly
+        files["train.py"] = files["train.py"].replace(
+            "torch.manual_seed(settings.seed)\n",
+            "torch.manual_seed(settings.seed)\nimport pathlib\n"
+            "try:\n    (pathlib.Path(settings.train_dir).parent / 'val' / 'tokens.bin').read_bytes()\n"
+            "except OSError:\n    pass\n",
+        )
+
+    ev = run(data_dir, tmp_path, peek)
+    assert ev.status == EvalStatus.REJECTED
+    assert "forbidden" in ev.artifacts["error"]
+
+
+def test_non_causal_model_is_rejected(data_dir, tmp_path):
+    def peek_ahead(files):
+        files["model.py"] = files["model.py"].replace("is_causal=True", "is_causal=False")
+
+    ev = run(data_dir, tmp_path, peek_ahead)
+    assert ev.status == EvalStatus.REJECTED
+    assert "not causal" in ev.artifacts["error"]
+
+
+def test_training_past_the_budget_is_rejected(data_dir, tmp_path):
+    def ignore_stop(files):
+        assert TRAIN_STEP in files["train.py"]
+        files["train.py"] = files["train.py"].replace(
+            TRAIN_STEP, "    clock.step(tokens=GRAD_ACCUM * x.numel())\n"
+        )
+
+    ev = run(data_dir, tmp_path, ignore_stop)
+    assert ev.status == EvalStatus.REJECTED
+    assert "budget overrun" in ev.artifacts["error"]
+    assert ev.metrics["training_s"] < 2.0 + 15.0
+
+
+def test_training_before_the_clock_starts_is_cut_off(data_dir, tmp_path):
+    def slow_start(files):  # work before step 11 is untimed, so it has a wall limit of its own
+        files["train.py"] = files["train.py"].replace(
+            "clock = client.Clock()\n", "clock = client.Clock()\ntime.sleep(60)\n"
+        )
+
+    ev = run(data_dir, tmp_path, slow_start, startup_limit_s=8.0)
+    assert ev.status == EvalStatus.TIMEOUT
+    assert "startup limit" in ev.artifacts["error"]

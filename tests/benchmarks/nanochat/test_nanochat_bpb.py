@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-
 from evolve.benchmarks.nanochat.bpb import BpbSums, batch_sums, target_nats
 
 
@@ -49,4 +48,4 @@ def test_logit_shift_does_not_change_the_score():
 
 def test_no_bytes_is_an_error():
     with pytest.raises(ValueError, match="no target"):
-        BpbSums().bpb
+        _ = BpbSums().bpb

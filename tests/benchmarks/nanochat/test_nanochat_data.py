@@ -11,7 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from evolve.benchmarks.nanochat import download, prepare, sources, tokens
 
 

@@ -8,10 +8,10 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 from evolve.benchmarks.nanochat.sources import chunk_text
+
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from evolve.benchmarks.nanochat.packing import pack_batches, pack_rows
 
 BOS = 0

@@ -1,9 +1,8 @@
 """Tokenizer: the original's vocabulary rules, round trip, and the token-bytes table."""
 
 import numpy as np
-from tokenizers import Regex, pre_tokenizers
-
 from evolve.benchmarks.nanochat import tokenizer
+from tokenizers import Regex, pre_tokenizers
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog 12345 times.\n",

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import os
 import platform
+import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from types import ModuleType
@@ -66,6 +67,20 @@ def import_ray() -> ModuleType:
             f"backend=ray needs Ray, which is not installed here ({exc}); install it with: {INSTALL}"
         ) from exc
     return ray
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast when nothing listens at a ``host:port`` address (Ray itself retries for minutes)."""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if address in ("auto", "local") or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise RayBackendError(
+            f"nothing answers at backend.address={address!r} ({exc}); start the cluster there with "
+            f"`ray start --head --port={port}`, or use backend.address=local to start one on this machine"
+        ) from exc
 
 
 # --- worker side ---------------------------------------------------------------------------------
@@ -180,13 +195,15 @@ class RayBackend:
             ray.init(address="local", **local, **common)
             log.info("started a local Ray cluster on this machine")
             return True
+        _check_reachable(address)
         try:
             ray.init(address=address, **common)
         except ConnectionError as exc:
             if address != "auto":
                 raise RayBackendError(
-                    f"cannot reach the Ray cluster at backend.address={address!r} ({exc}); start it with "
-                    "`ray start --head` on the head node, or use backend.address=local to start one here"
+                    f"cannot join the Ray cluster at backend.address={address!r} ({exc}); if it uses "
+                    "token authentication (`ray start` turns it on from Ray 2.59), set RAY_AUTH_MODE=token "
+                    "and RAY_AUTH_TOKEN (or ~/.ray/auth_token) here as on the cluster"
                 ) from exc
             log.info(
                 "no running Ray cluster found (backend.address=auto): starting one on this machine"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from evolve.backends import Job, LocalBackend
-from evolve.backends.ray import CONFIG_KEYS, RayBackend, RayBackendError, import_ray
+from evolve.backends.ray import (
+    CONFIG_KEYS,
+    RayBackend,
+    RayBackendError,
+    _check_reachable,
+    import_ray,
+)
 from evolve.types import EvalStatus, content_hash
 from tests.backends.fitnesses import Traced, traces
 
@@ -92,6 +99,17 @@ def test_slots_follow_the_cluster_resources(ray_cluster):
     assert RayBackend(fitness=Traced(), workers=5).slots == 5  # explicit: tasks queue in Ray
     with pytest.raises(RayBackendError, match=r"too little GPU.*ray start --address"):
         RayBackend(fitness=Traced(), gpus_per_eval=1)
+
+
+def test_an_address_where_nothing_listens_fails_at_once_with_the_fix():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    start = time.monotonic()
+    with pytest.raises(RayBackendError, match=rf"nothing answers.*ray start --head --port={port}"):
+        _check_reachable(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 5
+    _check_reachable("auto")  # left to Ray, as are local and addresses it parses itself
 
 
 def test_unknown_config_keys_are_refused_with_the_valid_ones():

@@ -42,7 +42,10 @@ DENIED_MODULES = (
     "ctypes",
     "eval",
 )
-RESUME_OVERRIDABLE = ("search.", "backend.", "llm.max_cost_usd", "resume", "hydra.", "progress")
+RESUME_OVERRIDABLE = (
+    "search.", "backend.", "llm.max_cost_usd", "resume", "hydra.", "progress",
+    "llm.offline", "llm.replay_from", "llm.timeout_s", "llm.retries", "llm.api_base",
+)
 
 
 class ConfigError(EvolveError):

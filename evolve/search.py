@@ -25,6 +25,7 @@ from evolve.archive import Archive
 from evolve.backends import Backend, Job
 from evolve.emitters import Emitter
 from evolve.fitness import Benchmark
+from evolve.llm.ledger import link_calls
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
 from evolve.store import Store
@@ -233,6 +234,7 @@ class Search:
             self.store.add_candidate(
                 proposal, seq=seq, status=CandidateStatus.REJECTED, candidate_id=rejected_id
             )
+            link_calls(self.store, rejected.prompt_hash, rejected_id)
             self.store.add_evaluation(
                 rejected_id,
                 Evaluation(
@@ -324,6 +326,7 @@ class Search:
                 self._record_rejection(seq, island, rejected)
                 return None
             candidate = self.store.add_candidate(proposal, seq=seq, norm_hash=norm)
+            link_calls(self.store, proposal.prompt_hash, candidate.id)
             self._move(None, CandidateStatus.PROPOSED)
             return candidate
         self._stop_reason = f"{MAX_DUPLICATE_ATTEMPTS} proposals in a row duplicated existing candidates; the search has converged"

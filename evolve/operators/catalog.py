@@ -32,6 +32,10 @@ def build_operators(
         benchmark: the problem (LLM prompts show its task).
     """
     operators = builtin_operators(cfg["operators"]["builtin"])
+    if uses_llm(cfg):
+        from evolve.operators.llm_catalog import llm_operators  # one diff/rewrite/crossover per model
+
+        operators += llm_operators(cfg["llm"], store=store)
     if not operators:
         raise ValueError(
             "no operators: set operators.builtin weights above 0 or configure an LLM (llm=...)"

@@ -165,25 +165,26 @@ def _child_setup(limits: Limits, plan: isolation.Plan, report_fd: int) -> None:
         raise IsolationError("refusing to exec")
 
 
-def _proc_fields(pid: str) -> list[str]:
-    # fields after the command name: state ppid pgrp session ...
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
 def _members(sid: int, marker: bytes, ns: str | None) -> list[int]:
     """Live pids in session ``sid``, carrying ``marker`` in their environment, or in namespace ``ns``."""
-    members = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = _proc_fields(entry.name)
-            if fields[0] in "ZX" or int(entry.name) == os.getpid():
+    members, me, kind = [], os.getpid(), ns.split(":")[0] if ns else ""
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in (me, 2):
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                # fields after the command name: state ppid pgrp session ...
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            if fields[0] in (b"Z", b"X") or fields[1] == b"2":  # zombie or kernel thread
                 continue
-            if (
-                int(fields[3]) == sid
-                or (ns is not None and os.readlink(entry / "ns" / ns.split(":")[0]) == ns)
-                or marker in (entry / "environ").read_bytes()
-            ):
-                members.append(int(entry.name))
+            if int(fields[3]) == sid or (kind and os.readlink(f"/proc/{name}/ns/{kind}") == ns):
+                members.append(int(name))
+                continue
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if marker in handle.read():
+                    members.append(int(name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not ours to read
     return members
 
 
@@ -358,8 +359,10 @@ def run(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=GRACE_S)
     # Whatever happened, nothing of the child's tree survives this call.
-    leftover = 0 if timed_out else len([p for p in _members(proc.pid, marker, ns) if p != proc.pid])
-    _kill_all(proc.pid, marker, ns)
+    alive = _members(proc.pid, marker, ns)
+    leftover = 0 if timed_out else len([p for p in alive if p != proc.pid])
+    if alive:  # none alive: none can appear either, as only a member can fork a member
+        _kill_all(proc.pid, marker, ns)
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
         stream.close()

@@ -18,19 +18,14 @@ from typing import Any
 from evolve.lineage import PARENT_ROLES, objective_direction, oriented
 from evolve.store import Store
 
-_SUCCESS_SQL = """
-SELECT c.{key}, COUNT(*), SUM(c.status IN ('done', 'failed')), SUM(f.fitness IS NOT NULL),
-       SUM(f.fitness {better} p.fitness), SUM(CASE WHEN f.fitness {better} p.fitness THEN {gain} ELSE 0 END)
-FROM candidates c
-LEFT JOIN (SELECT candidate, {pick}(fitness) AS fitness FROM evaluations WHERE status = 'ok' GROUP BY candidate) f
-       ON f.candidate = c.id
-LEFT JOIN (SELECT e.child, {pick}(v.fitness) AS fitness FROM edges e
-           JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
-           WHERE e.role IN ({roles}) AND e.parent != e.child GROUP BY e.child) p
-       ON p.child = c.id
-GROUP BY c.{key} ORDER BY COUNT(*) DESC
+_CANDIDATE_SQL = """
+SELECT c.id, c.operator, c.model, c.status,
+       (SELECT {pick}(v.fitness) FROM evaluations v WHERE v.candidate = c.id AND v.status = 'ok'),
+       (SELECT {pick}(v.fitness) FROM edges e JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
+        WHERE e.child = c.id AND e.role IN ({roles}) AND e.parent != e.child)
+FROM candidates c WHERE c.seq >= ?
 """
-
+DEFAULT_WINDOW = 20_000
 
 SERIES_COLUMNS = ("evaluated", "best", "coverage", "qd_score", "cost", "failures", "created_at")
 
@@ -55,37 +50,63 @@ def fitness_series(
     return [dict(zip(SERIES_COLUMNS, row, strict=True)) for row in rows]
 
 
-def success_rates(source: sqlite3.Connection | Store, by: str = "operator") -> list[dict[str, Any]]:
-    """Per operator or model: candidates, evaluated, ok (scored), improved on its best parent, gain.
+def success_rates(
+    source: sqlite3.Connection | Store, *, last: int | None = DEFAULT_WINDOW
+) -> dict[str, Any]:
+    """Success per operator and per model over the ``last`` candidates (None: the whole run).
 
-    Rates are fractions of candidates. A candidate without a model counts as ``builtin``.
+    For each key: candidates, evaluated (done or failed), ok (scored), improved (scored
+    better than its best parent), gain (summed improvement, in the objective's good
+    direction), elites (cells it holds now), and the rates ok/candidates and
+    improved/candidates. A candidate without a model counts as ``builtin``. The window
+    keeps this fast on any archive size (it reads about 3 index entries per candidate).
+
+    Returns:
+        ``{"window": first seq counted, "candidates": how many, "operator": rows, "model": rows}``,
+        rows sorted by candidates, most first.
     """
     conn = _conn(source)
-    if by not in ("operator", "model"):
-        raise ValueError(f"success by {by!r}: choose 'operator' or 'model'")
     maximise = objective_direction(conn) == "max"
-    sql = _SUCCESS_SQL.format(
-        key=by,
-        better=">" if maximise else "<",
-        pick="MAX" if maximise else "MIN",
-        gain="f.fitness - p.fitness" if maximise else "p.fitness - f.fitness",
-        roles=",".join(f"'{r}'" for r in PARENT_ROLES),
+    top = conn.execute("SELECT MAX(seq) FROM candidates").fetchone()[0]
+    start = 0 if last is None or top is None else max(0, top + 1 - last)
+    elites = {row[0] for row in conn.execute("SELECT candidate FROM elites")}
+    sql = _CANDIDATE_SQL.format(
+        pick="MAX" if maximise else "MIN", roles=",".join(f"'{r}'" for r in PARENT_ROLES)
     )
-    rows = []
-    for key, total, evaluated, ok, improved, gain in conn.execute(sql):
-        rows.append(
-            {
-                by: key or ("builtin" if by == "model" else "?"),
-                "candidates": total,
-                "evaluated": evaluated or 0,
-                "ok": ok or 0,
-                "improved": improved or 0,
-                "gain": gain or 0.0,
-                "ok_rate": (ok or 0) / total if total else 0.0,
-                "improve_rate": (improved or 0) / total if total else 0.0,
-            }
-        )
-    return rows
+    tables: dict[str, dict[str, dict[str, Any]]] = {"operator": {}, "model": {}}
+    counted = 0
+    for cid, operator, model, status, fitness, parent in conn.execute(sql, (start,)):
+        counted += 1
+        gain = None
+        if fitness is not None and parent is not None:
+            gain = fitness - parent if maximise else parent - fitness
+        for by, key in (("operator", operator or "?"), ("model", model or "builtin")):
+            row = tables[by].setdefault(
+                key,
+                {
+                    by: key,
+                    "candidates": 0,
+                    "evaluated": 0,
+                    "ok": 0,
+                    "improved": 0,
+                    "gain": 0.0,
+                    "elites": 0,
+                },
+            )
+            row["candidates"] += 1
+            row["evaluated"] += status in ("done", "failed")
+            row["ok"] += fitness is not None
+            row["elites"] += cid in elites
+            if gain is not None and gain > 0:
+                row["improved"] += 1
+                row["gain"] += gain
+    result: dict[str, Any] = {"window": start, "candidates": counted}
+    for by, rows in tables.items():
+        for row in rows.values():
+            row["ok_rate"] = row["ok"] / row["candidates"]
+            row["improve_rate"] = row["improved"] / row["candidates"]
+        result[by] = sorted(rows.values(), key=lambda r: (-r["candidates"], str(r[by])))
+    return result
 
 
 @dataclass
@@ -233,12 +254,7 @@ def write_plots(
         return [
             _draw_fitness(plt, fitness_series(conn, points=2000), out / "fitness.png"),
             _draw_grid(plt, grid(conn), out / "grid.png"),
-            _draw_success(
-                plt,
-                success_rates(conn, "operator"),
-                success_rates(conn, "model"),
-                out / "success.png",
-            ),
+            _draw_success(plt, success_rates(conn, last=None), out / "success.png"),
         ]
     finally:
         if opened is not None:
@@ -299,9 +315,10 @@ def _draw_grid(plt: Any, view: Grid, path: Path) -> Path:
     return _save(plt, fig, path)
 
 
-def _draw_success(plt: Any, by_operator: list[dict], by_model: list[dict], path: Path) -> Path:
+def _draw_success(plt: Any, success: dict[str, Any], path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, rows, key in ((axes[0], by_operator, "operator"), (axes[1], by_model, "model")):
+    for ax, key in ((axes[0], "operator"), (axes[1], "model")):
+        rows = success[key]
         labels = [str(row[key]) for row in rows]
         ok = [row["ok"] / row["candidates"] if row["candidates"] else 0 for row in rows]
         improved = [row["improved"] / row["candidates"] if row["candidates"] else 0 for row in rows]

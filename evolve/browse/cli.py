@@ -216,11 +216,17 @@ def cells(session: Session, as_json: bool, island: int | None) -> None:
 
 @command
 @click.option("--points", default=12, show_default=True, help="Rows of the time series shown.")
-def stats(session: Session, as_json: bool, points: int) -> None:
+@click.option(
+    "--last",
+    default=20_000,
+    show_default=True,
+    help="Success rates over the last N candidates (0: the whole run).",
+)
+def stats(session: Session, as_json: bool, points: int, last: int) -> None:
     """Counts by status, success per operator and model, cost, and the time series."""
     from evolve.browse import render, summary
 
-    data = summary.stats(session.conn, points=points)
+    data = summary.stats(session.conn, points=points, last=last or None)
     _emit(data) if as_json else _show(render.stats(data))
 
 

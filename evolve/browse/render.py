@@ -291,45 +291,38 @@ def stats(data: dict[str, Any]) -> Group:
             numeric=("count",),
         )
     )
+    success = data["success"]
+    scope = (
+        f"last {success['candidates']:,} candidates (from #{success['window']}; --last 0 for all)"
+        if success["window"]
+        else f"all {success['candidates']:,} candidates"
+    )
+    columns = [
+        "candidates",
+        "evaluated",
+        "ok",
+        "ok rate",
+        "improved",
+        "improve rate",
+        "gain",
+        "elites",
+    ]
     for key in ("operator", "model"):
-        rows = data[f"by_{key}"]
-        parts.append(
-            table(
-                f"Success per {key}",
-                [
-                    key,
-                    "candidates",
-                    "evaluated",
-                    "ok",
-                    "ok rate",
-                    "improved",
-                    "improve rate",
-                    "gain",
-                ],
-                [
-                    [
-                        r[key],
-                        r["candidates"],
-                        r["evaluated"],
-                        r["ok"],
-                        f"{r['ok_rate']:.1%}",
-                        r["improved"],
-                        f"{r['improve_rate']:.1%}",
-                        r["gain"],
-                    ]
-                    for r in rows
-                ],
-                numeric=(
-                    "candidates",
-                    "evaluated",
-                    "ok",
-                    "ok rate",
-                    "improved",
-                    "improve rate",
-                    "gain",
-                ),
-            )
-        )
+        body = [
+            [
+                r[key],
+                r["candidates"],
+                r["evaluated"],
+                r["ok"],
+                f"{r['ok_rate']:.1%}",
+                r["improved"],
+                f"{r['improve_rate']:.1%}",
+                r["gain"],
+                r["elites"],
+            ]
+            for r in success[key]
+        ]
+        parts.append(table(f"Success per {key} ({scope})", [key, *columns], body, numeric=columns))
     cost = data["cost"]
     parts.append(
         table(

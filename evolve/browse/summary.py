@@ -7,7 +7,7 @@ import sqlite3
 from typing import Any
 
 from evolve.lineage import best_candidate, objective_direction
-from evolve.plots import fitness_series, success_rates
+from evolve.plots import DEFAULT_WINDOW, fitness_series, success_rates
 
 
 def run_info(conn: sqlite3.Connection) -> dict[str, Any]:
@@ -45,10 +45,16 @@ def run_info(conn: sqlite3.Connection) -> dict[str, Any]:
         info["best_fitness"] = conn.execute(
             "SELECT objective FROM elites WHERE candidate=? LIMIT 1", (info["best"],)
         ).fetchone()[0]
-    span = conn.execute(
-        "SELECT MIN(created_at), MAX(updated_at), COUNT(*) FROM candidates"
+    # indexed lookups only: a full scan of candidates would read every file they hold
+    first, count = conn.execute(
+        "SELECT (SELECT created_at FROM candidates ORDER BY seq LIMIT 1), (SELECT COUNT(*) FROM candidates)"
     ).fetchone()
-    info["first_candidate_at"], info["last_update_at"], info["candidates"] = span
+    latest = conn.execute(
+        "SELECT MAX(t) FROM (SELECT MAX(created_at) AS t FROM stats UNION ALL "
+        "SELECT created_at FROM evaluations WHERE id = (SELECT MAX(id) FROM evaluations) UNION ALL "
+        "SELECT updated_at FROM candidates WHERE seq = (SELECT MAX(seq) FROM candidates))"
+    ).fetchone()[0]
+    info["first_candidate_at"], info["last_update_at"], info["candidates"] = first, latest, count
     return info
 
 
@@ -95,13 +101,15 @@ def cost(conn: sqlite3.Connection) -> dict[str, Any]:
     }
 
 
-def stats(conn: sqlite3.Connection, *, points: int = 20) -> dict[str, Any]:
-    """Everything ``stats`` shows: run info, counts, success per operator and model, cost, time series."""
+def stats(
+    conn: sqlite3.Connection, *, points: int = 20, last: int | None = DEFAULT_WINDOW
+) -> dict[str, Any]:
+    """Everything ``stats`` shows: run info, counts, success per operator and model (over the
+    ``last`` candidates; None: all), cost, time series."""
     return {
         "run": run_info(conn),
         "counts": counts(conn),
-        "by_operator": success_rates(conn, "operator"),
-        "by_model": success_rates(conn, "model"),
+        "success": success_rates(conn, last=last),
         "cost": cost(conn),
         "series": fitness_series(conn, points=points),
     }

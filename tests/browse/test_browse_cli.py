@@ -125,10 +125,16 @@ def test_stats(browse, browse_json, facts):
     assert sum(v for k, v in data["counts"].items() if not k.startswith("eval_")) == len(
         facts["ids"]
     )
-    operators = {r["operator"]: r for r in data["by_operator"]}
+    success = data["success"]
+    operators = {r["operator"]: r for r in success["operator"]}
     assert {"tweak", "crossover", "diff", "rewrite", "seed"} <= set(operators)
-    assert sum(r["candidates"] for r in data["by_model"]) == len(facts["ids"])
-    assert all(0 <= r["ok_rate"] <= 1 and r["improved"] <= r["ok"] for r in data["by_operator"])
+    assert (
+        sum(r["candidates"] for r in success["model"]) == len(facts["ids"]) == success["candidates"]
+    )
+    assert all(0 <= r["ok_rate"] <= 1 and r["improved"] <= r["ok"] for r in success["operator"])
+    assert sum(r["elites"] for r in success["operator"]) == facts["elites"][0]
+    recent = browse_json("stats", "--last", "10")["success"]
+    assert recent["candidates"] == 10 and recent["window"] == len(facts["ids"]) - 10
     assert data["cost"]["calls"] > 0 and data["cost"]["cost"] == pytest.approx(
         0.004 * data["cost"]["calls"]
     )

@@ -18,7 +18,7 @@ from evolve.browse.source import BrowseError, resolve_id
 from evolve.browse.web import svg
 from evolve.browse.web.graph import lineage_svg
 from evolve.lineage import ALL_ROLES, PARENT_ROLES, Lineage
-from evolve.plots import fitness_series, grid, success_rates
+from evolve.plots import DEFAULT_WINDOW, fitness_series, grid, success_rates
 
 PREFIX = "/-/evolve"
 FORMATTER = HtmlFormatter(cssclass="highlight", linenos="inline", wrapcode=True)
@@ -84,14 +84,15 @@ async def version_json(datasette: Any, request: Any) -> Response:
 async def overview(datasette: Any, request: Any) -> Response:
     """``/-/evolve``: fitness over time, the grid, cost, success per operator and model."""
     island = _int(request.args.get("island"))
+    window = _int(request.args.get("window"))
+    window = DEFAULT_WINDOW if window is None else window
 
     def work(conn: sqlite3.Connection) -> dict[str, Any]:
         return {
             "run": summary.run_info(conn),
             "counts": summary.counts(conn),
             "cost": summary.cost(conn),
-            "by_operator": success_rates(conn, "operator"),
-            "by_model": success_rates(conn, "model"),
+            "success": success_rates(conn, last=None if window == 0 else window),
             "series": fitness_series(conn, points=400),
             "grid": grid(conn, island=island).to_json(),
             "version": version(conn),
@@ -130,11 +131,14 @@ async def overview(datasette: Any, request: Any) -> Response:
             )
         ),
         "grid": Markup(svg.heatmap(data["grid"], candidate_url)),
-        "by_operator": Markup(svg.bars(data["by_operator"], "operator")),
-        "by_model": Markup(svg.bars(data["by_model"], "model")),
+        "by_operator": Markup(svg.bars(data["success"]["operator"], "operator")),
+        "by_model": Markup(svg.bars(data["success"]["model"], "model")),
     }
     return await _render(
-        datasette, request, "evolve_overview.html", {**data, "charts": charts, "island": island}
+        datasette,
+        request,
+        "evolve_overview.html",
+        {**data, "charts": charts, "island": island, "window": window},
     )
 
 

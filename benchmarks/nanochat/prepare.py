@@ -168,6 +168,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tokenizer-chars", type=int, default=2_000_000_000)
     parser.add_argument(
+        "--chunk-chars",
+        type=int,
+        help="cut documents longer than this at paragraph ends (so long articles fill rows instead of "
+        "being cropped by the packing); applied to train and val alike",
+    )
+    parser.add_argument(
         "--overwrite", action="store_true", help="replace an existing dataset of this name"
     )
     return parser
@@ -209,10 +215,17 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             "name a source: --train FILES --val FILES, --climbmix-shards N, or --stdlib"
         )
+
+    def chunked(texts: Iterable[str]) -> Iterator[str]:
+        for text in texts:
+            yield from sources.chunk_text(text, args.chunk_chars) if args.chunk_chars else (text,)
+
+    if args.chunk_chars:
+        describe["chunk_chars"] = args.chunk_chars
     build(
         root,
-        train=lambda: sources.iter_texts(train_files, args.max_train_chars),
-        val=lambda: sources.iter_texts(val_files),
+        train=lambda: chunked(sources.iter_texts(train_files, args.max_train_chars)),
+        val=lambda: chunked(sources.iter_texts(val_files)),
         vocab_size=args.vocab,
         tokenizer_chars=args.tokenizer_chars,
         describe=describe,

@@ -1,0 +1,315 @@
+"""GPU measurements of the nanochat benchmark: the seed at the full budget over several seeds, in parallel.
+
+Prepares the Wikipedia dataset (tokenizer with 8192 tokens, trained on all cores), measures
+the GPU's bf16 matmul rate (the peak assumed for MFU), then runs one harness evaluation of
+the seed per GPU at the same time (seed i on GPU i) and reports val_bpb (mean, std),
+tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Writes
+``results.json``, ``RESULTS-gpu.md`` (markdown for RESULTS.md) and the logs into ``$OUT``.
+
+    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2            # 300 s budget, ~9 min
+    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # everything, tiny, < 2 min
+    python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny     # CPU check of this script
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from evolve.benchmarks.nanochat import prepare, scales
+from evolve.benchmarks.nanochat.fitness import NanochatFitness
+from evolve.benchmarks.nanochat.packing import pack_rows
+from evolve.benchmarks.nanochat.scorer import CHECK_ROWS
+from evolve.benchmarks.nanochat.tokens import Split
+
+from evolve.fitness import EvalContext, evaluate_safely
+
+CHUNK_CHARS = (
+    6000  # ~1500 tokens: Wikipedia articles are cut at paragraph ends so rows use whole articles
+)
+
+
+def matmul_peak(device: str, size: int = 8192, iters: int = 20) -> float:
+    """Measured dense matmul rate in FLOP/s (bf16 on CUDA, float32 on CPU)."""
+    import torch
+
+    if device == "cpu":
+        size, iters, dtype = 1024, 5, torch.float32
+    else:
+        dtype = torch.bfloat16
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    if device != "cpu":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        a @ b
+    if device != "cpu":
+        torch.cuda.synchronize()
+    rate = 2 * size**3 * iters / (time.perf_counter() - start)
+    del a, b
+    if device != "cpu":
+        torch.cuda.empty_cache()
+    return rate
+
+
+def flops_per_token(config: dict) -> float:
+    """Training FLOPs per token: 6 x matmul parameters + causal attention (6 * layers * width * seq)."""
+    d, layers = config["n_embd"], config["n_layer"]
+    matmul_params = (
+        layers * (4 * d * d + 2 * config.get("mlp_ratio", 4) * d * d) + d * config["vocab_size"]
+    )
+    return 6.0 * matmul_params + 6.0 * layers * d * config["seq_len"]
+
+
+def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: int | None) -> Path:
+    root = data_dir / name
+    if prepare.is_prepared(root):
+        return root
+    train = sorted(wiki.glob("train-*.jsonl.xz"))
+    if not train or not (wiki / "val.jsonl.xz").is_file():
+        raise SystemExit(
+            f"{wiki} needs train-NN.jsonl.xz shards and val.jsonl.xz; carry data/wikipedia/ here"
+        )
+    argv = [
+        "--name",
+        name,
+        "--data-dir",
+        str(data_dir),
+        "--vocab",
+        str(vocab),
+        "--chunk-chars",
+        str(CHUNK_CHARS),
+    ]
+    argv += ["--train", *map(str, train), "--val", str(wiki / "val.jsonl.xz")]
+    if max_chars:
+        argv += ["--max-train-chars", str(max_chars), "--tokenizer-chars", str(max_chars)]
+    prepare.main(argv)
+    return root
+
+
+def usable_eval_tokens(root: Path, scale: scales.Scale, wanted: int) -> int:
+    """The largest multiple of one eval batch, at most ``wanted``, that the validation split holds."""
+    per_batch = scale.seq_len * scale.eval_batch_rows
+    rows = sum(1 for _ in pack_rows(Split(root / "val").documents(), scale.seq_len + 1))
+    batches = max(1, (rows - CHECK_ROWS) // scale.eval_batch_rows)
+    return min(wanted, batches * per_batch)
+
+
+def run_one(fitness: NanochatFitness, seed: int, gpu: str | None, root: Path) -> dict:
+    work = root / f"seed{seed}"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(
+        fitness.benchmark_overrides["seed"], work, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    scratch = root / f"scratch{seed}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    ctx = EvalContext(
+        seed=seed,
+        gpu=gpu,
+        hardware=f"gpu {gpu}" if gpu else "cpu",
+        scratch=scratch,
+        timeout_s=fitness.benchmark_overrides["timeout_s"],
+    )
+    start = time.monotonic()
+    ev = evaluate_safely(fitness, work, ctx)
+    wall = time.monotonic() - start
+    config_path = work / "checkpoint" / "config.json"
+    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    return {
+        "seed": seed,
+        "gpu": gpu,
+        "status": str(ev.status),
+        "val_bpb": ev.fitness,
+        "wall_s": wall,
+        "metrics": dict(ev.metrics),
+        "config": config,
+        "artifacts": dict(ev.artifacts),
+    }
+
+
+def summarize(runs: list[dict], peak: float, scale: scales.Scale, device_name: str) -> dict:
+    ok = [r for r in runs if r["val_bpb"] is not None]
+    for run in ok:
+        m = run["metrics"]
+        run["overhead_s"] = run["wall_s"] - scale.budget_s
+        run["mfu"] = (
+            m["tokens_per_s"] * flops_per_token(run["config"]) / peak
+            if run["config"]
+            else float("nan")
+        )
+    values = [r["val_bpb"] for r in ok]
+
+    def stat(key, source=None):
+        xs = [(r["metrics"] if source == "m" else r).get(key) for r in ok]
+        xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+        return statistics.fmean(xs) if xs else float("nan")
+
+    return {
+        "device": device_name,
+        "scale": scale.name,
+        "budget_s": scale.budget_s,
+        "peak_flops": peak,
+        "runs_ok": len(ok),
+        "runs": len(runs),
+        "val_bpb_mean": statistics.fmean(values) if values else float("nan"),
+        "val_bpb_std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "tokens_per_s": stat("tokens_per_s", "m"),
+        "mfu": stat("mfu"),
+        "overhead_s": stat("overhead_s"),
+        "peak_mem_gb": stat("reported_peak_mem_gb", "m"),
+        "steps": stat("steps", "m"),
+        "startup_s": stat("startup_s", "m"),
+        "eval_s": stat("eval_s", "m"),
+        "params": stat("params", "m"),
+    }
+
+
+def markdown(
+    summary: dict, runs: list[dict], args: argparse.Namespace, eval_tokens: int, dataset: str
+) -> str:
+    s = summary
+    lines = [
+        f"### Seed at the {s['budget_s']:g} s budget ({s['device']}, {s['runs']} seeds in parallel)",
+        "",
+        f"Command: `python -m evolve.benchmarks.nanochat.gpu_run {' '.join(args.argv)}`; dataset `{dataset}` "
+        f"(Wikipedia 2015, {summary.get('train_shards', '?')} train shards, articles cut at {CHUNK_CHARS} chars, vocab "
+        f"{runs[0]['config'].get('vocab_size', '?') if runs else '?'}), {eval_tokens:,} validation targets, "
+        f"rows of {summary.get('seq_len', '')} tokens.",
+        f"Peak assumed for MFU: measured dense matmul rate {s['peak_flops'] / 1e12:.3g} TFLOP/s "
+        f"({'bf16 8192^3' if s['device'] != 'cpu' else 'fp32 1024^3'}).",
+        "",
+        "| seed | GPU | status | val_bpb | steps | tokens/s | MFU | peak mem (GB) | startup s | eval s | wall - budget s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in runs:
+        m = r["metrics"]
+        bpb = f"{r['val_bpb']:.4f}" if r["val_bpb"] is not None else "-"
+        lines.append(
+            f"| {r['seed']} | {r['gpu'] or 'cpu'} | {r['status']} | {bpb} | {m.get('steps', '-')} | "
+            f"{m.get('tokens_per_s', float('nan')):,.0f} | {r.get('mfu', float('nan')):.1%} | "
+            f"{m.get('reported_peak_mem_gb', float('nan')):.1f} | {m.get('startup_s', float('nan')):.1f} | "
+            f"{m.get('eval_s', float('nan')):.1f} | {r.get('overhead_s', float('nan')):.1f} |"
+        )
+    lines += [
+        "",
+        f"**val_bpb {s['val_bpb_mean']:.4f} ± {s['val_bpb_std']:.4f}** (mean ± std over {s['runs_ok']} seeds); "
+        f"{s['tokens_per_s']:,.0f} tokens/s; MFU {s['mfu']:.1%}; peak memory {s['peak_mem_gb']:.1f} GB; "
+        f"harness overhead (wall − budget) {s['overhead_s']:.0f} s, of which start-up incl. compile "
+        f"{s['startup_s']:.0f} s and scoring {s['eval_s']:.0f} s; {s['params']:,.0f} parameters.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--gpus", default="0,1,2", help="GPU ids; one seed runs on each, in parallel"
+    )
+    parser.add_argument(
+        "--budget", type=float, help="training budget in seconds (default: the scale's)"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny budget and data: checks every step in < 2 min"
+    )
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument(
+        "--tiny", action="store_true", help="CPU scale, a few seconds (to test this script)"
+    )
+    parser.add_argument(
+        "--wiki", type=Path, default=Path("data/wikipedia"), help="folder with the jsonl.xz shards"
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("data/nanochat"), help="prepared datasets go here"
+    )
+    args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
+    out = Path(os.environ.get("OUT") or "nanochat-gpu-out").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    device = (
+        ("cuda" if scales.cuda_available() else "cpu") if args.device == "auto" else args.device
+    )
+    tiny = args.tiny or device == "cpu"
+    gpus = (
+        [g.strip() for g in args.gpus.split(",") if g.strip()] if device == "cuda" else [None, None]
+    )
+    t0 = time.monotonic()
+    data_dir = args.data_dir.resolve()
+    if tiny:
+        name, vocab, max_chars = "wikipedia-tiny", 2048, 3_000_000
+    elif args.smoke:
+        name, vocab, max_chars = "wikipedia-smoke", 8192, 20_000_000
+    else:
+        name, vocab, max_chars = "wikipedia", 8192, None
+    root = prepare_wiki(args.wiki.resolve(), data_dir, name, vocab, max_chars)
+    prep_s = time.monotonic() - t0
+    base = scales.resolve("cpu" if tiny else "nanochat", dataset=name, vocab_size=vocab)
+    budget = args.budget or (3.0 if tiny else 15.0 if args.smoke else base.budget_s)
+    wanted = base.seq_len * base.eval_batch_rows * (2 if tiny or args.smoke else 10**6)
+    eval_tokens = usable_eval_tokens(root, base, min(wanted, base.eval_tokens))
+    fitness = NanochatFitness(
+        scale=base.name,
+        data_dir=str(data_dir),
+        dataset=name,
+        vocab_size=vocab,
+        budget_s=budget,
+        eval_tokens=eval_tokens,
+    )
+    import torch
+
+    device_name = (
+        torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu"
+    )
+    peak = matmul_peak("cuda" if device == "cuda" else "cpu")
+    print(
+        f"nanochat gpu_run: {fitness.scale.describe()}; data ready in {prep_s:.0f}s; peak {peak / 1e12:.3g} "
+        f"TFLOP/s; {len(gpus)} runs in parallel",
+        flush=True,
+    )
+    work = Path(tempfile.mkdtemp(prefix="nanochat-gpu-run-"))
+    try:
+        with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
+            runs = list(pool.map(lambda ig: run_one(fitness, ig[0], ig[1], work), enumerate(gpus)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = summarize(runs, peak, fitness.scale, device_name)
+    summary.update(
+        {
+            "seq_len": fitness.scale.seq_len,
+            "eval_tokens": eval_tokens,
+            "dataset": name,
+            "prepare_s": prep_s,
+            "torch": torch.__version__,
+            "total_s": time.monotonic() - t0,
+        }
+    )
+    text = markdown(summary, runs, args, eval_tokens, name)
+    (out / "RESULTS-gpu.md").write_text(text)
+    (out / "results.json").write_text(
+        json.dumps({"summary": summary, "runs": runs}, indent=2, default=str)
+    )
+    for run in runs:
+        (out / f"seed{run['seed']}.log").write_text(
+            "\n\n".join(f"== {k}\n{v}" for k, v in run["artifacts"].items())
+        )
+    print(text, flush=True)
+    return 0 if summary["runs_ok"] == len(runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""The GPU measurement script runs end to end on CPU with tiny settings (so its first GPU run is not its first run)."""
+
+import json
+import lzma
+import sysconfig
+from pathlib import Path
+
+import pytest
+from evolve.benchmarks.nanochat import gpu_run
+
+
+@pytest.mark.slow
+def test_gpu_run_tiny_on_cpu(tmp_path, monkeypatch):
+    wiki = tmp_path / "wikipedia"
+    wiki.mkdir()
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    sources = sorted(stdlib.glob("*.py"))[:60]
+    for name, chunk in (("train-00", sources[:50]), ("val", sources[50:])):
+        with lzma.open(wiki / f"{name}.jsonl.xz", "wt") as handle:
+            for i, path in enumerate(chunk):
+                handle.write(
+                    json.dumps({"id": i, "title": path.name, "text": path.read_text()}) + "\n"
+                )
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    code = gpu_run.main(
+        [
+            "--device",
+            "cpu",
+            "--tiny",
+            "--wiki",
+            str(wiki),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--budget",
+            "2",
+        ]
+    )
+    assert code == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    summary = results["summary"]
+    assert summary["runs_ok"] == 2 and summary["val_bpb_mean"] > 0
+    assert summary["mfu"] > 0 and summary["overhead_s"] > 0
+    text = (tmp_path / "out" / "RESULTS-gpu.md").read_text()
+    assert "val_bpb" in text and "| seed |" in text

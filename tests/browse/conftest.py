@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -40,3 +43,45 @@ def browse_json(browse):
         return json.loads(result.stdout)
 
     return invoke
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from evolve.store import Store
+    from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
+    store = Store(sys.argv[1])
+    parent = store.conn.execute("SELECT candidate FROM elites LIMIT 1").fetchone()[0]
+    for i in range(int(sys.argv[2])):
+        files = {"main.py": f"# live candidate {i}\\nX = {i}\\n"}
+        proposal = Proposal(files=files, parents=((parent, EdgeRole.MUTATION),), operator="tweak")
+        with store.transaction():
+            store.add_candidate(proposal, seq=store.next_seq(), status=CandidateStatus.DONE)
+            store.add_evaluation(proposal.id, Evaluation(status=EvalStatus.OK, fitness=100.0 + i))
+            store.put_elite(0, "0,0", proposal.id, 100.0 + i)
+            store.add_stats(evaluated=store.count(), best=100.0 + i, coverage=0.5, qd_score=1.0, cost=0.0,
+                            failures=0)
+        print(proposal.id, flush=True)
+        time.sleep(0.3)
+""")
+
+
+@pytest.fixture
+def start_writer():
+    """Start a process that adds ``count`` candidates (each a new best) to an archive, one per 0.3 s;
+    it prints each new id. Returns the Popen."""
+    procs = []
+
+    def start(archive: Path, count: int) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(archive), str(count)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

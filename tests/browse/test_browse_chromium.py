@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -169,38 +168,14 @@ def test_elites_table_sorts_and_filters(page, server):
     assert page.errors == []
 
 
-WRITER = textwrap.dedent("""
-    import sys, time
-    from evolve.store import Store
-    from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
-    store = Store(sys.argv[1])
-    parent = store.conn.execute("SELECT candidate FROM elites LIMIT 1").fetchone()[0]
-    for i in range(int(sys.argv[2])):
-        files = {"main.py": f"# live candidate {i}\\nX = {i}\\n"}
-        proposal = Proposal(files=files, parents=((parent, EdgeRole.MUTATION),), operator="tweak")
-        with store.transaction():
-            store.add_candidate(proposal, seq=store.next_seq(), status=CandidateStatus.DONE)
-            store.add_evaluation(proposal.id, Evaluation(status=EvalStatus.OK, fitness=100.0 + i))
-            store.put_elite(0, "0,0", proposal.id, 100.0 + i)
-            store.add_stats(evaluated=store.count(), best=100.0 + i, coverage=0.5, qd_score=1.0, cost=0.0,
-                            failures=0)
-        print(proposal.id, flush=True)
-        time.sleep(0.3)
-""")
-
-
-def test_live_run_updates_the_open_page(page, run_dir, tmp_path):
+def test_live_run_updates_the_open_page(page, run_dir, tmp_path, start_writer):
     shutil.copy(run_dir / "archive.db", tmp_path / "archive.db")
     proc, base = start_server(tmp_path / "archive.db")
     try:
         page.goto(f"{base}/-/evolve")
         before = int(page.locator("#candidate-count").inner_text())
         page.evaluate("window.sameDocument = true")
-        writer = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(tmp_path / "archive.db"), "10"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        writer = start_writer(tmp_path / "archive.db", 10)
         written = writer.stdout.read().split()
         assert writer.wait(timeout=60) == 0 and len(written) == 10
         # the page polls every 2 s and swaps its content in place, without a reload

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from evolve.operators.base import Parent
@@ -73,6 +73,9 @@ class Archive:
             math.prod(d.bins for d in self.descriptors) if self.descriptors else 1
         )
         self._grid: list[dict[str, Elite]] = [{} for _ in range(islands)]
+        # Noise-aware selection (evolve.noise.NoiseJudge): judge(challenger, incumbent id,
+        # incumbent value) -> whether the challenger replaces the incumbent; None = plain comparison.
+        self.judge: Callable[[Evaluation, str, float], bool] | None = None
         for island, cell, candidate_id, value in store.elites():
             if island < islands:
                 self._grid[island][cell] = Elite(candidate_id, value)
@@ -101,7 +104,7 @@ class Archive:
         assert evaluation.fitness is not None
         cell = self.cell_of(evaluation)
         incumbent = self._grid[island].get(cell)
-        if incumbent is not None and not self.objective.better(evaluation.fitness, incumbent.value):
+        if incumbent is not None and not self._beats(evaluation, incumbent):
             return AddResult(status=AddStatus.NOT_ADDED, island=island, cell=cell)
         self._grid[island][cell] = Elite(candidate_id, evaluation.fitness)
         self.store.put_elite(island, cell, candidate_id, evaluation.fitness)
@@ -113,6 +116,16 @@ class Archive:
         return AddResult(
             status=AddStatus.IMPROVE_EXISTING, improvement=gain, island=island, cell=cell
         )
+
+    def _beats(self, evaluation: Evaluation, incumbent: Elite) -> bool:
+        assert evaluation.fitness is not None
+        if self.judge is not None:
+            return self.judge(evaluation, incumbent.candidate_id, incumbent.value)
+        return self.objective.better(evaluation.fitness, incumbent.value)
+
+    def incumbent(self, island: int, cell: str) -> Elite | None:
+        """The elite of ``cell`` on ``island``, or None when the cell is empty."""
+        return self._grid[island].get(cell)
 
     # --- sampling ------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from evolve.config import ConfigError, build_benchmark, search_settings, workers
 from evolve.emitters import Emitter
 from evolve.fitness import Benchmark
 from evolve.llm import LLMStop, usage_line
+from evolve.noise import NoiseSettings
 from evolve.operators.catalog import build_operators, uses_llm
 from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.plots import write_plots
@@ -61,6 +62,14 @@ def record_problem(store: Store, benchmark: Benchmark, cfg: dict[str, Any]) -> N
                 ],
             },
         )
+
+
+def noise_settings(cfg: dict[str, Any]) -> NoiseSettings:
+    """The ``noise`` group (noise-aware selection); absent in runs made before it existed: disabled."""
+    try:
+        return NoiseSettings.from_config(cfg.get("noise"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary:
@@ -116,6 +125,7 @@ def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary
             settings=settings,
             cost=llm.spent if llm is not None else (lambda: 0.0),
             budget_errors=(LLMStop,),
+            noise=noise_settings(cfg),
         )
         status = "interrupted"
         try:

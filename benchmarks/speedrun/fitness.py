@@ -1,0 +1,280 @@
+"""The speedrun fitness: mean training time to a target validation loss, significant at p < alpha.
+
+A candidate is run with ``n_seeds`` seeds; each run is timed by the harness's clock and
+its final weights are evaluated by the harness (``runner.py``). The candidate is valid
+when ``scipy.stats.ttest_1samp(losses, target, alternative='less').pvalue < alpha``;
+its fitness is then the mean timed training seconds (lower is better). Otherwise it is
+INVALID, with the p-value and every loss kept in its metrics. As a cascade, one seed
+runs first; the others only when its loss is within ``reach`` of the target.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from evolve.benchmarks.speedrun.data import DataSpec
+from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed
+
+from evolve.fitness import EvalContext, Stage, one_sided_pvalue
+from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
+
+
+def decide(losses: list[float], target: float, alpha: float) -> tuple[bool, float]:
+    """(passed, p-value) of the one-sided t-test that the mean loss is below ``target``.
+
+    Passing needs ``p < alpha`` strictly: a p-value equal to alpha fails.
+    """
+    pvalue = one_sided_pvalue(losses, target, alternative="less")
+    return pvalue < alpha, pvalue
+
+
+class SpeedrunFitness:
+    """Time to a target validation loss, proven over seeds. Picklable; see the module docstring.
+
+    Args:
+        preset: which size the seed program trains (``SPEEDRUN_PRESET``: cpu, gpu1, full).
+        target: validation cross-entropy (nats per token) to beat.
+        data_dir: shard folder, or ``stdlib`` (Python's sources, prepared on first use).
+        train_glob / val_glob: shard name patterns inside ``data_dir``.
+        val_tokens: how many validation targets are scored (a multiple of ``eval_seq_len``).
+        vocab_size: tokens the model must give logits for (50257 for GPT-2).
+        eval_seq_len / eval_batch_size: shape of the harness's evaluation batches.
+        n_seeds: runs per candidate; alpha: significance level of the one-sided t-test.
+        reach: the first seed's loss must be below ``target + reach`` for more seeds to run.
+        nproc_per_node: training processes per run (torchrun when > 1), one GPU each.
+        run_timeout_s / eval_timeout_s: wall-clock limits of one training run / its evaluation.
+        warmup_cap_s: the most seconds from launch to ``start`` (startup, compile, warm-up).
+        init_loss_margin: the initial weights' loss must be at least ln(vocab) minus this.
+        cpu_threads: OMP_NUM_THREADS for CPU runs (None leaves it).
+        probe_every_s: > 0 asks the candidate for probe checkpoints (calibration only).
+        overrides: hyperparameters passed to the program as ``SPEEDRUN_OVERRIDES`` (tests, calibration).
+        params_max_m: upper end of the ``params_m`` descriptor, in millions.
+    """
+
+    def __init__(
+        self,
+        *,
+        preset: str,
+        target: float,
+        data_dir: str,
+        train_glob: str = "*_train_*.bin",
+        val_glob: str = "*_val_*.bin",
+        val_tokens: int,
+        vocab_size: int = 50257,
+        eval_seq_len: int = 1024,
+        eval_batch_size: int = 16,
+        n_seeds: int = 3,
+        alpha: float = 0.01,
+        reach: float = 0.05,
+        nproc_per_node: int = 1,
+        run_timeout_s: float = 600.0,
+        eval_timeout_s: float = 300.0,
+        warmup_cap_s: float = 120.0,
+        init_loss_margin: float = 1.0,
+        cpu_threads: int | None = None,
+        probe_every_s: float = 0.0,
+        overrides: dict | None = None,
+        params_max_m: float = 400.0,
+    ) -> None:
+        if val_tokens % eval_seq_len:
+            raise ValueError(
+                f"val_tokens ({val_tokens}) must be a multiple of eval_seq_len ({eval_seq_len})"
+            )
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
+        self.target, self.alpha, self.reach, self.n_seeds = target, alpha, reach, n_seeds
+        self.data = DataSpec(data_dir=data_dir, train_glob=train_glob, val_glob=val_glob)
+        self.settings = RunSettings(
+            preset=preset,
+            vocab_size=vocab_size,
+            eval_seq_len=eval_seq_len,
+            eval_batch_size=eval_batch_size,
+            val_tokens=val_tokens,
+            nproc_per_node=nproc_per_node,
+            run_timeout_s=run_timeout_s,
+            eval_timeout_s=eval_timeout_s,
+            warmup_cap_s=warmup_cap_s,
+            init_loss_margin=init_loss_margin,
+            cpu_threads=cpu_threads,
+            probe_every_s=probe_every_s,
+            overrides=dict(overrides or {}),
+        )
+        self.objective = Objective(name="train_time_s", direction=Direction.MINIMIZE)
+        self.descriptors = (
+            Descriptor(name="params_m", low=0.0, high=params_max_m, bins=8),
+            Descriptor(name="loss_margin", low=0.0, high=max(4 * reach, 0.04), bins=4),
+        )
+        self._first: dict[str, RunRecord] = {}
+
+    @property
+    def stages(self) -> list[Stage]:
+        """The cascade: one seed, then the remaining seeds and the t-test."""
+        return [
+            Stage(name="first_seed", run=self.first_seed),
+            Stage(name="all_seeds", run=self.all_seeds),
+        ]
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """Both stages in one call (for callers that do not run cascades)."""
+        first = self.first_seed(workdir, ctx)
+        return self.all_seeds(workdir, ctx) if first.ok else first
+
+    def seeds(self, ctx: EvalContext) -> list[int]:
+        """The seeds of one evaluation: ``ctx.seed`` and the ``n_seeds - 1`` after it."""
+        return [ctx.seed + i for i in range(self.n_seeds)]
+
+    def first_seed(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """Stage 1: one run. OK (with a provisional time) only when its loss is within reach."""
+        record = self.run_seeds(workdir, self.seeds(ctx)[:1], ctx)[0]
+        if record.ok:
+            self._first[str(workdir)] = record
+        evaluation = self.verdict([record])
+        if not record.ok or self.n_seeds == 1:
+            return evaluation
+        if record.loss is not None and record.loss > self.target + self.reach:
+            return Evaluation(
+                status=EvalStatus.INVALID,
+                metrics=evaluation.metrics,
+                descriptors=evaluation.descriptors,
+                artifacts={
+                    **evaluation.artifacts,
+                    "error": (
+                        f"the first seed's validation loss {record.loss:.4f} is not within reach of the "
+                        f"target {self.target} (+{self.reach}); more seeds were not run"
+                    ),
+                },
+            )
+        return Evaluation(
+            status=EvalStatus.OK,
+            fitness=record.train_s,
+            metrics=evaluation.metrics,
+            descriptors=evaluation.descriptors,
+            artifacts=evaluation.artifacts,
+            seeds=(record.seed,),
+        )
+
+    def all_seeds(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """Stage 2: the remaining seeds, then the t-test over all of them."""
+        seeds = self.seeds(ctx)
+        first = self._first.pop(str(workdir), None)
+        records = [first] if first is not None else []
+        records += self.run_seeds(workdir, seeds[len(records) :], ctx)
+        return self.verdict(records)
+
+    def run_seeds(self, workdir: Path, seeds: list[int], ctx: EvalContext) -> list[RunRecord]:
+        """Run ``seeds``, in parallel when the slot has GPUs for more than one run at a time."""
+        if not seeds:
+            return []
+        gpus = [g for g in (ctx.gpu or "").split(",") if g.strip()]
+        width = self.settings.nproc_per_node
+        if gpus and len(gpus) < width:
+            raise ValueError(
+                f"a run needs {width} GPUs but the slot has {len(gpus)} ({ctx.gpu}); set gpus: {width}"
+            )
+        groups: list[list[str] | None] = [
+            gpus[i : i + width] for i in range(0, len(gpus) - width + 1, width)
+        ]
+        groups = groups or [None]
+        train_files = self.data.train_files()
+        val = self.data.val_tokens(self.settings.val_tokens)
+        hidden = self.data.val_files()
+        scratch_root = ctx.scratch or Path(tempfile.mkdtemp(prefix="speedrun-"))
+        scratch_root.mkdir(parents=True, exist_ok=True)
+
+        def one(index: int) -> RunRecord:
+            return run_seed(
+                workdir,
+                seed=seeds[index],
+                settings=self.settings,
+                train_files=train_files,
+                val=val,
+                gpus=groups[index % len(groups)],
+                scratch=scratch_root / f"slot-{index % len(groups)}",
+                hidden=hidden,
+            )
+
+        records: list[RunRecord] = []
+        for wave in range(0, len(seeds), len(groups)):
+            indices = range(wave, min(wave + len(groups), len(seeds)))
+            with ThreadPoolExecutor(max_workers=len(indices)) as pool:
+                records += list(pool.map(one, indices))
+        return records
+
+    def verdict(self, records: list[RunRecord]) -> Evaluation:
+        """Combine runs: the first failed run decides; else the t-test over their losses."""
+        metrics: dict[str, Any] = {"n_seeds": len(records)}
+        lines = []
+        for i, r in enumerate(records):
+            for key, value in (("loss", r.loss), ("time_s", r.train_s), ("init_loss", r.init_loss)):
+                if value is not None:
+                    metrics[f"{key}_{i}"] = value
+            lines.append(
+                f"seed {r.seed}: {r.status.value} time {_fmt(r.train_s)} s, loss {_fmt(r.loss, 4)}, "
+                f"untimed {_fmt(r.untimed_s)} s, eval {_fmt(r.eval_s)} s {r.reason}".rstrip()
+            )
+        artifacts = {"runs": "\n".join(lines), "output": records[0].output if records else ""}
+        seeds = tuple(r.seed for r in records)
+        failed = next((r for r in records if not r.ok), None)
+        if failed is not None:
+            return Evaluation(
+                status=failed.status,
+                metrics=metrics,
+                seeds=seeds,
+                artifacts={
+                    **artifacts,
+                    "error": f"seed {failed.seed}: {failed.reason}",
+                    "output": failed.output,
+                },
+            )
+        losses = [r.loss for r in records]
+        times = [r.train_s for r in records]
+        passed, pvalue = decide(losses, self.target, self.alpha)
+        metrics.update(
+            pvalue=pvalue,
+            loss_mean=statistics.fmean(losses),
+            time_mean_s=statistics.fmean(times),
+            loss_std=statistics.stdev(losses) if len(losses) > 1 else 0.0,
+            time_std_s=statistics.stdev(times) if len(times) > 1 else 0.0,
+            untimed_mean_s=statistics.fmean(r.untimed_s for r in records),
+            eval_mean_s=statistics.fmean(r.eval_s for r in records),
+            overhead_mean_s=statistics.fmean(r.overhead_s for r in records),
+            params_m=records[0].params / 1e6,
+            target=self.target,
+        )
+        descriptors = {
+            "params_m": metrics["params_m"],
+            "loss_margin": self.target - metrics["loss_mean"],
+        }
+        if not passed:
+            artifacts["error"] = (
+                f"mean validation loss {metrics['loss_mean']:.4f} over {len(losses)} seed(s) is not "
+                f"below the target {self.target} at p < {self.alpha} (p = {pvalue:.4g})"
+            )
+            return Evaluation(
+                status=EvalStatus.INVALID,
+                metrics=metrics,
+                descriptors=descriptors,
+                artifacts=artifacts,
+                seeds=seeds,
+            )
+        return Evaluation(
+            status=EvalStatus.OK,
+            fitness=metrics["time_mean_s"],
+            metrics=metrics,
+            descriptors=descriptors,
+            artifacts=artifacts,
+            seeds=seeds,
+        )
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )

@@ -243,3 +243,33 @@ def test_one_command_line_serves_every_command_model() -> None:
         }
     )
     assert cfg.commands == {"a": ("my-agent", "--print"), "b": ("other",)}
+
+
+def test_a_replay_serves_each_sample_its_answer_even_if_measured_numbers_changed(
+    scripted, store, tmp_path
+) -> None:
+    scripted.queue("m", "recorded")
+    run(
+        LLMClient(settings(), store=store).complete(
+            "scripted/m", MESSAGES, sample=4, prompt_hash="p"
+        )
+    )
+    changed = [MESSAGES[0], {"role": "user", "content": "make it faster (run_s: 1.86)"}]
+    replay = LLMClient(
+        settings(offline=True, replay_from=str(tmp_path / "archive.db")),
+        store=Store(tmp_path / "r.db"),
+    )
+    assert run(replay.complete("scripted/m", changed, sample=4, prompt_hash="q")).text == "recorded"
+    with pytest.raises(ReplayMiss):
+        run(replay.complete("scripted/m", changed, sample=5, prompt_hash="q"))
+    scripted.queue(
+        "m", "fresh"
+    )  # a run that is not a replay asks the model again when the prompt changed
+    assert (
+        run(
+            LLMClient(settings(), store=store).complete(
+                "scripted/m", changed, sample=4, prompt_hash="q"
+            )
+        ).text
+        == "fresh"
+    )

@@ -224,7 +224,7 @@ class LLMClient:
             LLMCallFailed: the call failed, after retries where the error allows them.
         """
         key = cache_key(model, messages, self.settings.sampling(), sample)
-        recorded = self.ledger.lookup(key)
+        recorded = self.ledger.lookup(key, same_request=self.settings.offline)
         if recorded is not None:
             self.cache_hits += 1
             if recorded.source != "archive":  # copy a replayed answer into this archive, at no cost

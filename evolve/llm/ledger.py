@@ -16,15 +16,24 @@ from evolve.store import Store
 Messages = Sequence[Mapping[str, Any]]
 
 
+def _digest(payload: object) -> str:
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def cache_key(model: str, messages: Messages, params: Mapping[str, Any], sample: str | int) -> str:
-    """The identity of one request: model, messages, sampling parameters and sample index."""
-    payload = json.dumps(
-        {"model": model, "messages": list(messages), "params": dict(params), "sample": str(sample)},
-        sort_keys=True,
-        ensure_ascii=False,
-        default=str,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+    """The identity of one request: model, sampling parameters and sample index, then the messages.
+
+    The first 16 hex digits (the *request part*) do not depend on the messages, so an
+    offline replay can still find the answer a proposal got when the prompt differs only
+    in measured numbers (wall times) between the recorded run and the replay.
+    """
+    return request_part(model, params, sample) + _digest(list(messages))
+
+
+def request_part(model: str, params: Mapping[str, Any], sample: str | int) -> str:
+    """The part of a cache key that names the proposal, not the prompt."""
+    return _digest({"model": model, "params": dict(params), "sample": str(sample)})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,31 +114,39 @@ class Ledger:
             )
         return int(cursor.lastrowid)
 
-    def lookup(self, key: str) -> Recorded | None:
-        """The first successful answer recorded for ``key``: in this archive, else the replay archive."""
-        query = (
-            "SELECT id, response, tokens_in, tokens_out FROM llm_calls "
-            "WHERE cache_key=? AND error IS NULL AND response IS NOT NULL ORDER BY id LIMIT 1"
+    def lookup(self, key: str, *, same_request: bool = False) -> Recorded | None:
+        """The first successful answer recorded for ``key``: in this archive, else the replay archive.
+
+        With ``same_request``, an answer recorded for the same model, parameters and sample
+        index but a different prompt also counts (offline replay, where measured numbers
+        in the prompt differ from the recorded run's). The replay archive is always
+        searched that way: replaying a run means serving each proposal its recorded answer.
+        """
+        columns = "SELECT id, response, tokens_in, tokens_out FROM llm_calls "
+        ok = "AND error IS NULL AND response IS NOT NULL ORDER BY id LIMIT 1"
+        exact, loose = (
+            (columns + "WHERE cache_key=? " + ok, (key,)),
+            (
+                columns + "WHERE substr(cache_key, 1, 16)=? " + ok,
+                (key[:16],),
+            ),
         )
-        row = self.store.conn.execute(query, (key,)).fetchone()
-        if row is not None:
-            return Recorded(
-                call_id=row[0],
-                response=row[1],
-                tokens_in=row[2] or 0,
-                tokens_out=row[3] or 0,
-                source="archive",
-            )
+        sources: list[tuple[sqlite3.Connection, str, list]] = [
+            (self.store.conn, "archive", [exact, loose] if same_request else [exact])
+        ]
         if self._replay is not None:
-            row = self._replay.execute(query, (key,)).fetchone()
-            if row is not None:
-                return Recorded(
-                    call_id=row[0],
-                    response=row[1],
-                    tokens_in=row[2] or 0,
-                    tokens_out=row[3] or 0,
-                    source=str(self.replay_path),
-                )
+            sources.append((self._replay, str(self.replay_path), [exact, loose]))
+        for conn, source, queries in sources:
+            for sql, args in queries:
+                row = conn.execute(sql, args).fetchone()
+                if row is not None:
+                    return Recorded(
+                        call_id=row[0],
+                        response=row[1],
+                        tokens_in=row[2] or 0,
+                        tokens_out=row[3] or 0,
+                        source=source,
+                    )
         return None
 
     def spent(self) -> float:

@@ -16,11 +16,12 @@ import json
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from evolve.store import Store
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 PARENT_ROLES: tuple[str, ...] = ("mutation", "crossover", "migration")
 ALL_ROLES: tuple[str, ...] = (*PARENT_ROLES, "inspiration")
@@ -155,6 +156,8 @@ class Lineage:
         """The whole archive's lineage over edges of the given roles."""
         conn = _conn(source)
         roles = tuple(roles)
+        import networkx as nx  # imported when a graph is built: the helpers above need only SQL
+
         graph = nx.DiGraph()
         _add_nodes(graph, conn, None)
         edges = conn.execute(
@@ -210,6 +213,8 @@ class Lineage:
             edges += [
                 (parent, child, "path", -1) for parent, child in zip(path, path[1:], strict=False)
             ]
+        import networkx as nx  # imported when a graph is built: the helpers above need only SQL
+
         graph = nx.DiGraph()
         _add_nodes(graph, conn, list(nodes))
         for parent, child, role, order in edges:
@@ -230,10 +235,14 @@ class Lineage:
 
     def ancestors(self, candidate_id: str) -> set[str]:
         """Every candidate ``candidate_id`` descends from."""
+        import networkx as nx
+
         return set(nx.ancestors(self.graph, candidate_id))
 
     def descendants(self, candidate_id: str) -> set[str]:
         """Every candidate that descends from ``candidate_id``."""
+        import networkx as nx
+
         return set(nx.descendants(self.graph, candidate_id))
 
     def parents(self, candidate_id: str) -> list[str]:
@@ -327,6 +336,8 @@ class Lineage:
 
     def to_json(self) -> dict[str, Any]:
         """Node-link JSON (networkx's format) with ``best`` and ``path_to_best`` added."""
+        import networkx as nx
+
         data = nx.node_link_data(self.graph, edges="edges")
         data["best"] = self.best()
         data["path_to_best"] = self.path_to_best()
@@ -365,5 +376,7 @@ class Lineage:
         for _, data in graph.nodes(data=True):
             if data.get("fitness") is None:
                 data.pop("fitness", None)
+        import networkx as nx
+
         nx.write_graphml(graph, str(path))
         return Path(path)

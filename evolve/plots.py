@@ -226,21 +226,23 @@ def write_plots(
     run_dir: Path | str,
     *,
     subdir: str = "plots",
+    last: int | None = None,
 ) -> list[Path]:
     """Draw the run's plots as PNGs into ``<run_dir>/plots/``.
+
+    Matplotlib is imported here only, and drawn without pyplot (no GUI backend, no global
+    state), so this is safe from any thread or process, with or without a display.
 
     Args:
         store_or_path: an open Store or connection, or the path of an ``archive.db``.
         run_dir: the run directory.
         subdir: the folder under ``run_dir`` for the PNGs ("" for ``run_dir`` itself).
+        last: success rates over the last N candidates only (None: the whole run).
 
     Returns:
         The files written: fitness.png, grid.png, success.png.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     opened = None
     if isinstance(store_or_path, str | Path):
@@ -252,24 +254,24 @@ def write_plots(
         out = Path(run_dir) / subdir if subdir else Path(run_dir)
         out.mkdir(parents=True, exist_ok=True)
         return [
-            _draw_fitness(plt, fitness_series(conn, points=2000), out / "fitness.png"),
-            _draw_grid(plt, grid(conn), out / "grid.png"),
-            _draw_success(plt, success_rates(conn, last=None), out / "success.png"),
+            _draw_fitness(Figure, fitness_series(conn, points=2000), out / "fitness.png"),
+            _draw_grid(Figure, grid(conn), out / "grid.png"),
+            _draw_success(Figure, success_rates(conn, last=last), out / "success.png"),
         ]
     finally:
         if opened is not None:
             opened.close()
 
 
-def _save(plt: Any, fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
-def _draw_fitness(plt: Any, series: list[dict[str, Any]], path: Path) -> Path:
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+def _draw_fitness(figure: Any, series: list[dict[str, Any]], path: Path) -> Path:
+    fig = figure(figsize=(8, 6))
+    top, bottom = fig.subplots(2, 1, sharex=True)
     xs = [row["evaluated"] for row in series]
     top.plot(xs, [row["best"] for row in series], color="#d84315", label="best")
     top.set_ylabel("best fitness")
@@ -284,13 +286,14 @@ def _draw_fitness(plt: Any, series: list[dict[str, Any]], path: Path) -> Path:
     if not series:
         top.text(0.5, 0.5, "no stats recorded yet", ha="center", transform=top.transAxes)
     top.set_title("Fitness over time")
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
-def _draw_grid(plt: Any, view: Grid, path: Path) -> Path:
+def _draw_grid(figure: Any, view: Grid, path: Path) -> Path:
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    fig = figure(figsize=(6.5, 5.5))
+    ax = fig.subplots()
     data = np.array([[np.nan if v is None else v for v in row] for row in view.values], dtype=float)
     image = ax.imshow(
         data,
@@ -312,11 +315,12 @@ def _draw_grid(plt: Any, view: Grid, path: Path) -> Path:
     ax.set_title(
         f"Grid: {view.filled} of {view.shape[0] * view.shape[1]} cells filled (best over islands)"
     )
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
-def _draw_success(plt: Any, success: dict[str, Any], path: Path) -> Path:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+def _draw_success(figure: Any, success: dict[str, Any], path: Path) -> Path:
+    fig = figure(figsize=(11, 4.5))
+    axes = fig.subplots(1, 2)
     for ax, key in ((axes[0], "operator"), (axes[1], "model")):
         rows = success[key]
         labels = [str(row[key]) for row in rows]
@@ -328,8 +332,9 @@ def _draw_success(plt: Any, success: dict[str, Any], path: Path) -> Path:
         ax.set_xticks(list(xs), labels, rotation=20, ha="right", fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_ylabel("fraction of candidates")
-        ax.set_title(f"Success per {key}")
+        scope = f" (last {success['candidates']:,} candidates)" if success["window"] else ""
+        ax.set_title(f"Success per {key}{scope}")
         for x, row in zip(xs, rows, strict=True):
             ax.text(x, 1.01, f"n={row['candidates']}", ha="center", fontsize=7)
         ax.legend(fontsize=8, loc="upper right")
-    return _save(plt, fig, path)
+    return _save(fig, path)

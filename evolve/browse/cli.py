@@ -279,12 +279,21 @@ def export(
     default=None,
     help="Folder for the PNGs (default: RUN's plots/ folder).",
 )
-def plot(session: Session, as_json: bool, out: Path | None) -> None:
+@click.option(
+    "--last",
+    default=20_000,
+    show_default=True,
+    help="Success rates over the last N candidates (0: the whole run).",
+)
+def plot(session: Session, as_json: bool, out: Path | None, last: int) -> None:
     """Draw fitness over time, the grid heatmap and success per operator and model as PNGs."""
     from evolve.plots import write_plots
 
     paths = write_plots(
-        session.conn, out if out is not None else session.run_dir, subdir="" if out else "plots"
+        session.conn,
+        out if out is not None else session.run_dir,
+        subdir="" if out else "plots",
+        last=last or None,
     )
     _emit([str(p) for p in paths]) if as_json else click.echo(
         "\n".join(f"wrote {p}" for p in paths)

@@ -203,14 +203,19 @@ def run_workload(
     return result
 
 
-def _settle_lazy_imports() -> None:
-    """Import what rebinds torch functions on first import (dynamo wraps torch.manual_seed), before the snapshot."""
-    import torch._dynamo  # noqa: F401
-    import torch.profiler  # noqa: F401
+def _settle_lazy_imports(device: str, candidate_source: str) -> None:
+    """Import, before the snapshot, what rebinds torch functions when first imported.
 
-    with contextlib.suppress(ImportError):
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
+    The torch profiler (used on GPUs) imports torch._dynamo, which wraps torch.manual_seed;
+    Triton is imported when the device is a GPU or the candidate mentions it.
+    """
+    if device.startswith("cuda"):
+        import torch._dynamo  # noqa: F401
+        import torch.profiler  # noqa: F401
+    if device.startswith("cuda") or "triton" in candidate_source:
+        with contextlib.suppress(ImportError):
+            import triton  # noqa: F401
+            import triton.language  # noqa: F401
 
 
 def main() -> int:
@@ -231,7 +236,8 @@ def main() -> int:
         problem = spec.load_problem(job["problem_dir"])
         harness_dir = Path(job["harness_dir"])
         reference = inputs.load_reference(problem.definition, harness_dir)
-        _settle_lazy_imports()
+        source = Path.cwd() / f"{job.get('module', 'kernel')}.py"
+        _settle_lazy_imports(job["device"], source.read_text() if source.is_file() else "")
         if job["device"].startswith("cuda") and not torch.cuda.is_available():
             emit({"fatal": "the job asks for a CUDA device but torch sees none in the sandbox"})
             return 0

@@ -162,8 +162,13 @@ class Harness:
                 "harness_dir": str(harness_dir),
                 **job,
             }
-            payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=self.settings.referee_timeout_s, env=env,
-                                             tag=REFEREE_TAG, gpu=self.settings.device.startswith("cuda"))  # fmt: skip
+            for _attempt in range(
+                2
+            ):  # harness code only: safe to retry once if killed from outside (OOM killer)
+                payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=self.settings.referee_timeout_s,
+                                                 env=env, tag=REFEREE_TAG, gpu=self.settings.device.startswith("cuda"))  # fmt: skip
+                if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
+                    break
         finally:
             shutil.rmtree(harness_dir, ignore_errors=True)
         if payload is None or "fatal" in payload:

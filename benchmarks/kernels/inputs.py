@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from evolve.benchmarks.kernels.spec import Definition, Problem, SpecError, TensorSpec, Workload
 
+_MANUAL_SEED = torch.manual_seed  # captured before any candidate runs
 _INT_RANGES = {
     "int8": (-128, 128),
     "int16": (-1024, 1024),
@@ -183,7 +184,7 @@ class InputMaker:
     def make(self, seed: int) -> list[Any]:
         """The inputs, in definition order, for ``seed``."""
         if self.custom is not None:
-            torch.manual_seed(seed)
+            _MANUAL_SEED(seed)
             made = self.custom({**self.axes, **self.workload.scalars()}, self.device)
             if not isinstance(made, Mapping):
                 raise SpecError(

@@ -264,13 +264,13 @@ def write_plots(
 
 
 def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100, bbox_inches=None)
     return path
 
 
 def _draw_fitness(figure: Any, series: list[dict[str, Any]], path: Path) -> Path:
     fig = figure(figsize=(8, 6))
+    fig.subplots_adjust(left=0.1, right=0.9, top=0.93, bottom=0.09, hspace=0.12)
     top, bottom = fig.subplots(2, 1, sharex=True)
     xs = [row["evaluated"] for row in series]
     top.plot(xs, [row["best"] for row in series], color="#d84315", label="best")
@@ -293,6 +293,7 @@ def _draw_grid(figure: Any, view: Grid, path: Path) -> Path:
     import numpy as np
 
     fig = figure(figsize=(6.5, 5.5))
+    fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.1)
     ax = fig.subplots()
     data = np.array([[np.nan if v is None else v for v in row] for row in view.values], dtype=float)
     image = ax.imshow(
@@ -320,21 +321,20 @@ def _draw_grid(figure: Any, view: Grid, path: Path) -> Path:
 
 def _draw_success(figure: Any, success: dict[str, Any], path: Path) -> Path:
     fig = figure(figsize=(11, 4.5))
+    fig.subplots_adjust(left=0.06, right=0.99, top=0.9, bottom=0.16, wspace=0.15)
     axes = fig.subplots(1, 2)
     for ax, key in ((axes[0], "operator"), (axes[1], "model")):
         rows = success[key]
-        labels = [str(row[key]) for row in rows]
+        labels = [f"{row[key]}\n(n={row['candidates']:,})" for row in rows]
         ok = [row["ok"] / row["candidates"] if row["candidates"] else 0 for row in rows]
         improved = [row["improved"] / row["candidates"] if row["candidates"] else 0 for row in rows]
         xs = range(len(rows))
         ax.bar([x - 0.2 for x in xs], ok, width=0.4, label="scored (ok)", color="#90caf9")
         ax.bar([x + 0.2 for x in xs], improved, width=0.4, label="beat its parent", color="#ef6c00")
-        ax.set_xticks(list(xs), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(list(xs), labels, fontsize=8)
         ax.set_ylim(0, 1)
         ax.set_ylabel("fraction of candidates")
         scope = f" (last {success['candidates']:,} candidates)" if success["window"] else ""
         ax.set_title(f"Success per {key}{scope}")
-        for x, row in zip(xs, rows, strict=True):
-            ax.text(x, 1.01, f"n={row['candidates']}", ha="center", fontsize=7)
         ax.legend(fontsize=8, loc="upper right")
     return _save(fig, path)

@@ -141,7 +141,18 @@ def _migration_1(db: sqlite_utils.Database) -> None:
     db["state"].create({"key": str, "value": str}, pk="key")
 
 
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1,)
+def _migration_2(db: sqlite_utils.Database) -> None:
+    """Covering indexes for browsing large archives without reading candidates' files (issue 7)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_candidates_browse ON candidates (seq, id, operator, model, status)")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_evaluations_browse ON evaluations (candidate, status, fitness)")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_llm_calls_candidate ON llm_calls (candidate)")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS idx_llm_calls_browse ON llm_calls "
+        "(model, cost, tokens_in, tokens_out, latency_s, error)"
+    )
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1, _migration_2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

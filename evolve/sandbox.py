@@ -188,6 +188,28 @@ def _members(sid: int, marker: bytes, ns: str | None) -> list[int]:
     return members
 
 
+def _hold_namespace(pid: int, ns: str | None) -> int | None:
+    """Open the command's namespace so that it outlives the command until the final sweep.
+
+    Namespace ids (``mnt:[4026532318]``) are inode numbers that the kernel hands out again
+    as soon as a namespace dies; without this handle, the sweep after the command exited
+    could match, count as leftovers and kill the processes of another sandbox whose new
+    namespace got the same number. None when the command is already gone (then nothing of
+    it lives in the namespace either, unless it forked within microseconds of starting).
+    """
+    if not ns:
+        return None
+    kind = ns.split(":")[0]
+    try:
+        fd = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if os.readlink(f"/proc/self/fd/{fd}") != ns:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _signal_tree(pid: int, marker: bytes, ns: str | None, sig: int) -> int:
     """Send ``sig`` to the group and to every other member; return how many members were found."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -343,6 +365,7 @@ def run(
     os.close(report_w)
     report = _read_report(report_r)
     ns = report.pop("ns", None)
+    ns_fd = _hold_namespace(proc.pid, ns)
     _warn_once(report)
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
@@ -363,6 +386,8 @@ def run(
     leftover = 0 if timed_out else len([p for p in alive if p != proc.pid])
     if alive:  # none alive: none can appear either, as only a member can fork a member
         _kill_all(proc.pid, marker, ns)
+    if ns_fd is not None:
+        os.close(ns_fd)
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
         stream.close()

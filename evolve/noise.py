@@ -6,9 +6,11 @@ their spread (per metric) is the run's calibration, kept in the ``state`` table 
 one-sided two-sample t-test (``evolve.fitness.improvement_pvalue``) whose spread is pooled
 over the calibration and both candidates' own samples. The challenger is evaluated with
 more seeds when the result is close (``schedule``: sample counts at each look), and it
-replaces the incumbent only when significant at ``alpha / len(schedule)`` at some look
-(a Bonferroni split, so the chance that a challenger no better than the incumbent is
-promoted stays below ``alpha`` under the normal, common-spread model).
+replaces the incumbent only when significant at its look's share of ``alpha`` (shares
+proportional to the looks' sample counts and summing to ``alpha``: a Bonferroni split, so
+the chance that a challenger no better than the incumbent is promoted stays below
+``alpha`` under the normal, common-spread model; ``scripts/noise_simulation.py`` measures
+it).
 
 Storage: each extra sample is a row of the evaluations table with stage ``reevaluation``;
 the candidate's verdict row is written last and holds the mean over all samples as its
@@ -44,8 +46,8 @@ class NoiseSettings:
             noise-aware selection entirely (plain comparison, one evaluation each).
         alpha: one-sided level: the largest accepted chance of promoting a challenger that
             is no better than the incumbent, over all looks of one comparison.
-        close: a challenger whose p-value lies in [alpha / looks, close) is re-evaluated
-            with more seeds; at ``close`` or above it is refused at once.
+        close: a challenger whose p-value lies between its look's level and ``close`` is
+            re-evaluated with more seeds; at ``close`` or above it is refused at once.
         schedule: a challenger's sample count at each look, strictly increasing from 1
             (e.g. ``[1, 4]``: one evaluation, then up to three more when close).
         level: confidence level of the stored intervals ``fitness_ci_low/high``.
@@ -86,10 +88,15 @@ class NoiseSettings:
         """Whether noise-aware selection runs (two or more calibration seeds)."""
         return self.seeds >= 2
 
-    @property
-    def look_alpha(self) -> float:
-        """The level of each look: ``alpha`` split evenly over the schedule's looks."""
-        return self.alpha / len(self.schedule)
+    def look_alpha(self, n: int) -> float:
+        """The level of the look made with ``n`` samples.
+
+        ``alpha`` is split over the looks in proportion to their sample counts (``[1, 4]``:
+        0.2 and 0.8 of it), so the levels sum to ``alpha`` (Bonferroni) and most of it goes to
+        the look that has the most evidence.
+        """
+        reached = max((c for c in self.schedule if c <= n), default=self.schedule[0])
+        return self.alpha * reached / sum(self.schedule)
 
     @classmethod
     def from_config(cls, node: Mapping[str, Any] | None) -> NoiseSettings:
@@ -192,10 +199,10 @@ def pvalue(
 def next_count(n: int, p: float, settings: NoiseSettings) -> int | None:
     """How many samples the challenger should have before the next look; None when decided.
 
-    Decided: significant (``p < look_alpha``: promote), not close (``p >= close``: refuse),
-    or the schedule is exhausted (refuse).
+    Decided: significant (``p < look_alpha(n)``: promote), not close (``p >= close``:
+    refuse), or the schedule is exhausted (refuse).
     """
-    if p < settings.look_alpha or p >= settings.close:
+    if p < settings.look_alpha(n) or p >= settings.close:
         return None
     return next((count for count in settings.schedule if count > n), None)
 
@@ -297,9 +304,8 @@ class NoiseJudge:
 
     def __call__(self, challenger: Evaluation, incumbent_id: str, value: float) -> bool:
         """True when the challenger is better than the incumbent beyond noise."""
-        return (
-            self.pvalue(stored_samples(challenger), incumbent_id, value) < self.settings.look_alpha
-        )
+        samples = stored_samples(challenger)
+        return self.pvalue(samples, incumbent_id, value) < self.settings.look_alpha(samples.n)
 
 
 def reevaluations(store: Store, candidate_id: str) -> list[Evaluation]:

@@ -105,7 +105,7 @@ def assert_promotions_significant(store, cal, islands):
                     incumbent_is_seed=incumbent[0] == cal.seed_id,
                     objective=objective,
                 )
-                if p >= settings.look_alpha:
+                if p >= settings.look_alpha(stored_samples(v).n):
                     refused_better += objective.better(v.fitness, incumbent[1].fitness)
                     continue
             elites[key] = (cid, v)

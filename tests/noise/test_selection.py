@@ -46,7 +46,10 @@ def calibration(values, seed_id="seed"):
 
 def test_settings_validate_and_name_the_fix():
     assert not NoiseSettings().enabled and NoiseSettings(seeds=2).enabled
-    assert SETTINGS.look_alpha == pytest.approx(0.005)
+    assert SETTINGS.look_alpha(1) == pytest.approx(0.002)
+    assert SETTINGS.look_alpha(4) == pytest.approx(0.008) and SETTINGS.look_alpha(
+        9
+    ) == pytest.approx(0.008)
     assert NoiseSettings.from_config({"seeds": 3, "schedule": [1, 2, 6]}).schedule == (1, 2, 6)
     assert NoiseSettings.from_config(None) == NoiseSettings()
     for bad, match in [

@@ -84,7 +84,7 @@ class GPT(nn.Module):
         self.norm_out = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         for name, param in self.named_parameters():
-            if param.dim() > 1:  # matrices; output projections shrink with depth (GPT-2)
+            if name.endswith("weight") and "norm" not in name:  # matrices; projections shrink with depth
                 std = (
                     init_std / math.sqrt(2 * n_layer)
                     if name.endswith(("proj.weight", "down.weight"))
@@ -93,7 +93,8 @@ class GPT(nn.Module):
                 nn.init.normal_(param, std=std)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(idx.shape[1], device=idx.device)
+        _, length = idx.shape
+        positions = torch.arange(length, device=idx.device)
         x = self.token_embedding(idx) + self.position_embedding(positions)
         for block in self.blocks:
             x = block(x)

@@ -34,6 +34,10 @@ GRAD_CLIP = 1.0
 # EVOLVE-BLOCK-END
 
 device = settings.device
+use_amp = device == "cuda"
+if use_amp:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
 config = dict(
     vocab_size=settings.vocab_size,
     seq_len=settings.seq_len,
@@ -44,36 +48,30 @@ config = dict(
     init_std=INIT_STD,
 )
 model = build_model(config).to(device)
-use_amp = device == "cuda"
-if use_amp:
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+betas = (min(BETA1, 0.999), min(BETA2, 0.9999))  # Adam needs betas below 1, whatever the block says
+
+
+def lr_scale(step: int, progress: float) -> float:
+    """Linear warm-up over WARMUP_STEPS steps, flat, then linear decay to 0 over the last WARMDOWN of the budget."""
+    warm = min(1.0, (step + 1) / max(WARMUP_STEPS, 1))
+    decay = min(1.0, (1.0 - progress) / max(WARMDOWN, 1e-6))
+    return warm * max(decay, 0.0)
 
 
 # EVOLVE-BLOCK-START
 def make_optimizer(model):
-    """AdamW; weight decay on matrices only (not on norms, biases)."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": WEIGHT_DECAY},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=LR, betas=(BETA1, BETA2), fused=use_amp)
-
-
-def lr_scale(step, progress):
-    """Linear warm-up over WARMUP_STEPS, then constant, then linear decay to 0 over the last WARMDOWN."""
-    warm = min(1.0, (step + 1) / WARMUP_STEPS)
-    decay = min(1.0, (1.0 - progress) / WARMDOWN)
-    return warm * max(decay, 0.0)
+    """AdamW over all parameters."""
+    return torch.optim.AdamW(
+        model.parameters(), lr=LR, betas=betas, weight_decay=WEIGHT_DECAY, fused=use_amp
+    )
 
 
 def loss_of(model, x, y):
+    """Mean next-token cross-entropy of a batch (bf16 autocast on GPU)."""
     with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
         logits = model(x)
     return F.cross_entropy(
-        logits.float().reshape(y.numel(), logits.shape[-1]), y.reshape(y.numel())
+        logits.float().reshape(y.numel(), settings.vocab_size), y.reshape(y.numel())
     )
 
 

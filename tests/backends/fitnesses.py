@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
@@ -119,3 +120,85 @@ class Traced:
             metrics={"score": score},
             descriptors={"a": float(params["A"]), "b": float(params["B"])},
         )
+
+
+CHILD_GPU = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
+
+
+class GpuProbe(Traced):
+    """Traced's score, after a matmul on the evaluation's GPU and checks of the GPU it was given.
+
+    Metrics: ``tflops`` of a bf16 ``size``x``size`` matmul (fp32 and 256 on CPU),
+    ``matmul_ok`` (it matches float64 on a few rows), ``cuda_devices`` seen by torch,
+    ``env_matches_ray`` (CUDA_VISIBLE_DEVICES is what ``ray.get_gpu_ids()`` says) and
+    ``candidate_sees_gpu`` (a sandboxed candidate process gets the same GPUs).
+
+    Args:
+        size: matrix size on a GPU.
+        require_gpu: an evaluation without a CUDA device is INVALID (else it runs on CPU).
+    """
+
+    def __init__(self, *, size: int = 8192, require_gpu: bool = True, **traced: object) -> None:
+        super().__init__(**traced)
+        self.size, self.require_gpu = size, require_gpu
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        import torch
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            import ray
+
+            ray_ids = [str(i) for i in ray.get_gpu_ids()] if ray.is_initialized() else None
+        except ImportError:
+            ray_ids = None
+        if self.require_gpu and not torch.cuda.is_available():
+            return Evaluation(
+                status=EvalStatus.INVALID,
+                artifacts={
+                    "error": f"no CUDA device in the worker (CUDA_VISIBLE_DEVICES={visible})"
+                },
+            )
+        gpu = torch.cuda.is_available()
+        device, n = ("cuda", self.size) if gpu else ("cpu", 256)
+        dtype = torch.bfloat16 if gpu else torch.float32
+        generator = torch.Generator(device=device).manual_seed(ctx.seed)
+        a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+        b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+        c = a @ b  # warm-up, and the product checked below
+        reps = 10
+        if gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        if gpu:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        exact = a[:4].double().cpu() @ b.double().cpu()
+        matmul_ok = torch.allclose(c[:4].double().cpu(), exact, rtol=0.05, atol=0.05 * n**0.5)
+        child = run_sandboxed(
+            [sys.executable, "-c", CHILD_GPU],
+            cwd=workdir,
+            limits=Limits(timeout_s=ctx.timeout_s, memory_bytes=None),
+            env=ctx.env(),
+        )
+        scored = super().evaluate(workdir, ctx)
+        if not scored.ok:
+            return scored
+        metrics = {
+            **scored.metrics,
+            "tflops": 2 * n**3 * reps / seconds / 1e12,
+            "matmul_ok": float(matmul_ok),
+            "cuda_devices": float(torch.cuda.device_count()),
+            "env_matches_ray": float(ray_ids is not None and ray_ids == (visible or "").split(",")),
+            "candidate_sees_gpu": float(child.stdout.strip() == str(ctx.gpu)),
+        }
+        name = torch.cuda.get_device_name(0) if gpu else "cpu"
+        artifacts = {
+            "device": name,
+            "cuda_visible_devices": str(visible),
+            "ray_gpu_ids": ",".join(ray_ids or []),
+            "candidate_cuda_visible_devices": child.stdout.strip() or child.tail(500),
+        }
+        return replace(scored, metrics=metrics, artifacts=artifacts)

@@ -54,6 +54,7 @@ class SpeedrunFitness:
         probe_every_s: > 0 asks the candidate for probe checkpoints (calibration only).
         overrides: hyperparameters passed to the program as ``SPEEDRUN_OVERRIDES`` (tests, calibration).
         params_max_m: upper end of the ``params_m`` descriptor, in millions.
+        cpu_parallel: on CPU (no GPUs in the slot), how many seeds run at the same time.
     """
 
     def __init__(
@@ -80,6 +81,7 @@ class SpeedrunFitness:
         probe_every_s: float = 0.0,
         overrides: dict | None = None,
         params_max_m: float = 400.0,
+        cpu_parallel: int = 1,
     ) -> None:
         if val_tokens % eval_seq_len:
             raise ValueError(
@@ -88,6 +90,7 @@ class SpeedrunFitness:
         if n_seeds < 1:
             raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
         self.target, self.alpha, self.reach, self.n_seeds = target, alpha, reach, n_seeds
+        self.cpu_parallel = cpu_parallel
         self.data = DataSpec(data_dir=data_dir, train_glob=train_glob, val_glob=val_glob)
         self.settings = RunSettings(
             preset=preset,
@@ -179,7 +182,7 @@ class SpeedrunFitness:
         groups: list[list[str] | None] = [
             gpus[i : i + width] for i in range(0, len(gpus) - width + 1, width)
         ]
-        groups = groups or [None]
+        groups = groups or [None] * max(1, self.cpu_parallel)
         train_files = self.data.train_files()
         val = self.data.val_tokens(self.settings.val_tokens)
         hidden = self.data.val_files()

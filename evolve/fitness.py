@@ -36,6 +36,7 @@ __all__ = [
     "mean_interval",
     "one_sided_pvalue",
     "pooled_sd",
+    "read_output",
     "run_sandboxed",
 ]
 
@@ -208,6 +209,39 @@ def sandbox_failure(result: Result, what: str = "candidate") -> Evaluation | Non
             },
         )
     return None
+
+
+def read_output(path: Path, *, limit_bytes: int = 64 << 20) -> str:
+    """Read a file the candidate wrote, refusing what could hang or fool the harness.
+
+    The file must be a regular file, not a symbolic link (a link to ``/dev/zero`` would make
+    the harness read forever; a link to a file elsewhere would have the harness read it on
+    the candidate's behalf), of at most ``limit_bytes`` bytes.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ValueError: it is a link, not a regular file, too large, or not UTF-8.
+    """
+    import errno
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{path.name} is a symbolic link; write a regular file") from exc
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError(f"{path.name} is not a regular file; write a regular file")
+        data = handle.read(limit_bytes + 1)
+    if len(data) > limit_bytes:
+        raise ValueError(f"{path.name} is larger than {limit_bytes} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path.name} is not UTF-8 text ({exc})") from exc
 
 
 def one_sided_pvalue(

@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
+from evolve.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 OUTPUT = "packing.json"
@@ -67,7 +67,7 @@ class CirclePacking:
         if failure is not None:
             return failure
         try:
-            data = json.loads(output.read_text())
+            data = json.loads(read_output(output, limit_bytes=1 << 20))
             centers, radii = data["centers"], data["radii"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             return Evaluation(

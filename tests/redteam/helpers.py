@@ -1,0 +1,78 @@
+"""Drive candidate programs through a benchmark's real fitness, as the search's workers do."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from evolve.backends.base import Job, run_job
+from evolve.fitness import Fitness
+from evolve.types import EvalStatus, Evaluation
+
+
+def evaluate(
+    fitness: Fitness, files: Mapping[str, str], *, seed: int = 0, timeout_s: float = 20.0
+) -> Evaluation:
+    """Evaluate ``files`` in a fresh workdir through ``run_job`` (write files, ``evaluate_safely``, clean up)."""
+    return run_job(
+        fitness,
+        Job(candidate_id="redteam", files=dict(files), seed=seed, timeout_s=timeout_s),
+        None,
+    )
+
+
+def reason(evaluation: Evaluation) -> str:
+    """Everything the evaluation says about why: error, output, logs."""
+    return "\n".join(str(v) for v in evaluation.artifacts.values())
+
+
+def assert_caught(
+    evaluation: Evaluation, status: EvalStatus | tuple[EvalStatus, ...], pattern: str
+) -> None:
+    """The cheat ended with ``status`` and its artifacts match ``pattern`` (a regex, case-insensitive)."""
+    statuses = status if isinstance(status, tuple) else (status,)
+    text = reason(evaluation)
+    assert evaluation.status in statuses, (
+        f"expected {statuses}, got {evaluation.status}: {text[-2000:]}"
+    )
+    assert re.search(pattern, text, re.I | re.S), (
+        f"reason does not match {pattern!r}: {text[-2000:]}"
+    )
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Listener:
+    """A TCP server on the host's loopback that counts connections (a candidate must never reach it)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()

@@ -54,7 +54,7 @@ class NoiseSettings:
     """
 
     seeds: int = 1
-    alpha: float = 0.01
+    alpha: float = 0.005
     close: float = 0.2
     schedule: tuple[int, ...] = (1, 4)
     level: float = 0.95

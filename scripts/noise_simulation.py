@@ -117,7 +117,8 @@ def plain(*, runs: int, per_run: int, gain: float, seed: int) -> Row:
 
 
 VARIANTS = (
-    NoiseSettings(seeds=5),
+    NoiseSettings(seeds=5),  # the defaults
+    NoiseSettings(seeds=5, alpha=0.01),
     NoiseSettings(seeds=5, close=0.5),
     NoiseSettings(seeds=5, schedule=(1, 8)),
     NoiseSettings(seeds=5, schedule=(1, 4, 10)),

@@ -41,6 +41,7 @@ def make_backend(cfg: dict[str, Any], benchmark: Any) -> Any:
             fitness=benchmark.fitness,
             gpus_per_eval=benchmark.gpus,
             workers=workers(cfg),
+            harness=cfg["benchmark"].get("harness") or (),
         )
     raise ConfigError(f"backend {kind!r} unknown; available: local, ray")
 

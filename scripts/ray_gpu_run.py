@@ -171,6 +171,8 @@ def main() -> None:
         print(f"  [{'ok' if passed else 'FAIL'}] {name}")
     print(f"full results: {out}/ray_gpu.json, log: {out}/evolve.out, {out}/run/evolve.log")
     if not all(result["checks"].values()):
+        if returncode != 0:
+            print("the search's output ends with:\n" + (out / "evolve.out").read_text()[-4000:])
         sys.exit(1)
 
 

@@ -10,6 +10,8 @@ How it works:
   candidate's files travel in the task's arguments, so workers need no shared disk. The
   fitness is pickled by reference, so ``evolve`` (and the benchmark's module) must be
   importable on every node: install the same version there, or pass a ``runtime_env``.
+  Each task hashes the benchmark's harness files where it runs; a node whose files differ
+  from the driver's (another version, or none) stops the run before it scores anything.
 - Ray assigns the GPUs: a task sees its own through ``CUDA_VISIBLE_DEVICES`` (which
   becomes ``EvalContext.gpu``), and a GPU worker serves one evaluation, then exits.
 - The task first reports that it started; the timeout (the job's plus ``grace_s``) counts
@@ -25,12 +27,14 @@ How it works:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import platform
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -51,6 +55,7 @@ CONFIG_KEYS = (
     "runtime_env",
     "local_cpus",
     "local_gpus",
+    "check_harness",
 )
 
 
@@ -86,14 +91,33 @@ def _check_reachable(address: str) -> None:
 # --- worker side ---------------------------------------------------------------------------------
 
 
-def _evaluation_task(fitness: Fitness, job: Job) -> Iterator[dict[str, Any] | Evaluation]:
-    """The Ray task (a generator): first where it runs, then the evaluation."""
+def harness_digest(specs: Sequence[str]) -> str:
+    """SHA-256 over the harness files named by ``specs`` (``pkg://`` or absolute), resolved here.
+
+    A missing file counts as different content, so a node lacking the benchmark's files
+    disagrees with the driver as a node holding other versions of them does.
+    """
+    from evolve.config import resolve_path
+
+    digest = hashlib.sha256()
+    for spec in specs:
+        path = resolve_path(spec)
+        digest.update(f"{spec}\0".encode())
+        digest.update(path.read_bytes() if path.is_file() else b"\0<missing>\0")
+    return digest.hexdigest()
+
+
+def _evaluation_task(
+    fitness: Fitness, job: Job, harness: Sequence[str]
+) -> Iterator[dict[str, Any] | Evaluation]:
+    """The Ray task (a generator): first where it runs and the harness it sees, then the evaluation."""
     import ray
 
     gpu_ids = ray.get_gpu_ids()
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(str(g) for g in gpu_ids)
     gpu = gpu if gpu_ids else None
-    yield {"host": platform.node(), "pid": os.getpid(), "gpu": gpu}
+    digest = harness_digest(harness) if harness else ""
+    yield {"host": platform.node(), "pid": os.getpid(), "gpu": gpu, "harness": digest}
     yield run_job(fitness, job, gpu)
 
 
@@ -114,6 +138,9 @@ class RayBackend:
         runtime_env: Ray runtime environment of the job (e.g. ``{"working_dir": "."}``).
         local_cpus: CPUs of a cluster started here (None: all of this machine's).
         local_gpus: GPUs of a cluster started here (None: all that Ray detects).
+        harness: the benchmark's harness files (``pkg://`` or paths, as in its config); each
+            task hashes them where it runs, and a node whose hash differs stops the run.
+        check_harness: False skips that check (for a fitness that carries all it needs).
         grace_s: how long past the job's timeout the fitness may take before its task is killed.
     """
 
@@ -130,6 +157,8 @@ class RayBackend:
         runtime_env: Mapping[str, Any] | None = None,
         local_cpus: int | None = None,
         local_gpus: int | None = None,
+        harness: Sequence[str] = (),
+        check_harness: bool = True,
         grace_s: float = HARNESS_GRACE_S,
     ) -> None:
         if max_attempts < 1:
@@ -140,6 +169,12 @@ class RayBackend:
         self.memory_bytes = int(memory_gb * 2**30) if memory_gb else None
         self.max_attempts = max_attempts
         self.grace_s = grace_s
+        # relative paths are made absolute here: a worker's working directory is not ours
+        self.harness = tuple(
+            spec if str(spec).startswith("pkg://") else str(Path(spec).expanduser().resolve())
+            for spec in (harness if check_harness else ())
+        )
+        self._harness_digest = harness_digest(self.harness) if self.harness else ""
         self._running: set[Any] = set()
         self._owns_connection = self._connect(
             address, runtime_env=dict(runtime_env or {}), cpus=local_cpus, gpus=local_gpus
@@ -166,7 +201,13 @@ class RayBackend:
 
     @classmethod
     def from_config(
-        cls, node: Mapping[str, Any], *, fitness: Fitness, gpus_per_eval: int, workers: int | None
+        cls,
+        node: Mapping[str, Any],
+        *,
+        fitness: Fitness,
+        gpus_per_eval: int,
+        workers: int | None,
+        harness: Sequence[str] = (),
     ) -> RayBackend:
         """A RayBackend from the ``backend`` config group (``configs/backend/ray.yaml``)."""
         options = {k: v for k, v in node.items() if k != "name"}
@@ -175,7 +216,13 @@ class RayBackend:
             raise RayBackendError(
                 f"unknown key(s) {unknown} in backend (ray); valid keys: {', '.join(CONFIG_KEYS)}"
             )
-        return cls(fitness=fitness, gpus_per_eval=gpus_per_eval, workers=workers, **options)
+        return cls(
+            fitness=fitness,
+            gpus_per_eval=gpus_per_eval,
+            workers=workers,
+            harness=harness,
+            **options,
+        )
 
     # --- connecting ----------------------------------------------------------------------------
 
@@ -275,10 +322,19 @@ class RayBackend:
 
     async def _attempt(self, job: Job) -> Evaluation:
         ray = self._ray
-        generator = self._task.remote(self._fitness, job)
+        generator = self._task.remote(self._fitness, job, self.harness)
         self._running.add(generator)
         try:
             where = await (await self._started(generator, job))
+            if where["harness"] != self._harness_digest:
+                ray.cancel(generator, force=True)
+                raise RayBackendError(
+                    f"the benchmark's harness files on Ray node {where['host']} differ from this "
+                    f"machine's ({', '.join(self.harness)}), so its scores would not be comparable; "
+                    "install the same version of evolve and the benchmark on every node (or share them "
+                    "through backend.runtime_env), or set backend.check_harness=false if the fitness "
+                    "carries everything it needs"
+                )
             deadline = job.timeout_s + self.grace_s
             try:
                 result = await asyncio.wait_for(generator.__anext__(), timeout=deadline)

@@ -192,3 +192,22 @@ def test_cancelling_an_evaluation_kills_its_ray_task(ray_cluster, tmp_path):
         backend.close()
     [trace] = traces(tmp_path)
     assert gone_soon(trace["pid"]), "an interrupted run left its evaluation running on the cluster"
+
+
+def test_a_worker_seeing_other_harness_files_stops_the_run_before_scoring(ray_cluster, tmp_path):
+    harness = tmp_path / "harness.py"
+    harness.write_text("MEASURE = 1\n")
+    specs = ["pkg://tests.backends/fitnesses.py", str(harness)]
+    trace_dir = tmp_path / "traces"
+    backend = RayBackend(fitness=Traced(trace_dir=str(trace_dir)), harness=specs)
+    unchecked = RayBackend(fitness=Traced(), harness=specs, check_harness=False)
+    try:
+        assert evaluate(backend, job()).ok  # the workers see the same files as the driver
+        harness.write_text("MEASURE = 2\n")  # as a node with another version would
+        with pytest.raises(RayBackendError, match=r"harness files on Ray node .* differ"):
+            evaluate(backend, job())
+        assert evaluate(unchecked, job()).ok
+    finally:
+        backend.close()
+        unchecked.close()
+    assert len(traces(trace_dir)) == 1, "the task on the mismatched node must not evaluate"

@@ -118,6 +118,11 @@ class KernelFitness:
             Descriptor(name="code_lines", low=0, high=300, bins=6),
         )
 
+    @property
+    def benchmark_overrides(self) -> dict[str, Any]:
+        """On the CPU (Triton interpreter) an evaluation needs no GPU slot."""
+        return {"gpus": 0} if self.settings.device == "cpu" else {}
+
     def prepare(self, workdir: Path) -> None:
         """Write the harness's files (definition.json, reference.py) into the candidate's folder."""
         workdir.joinpath("definition.json").write_text(

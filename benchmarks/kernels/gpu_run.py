@@ -65,20 +65,11 @@ def _log(out: Path, lock: threading.Lock, text: str) -> None:
             handle.write(line + "\n")
 
 
-def measure_problem(
-    name: str, dataset: Path, settings: Any, calibration: dict, env: dict, log: Any
-) -> dict[str, Any]:
-    """Baselines, roofline and reference score of one problem, then its Triton seed (if any)."""
-    from evolve.benchmarks.kernels.harness import Harness
+def baseline_rows(base: dict[str, Any], calibration: dict) -> dict[str, Any]:
+    """Per-workload reference, baseline and SOL times and the reference's score, from referee output."""
     from evolve.benchmarks.kernels.roofline import sol_ms
     from evolve.benchmarks.kernels.score import coefficient_of_variation, problem_score, sol_score
-    from evolve.benchmarks.kernels.spec import find_problem
-    from evolve.benchmarks.kernels.suite import stage
 
-    problem = find_problem(dataset, name)
-    harness = Harness(problem, settings, calibration=calibration)
-    started = time.monotonic()
-    base = harness.baselines(env)
     rows = []
     for uuid, entry in base.items():
         ref = [sorted(t)[len(t) // 2] for t in entry["reference_ms"]]
@@ -91,30 +82,32 @@ def measure_problem(
             "reference_cv": coefficient_of_variation(ref), "baseline_cv": coefficient_of_variation(compiled),
             "compile_error": entry.get("compile_error"),
         })  # fmt: skip
-    result: dict[str, Any] = {
-        "problem": name, "workloads": rows, "baseline_s": time.monotonic() - started,
+    return {
+        "workloads": rows,
         "reference_score": problem_score([r["reference_score"] for r in rows]),
-    }  # fmt: skip
-    log(f"{name}: reference score {result['reference_score']:.3f} ({result['baseline_s']:.0f} s)")
-    if name in SEEDS:
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix=f"evolve-kernels-seed-{name}-") as tmp:
-            stage(
-                HERE / "seeds" / SEEDS[name],
-                Path(tmp),
-                (problem.root / "definition.json").read_text(),
-                problem.definition.reference,
-            )
-            report = harness.evaluate(Path(tmp), seed=1, env=env)
-        result["seed"] = {
-            "name": SEEDS[name],
-            "seconds": time.monotonic() - started,
-            **report.as_dict(),
-        }
-        log(
-            f"{name}: seed {SEEDS[name]} status {report.status} score {report.score:.3f} {report.message[:300]}"
+    }
+
+
+def run_seed(
+    name: str, dataset: Path, settings: Any, calibration: dict, base: dict, env: dict
+) -> dict[str, Any]:
+    """Our Triton seed for ``name`` through the full sandboxed harness."""
+    from evolve.benchmarks.kernels.harness import Harness
+    from evolve.benchmarks.kernels.spec import find_problem
+    from evolve.benchmarks.kernels.suite import stage
+
+    problem = find_problem(dataset, name)
+    harness = Harness(problem, settings, calibration=calibration, baselines=base)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"evolve-kernels-seed-{name}-") as tmp:
+        stage(
+            HERE / "seeds" / SEEDS[name],
+            Path(tmp),
+            (problem.root / "definition.json").read_text(),
+            problem.definition.reference,
         )
-    return result
+        report = harness.evaluate(Path(tmp), seed=1, env=env)
+    return {"name": SEEDS[name], "seconds": time.monotonic() - started, **report.as_dict()}
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -241,38 +234,98 @@ def main(argv: list[str] | None = None) -> int:
     calibration = Harness(find_problem(dataset, names[0]), settings).calibration(first_env)
     (out / "calibration.json").write_text(json.dumps(calibration, indent=2))
     log(f"calibration: {json.dumps(calibration)}")
-    todo: queue.Queue[str] = queue.Queue()
-    for name in sorted(names, key=lambda n: (n not in SEEDS, n)):  # seeds first: they are must-show
-        todo.put(name)
-    results: dict[str, Any] = {}
+    from dataclasses import replace
 
-    def worker(gpu: str | None) -> None:
+    from evolve.benchmarks.kernels.harness import referee_call
+
+    # Phase 1: one referee process per GPU measures the baselines of its share of the problems
+    # (one torch import and one inductor warm-up per GPU, not per problem).
+    order = sorted(
+        names, key=lambda n: (n not in SEEDS, n)
+    )  # seed problems first: they are must-show
+    shares = {g: order[i :: len(gpus)] for i, g in enumerate(gpus)}
+    baselines: dict[str, Any] = {}
+    results: dict[str, Any] = {}
+    budget_s = args.minutes * 60
+
+    def baseline_worker(gpu: str | None) -> None:
+        env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+        items = []
+        for name in shares[gpu]:
+            problem = find_problem(dataset, name)
+            chosen = [problem.workloads[0].uuid] if args.smoke else None
+            items.append({"problem_dir": str(problem.root), "workloads": chosen})
+        job = {"task": "baseline", "problems": items, "warmup": settings.warmup, "iters": settings.iters,
+               "baseline": settings.baseline, "seed": 0, "repeats": settings.repeats,
+               "deadline_s": max(30.0, 0.75 * budget_s - (time.monotonic() - clock))}  # fmt: skip
+        try:
+            payload = referee_call(job, settings, env)["problems"]
+        except Exception as exc:
+            for name in shares[gpu]:
+                results[name] = {
+                    "problem": name,
+                    "error": f"{type(exc).__name__}: {str(exc)[:800]}",
+                }
+            log(f"GPU {gpu}: baselines FAILED: {exc}")
+            return
+        for name, entry in payload.items():
+            if "skipped" in entry:
+                results[name] = {"problem": name, "skipped": entry["skipped"]}
+                continue
+            baselines[name] = entry["workloads"]
+            results[name] = {"problem": name, **baseline_rows(entry["workloads"], calibration)}
+            log(
+                f"{name}: reference score {results[name]['reference_score']:.3f} (done at {entry['seconds']:.0f} s on GPU {gpu})"
+            )
+
+    threads = [threading.Thread(target=baseline_worker, args=(g,)) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    # Phase 2: our Triton seeds through the full harness (correctness, audits, witness, repeats).
+    todo: queue.Queue[str] = queue.Queue()
+    for name in order:
+        if name in SEEDS and name in baselines:
+            todo.put(name)
+
+    def seed_worker(gpu: str | None) -> None:
         env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
         while True:
             try:
                 name = todo.get_nowait()
             except queue.Empty:
                 return
-            if time.monotonic() - clock > args.minutes * 60:
-                results[name] = {"problem": name, "skipped": "not started within the time budget"}
-                continue
-            chosen = settings
-            if args.smoke:  # one workload (the first) per problem
-                from dataclasses import replace
-
-                chosen = replace(
-                    settings, workloads=(find_problem(dataset, name).workloads[0].uuid,)
-                )
-            try:
-                results[name] = measure_problem(name, dataset, chosen, calibration, env, log)
-            except Exception as exc:
-                results[name] = {
-                    "problem": name,
-                    "error": f"{type(exc).__name__}: {str(exc)[:500]}",
+            if time.monotonic() - clock > budget_s:
+                results[name]["seed"] = {
+                    "name": SEEDS[name],
+                    "status": "skipped",
+                    "score": 0.0,
+                    "rows": [],
+                    "message": "time budget",
                 }
-                log(f"{name}: FAILED {type(exc).__name__}: {exc}")
+                continue
+            chosen = replace(settings, workloads=tuple(baselines[name])) if args.smoke else settings
+            try:
+                results[name]["seed"] = run_seed(
+                    name, dataset, chosen, calibration, baselines[name], env
+                )
+                seed = results[name]["seed"]
+                log(
+                    f"{name}: seed {seed['name']} status {seed['status']} score {seed['score']:.3f} {seed['message'][:300]}"
+                )
+            except Exception as exc:
+                results[name]["seed"] = {
+                    "name": SEEDS[name],
+                    "status": "error",
+                    "score": 0.0,
+                    "rows": [],
+                    "message": str(exc)[:800],
+                }
+                log(f"{name}: seed FAILED {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus]
+    threads = [threading.Thread(target=seed_worker, args=(g,)) for g in gpus]
     for t in threads:
         t.start()
     for t in threads:
@@ -280,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     full = {"started": started, "seconds": time.monotonic() - clock, "device": device, "gpus": gpus, "tiny": args.tiny,
             "smoke": args.smoke, "settings": settings.__dict__ | {"workloads": list(settings.workloads)},
-            "calibration": calibration, "problems": [results[n] for n in sorted(results)]}  # fmt: skip
+            "calibration": calibration, "problems": [results.get(n, {"problem": n, "skipped": "no result"}) for n in sorted(names)]}  # fmt: skip
     (out / "results.json").write_text(json.dumps(full, indent=2, default=str))
     text = markdown(full)
     (out / "results.md").write_text(text)

@@ -136,15 +136,48 @@ def sandboxed_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s:
     return payload, result
 
 
+def referee_call(
+    job: Mapping[str, Any], settings: Settings, env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run one referee task in the sandbox (its own temp folder) and return its payload."""
+    harness_dir = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
+    try:
+        job = {"device": settings.device, "harness_dir": str(harness_dir), **job}
+        for _attempt in range(
+            2
+        ):  # harness code only: safe to retry once if killed from outside (OOM killer)
+            payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=settings.referee_timeout_s, env=env,
+                                             tag=REFEREE_TAG, gpu=settings.device.startswith("cuda"))  # fmt: skip
+            if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
+                break
+    finally:
+        shutil.rmtree(harness_dir, ignore_errors=True)
+    if payload is None or "fatal" in payload:
+        detail = (payload or {}).get("fatal") or (
+            "timed out" if result.timed_out else f"exit {result.returncode}"
+        )
+        trace = (payload or {}).get("traceback", "")
+        raise RuntimeError(
+            f"kernels referee ({job['task']}) failed: {detail}\n{trace}{result.tail(3000)}"
+        )
+    return payload
+
+
 class Harness:
     """Measures candidates on one problem; keeps calibration and baselines for the process's life."""
 
     def __init__(
-        self, problem: Problem, settings: Settings, *, calibration: Mapping[str, Any] | None = None
+        self,
+        problem: Problem,
+        settings: Settings,
+        *,
+        calibration: Mapping[str, Any] | None = None,
+        baselines: Mapping[str, Any] | None = None,
     ):
         self.problem = problem
         self.settings = settings
         self.fixed_calibration = dict(calibration) if calibration else None
+        self.fixed_baselines = dict(baselines) if baselines else None
 
     def _selected(self) -> list[str]:
         return [
@@ -154,31 +187,8 @@ class Harness:
         ]
 
     def _referee(self, job: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-        harness_dir = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
-        try:
-            job = {
-                "device": self.settings.device,
-                "problem_dir": str(self.problem.root),
-                "harness_dir": str(harness_dir),
-                **job,
-            }
-            for _attempt in range(
-                2
-            ):  # harness code only: safe to retry once if killed from outside (OOM killer)
-                payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=self.settings.referee_timeout_s,
-                                                 env=env, tag=REFEREE_TAG, gpu=self.settings.device.startswith("cuda"))  # fmt: skip
-                if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
-                    break
-        finally:
-            shutil.rmtree(harness_dir, ignore_errors=True)
-        if payload is None or "fatal" in payload:
-            detail = (payload or {}).get("fatal") or (
-                "timed out" if result.timed_out else f"exit {result.returncode}"
-            )
-            raise RuntimeError(
-                f"kernels referee ({job['task']}) failed: {detail}\n{(payload or {}).get('traceback', '')}{result.tail(3000)}"
-            )
-        return payload
+        job = {"problem_dir": str(self.problem.root), **job}
+        return referee_call(job, self.settings, env)
 
     def calibration(self, env: Mapping[str, str]) -> dict[str, Any]:
         """The machine's ceilings: the given calibration, else measured once in this process."""
@@ -193,6 +203,8 @@ class Harness:
 
     def baselines(self, env: Mapping[str, str]) -> dict[str, Any]:
         """Reference and baseline timings, bytes and FLOPs per workload, measured once in this process."""
+        if self.fixed_baselines:
+            return self.fixed_baselines
         s = self.settings
         key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{self._selected()}"
         if key not in _CACHE:

@@ -13,10 +13,9 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any
 
 from evolve.types import (
     Candidate,
@@ -27,6 +26,9 @@ from evolve.types import (
     EvolveError,
     Proposal,
 )
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 APPLICATION_ID = 0x45564F4C  # "EVOL": marks a file as an evolve archive
 
@@ -143,8 +145,12 @@ def _migration_1(db: sqlite_utils.Database) -> None:
 
 def _migration_2(db: sqlite_utils.Database) -> None:
     """Covering indexes for browsing large archives without reading candidates' files (issue 7)."""
-    db.execute("CREATE INDEX IF NOT EXISTS idx_candidates_browse ON candidates (seq, id, operator, model, status)")
-    db.execute("CREATE INDEX IF NOT EXISTS idx_evaluations_browse ON evaluations (candidate, status, fitness)")
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS idx_candidates_browse ON candidates (seq, id, operator, model, status)"
+    )
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS idx_evaluations_browse ON evaluations (candidate, status, fitness)"
+    )
     db.execute("CREATE INDEX IF NOT EXISTS idx_llm_calls_candidate ON llm_calls (candidate)")
     db.execute(
         "CREATE INDEX IF NOT EXISTS idx_llm_calls_browse ON llm_calls "
@@ -177,7 +183,6 @@ class Store:
             uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30
         )
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
         try:
             self._check_and_migrate()
         except sqlite3.DatabaseError as exc:
@@ -187,10 +192,19 @@ class Store:
                 "or move the file away to start a new run"
             ) from exc
 
+    @cached_property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils over the same connection (imported on first use: browsing never needs it)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
+
     def _check_and_migrate(self) -> None:
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = self.db.table_names()
+        tables = [
+            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        ]
         if app_id != APPLICATION_ID and tables:
             raise ArchiveFileError(
                 f"{self.path} is a SQLite file but not an evolve archive (tables: {', '.join(tables[:5])}); "
@@ -253,7 +267,9 @@ class Store:
             )
 
     def first_run(self) -> dict[str, Any] | None:
-        rows = list(self.db.query("SELECT * FROM runs ORDER BY id LIMIT 1"))
+        cursor = self.conn.execute("SELECT * FROM runs ORDER BY id LIMIT 1")
+        names = [c[0] for c in cursor.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cursor]
         return rows[0] if rows else None
 
     # --- candidates ---------------------------------------------------------------------

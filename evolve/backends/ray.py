@@ -32,6 +32,7 @@ import logging
 import os
 import platform
 import socket
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -118,7 +119,17 @@ def _evaluation_task(
     gpu = gpu if gpu_ids else None
     digest = harness_digest(harness) if harness else ""
     yield {"host": platform.node(), "pid": os.getpid(), "gpu": gpu, "harness": digest}
-    yield run_job(fitness, job, gpu)
+    try:
+        evaluation = run_job(fitness, job, gpu)
+    except Exception as exc:  # e.g. a candidate file escaping its workdir: this candidate fails
+        evaluation = Evaluation(
+            status=EvalStatus.ERROR,
+            artifacts={
+                "error": f"evaluating raised {type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-8000:],
+            },
+        )
+    yield evaluation
 
 
 # --- driver side ---------------------------------------------------------------------------------

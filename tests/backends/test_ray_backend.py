@@ -211,3 +211,32 @@ def test_a_worker_seeing_other_harness_files_stops_the_run_before_scoring(ray_cl
         backend.close()
         unchecked.close()
     assert len(traces(trace_dir)) == 1, "the task on the mismatched node must not evaluate"
+
+
+def test_a_candidate_that_breaks_the_job_fails_alone(ray_cluster):
+    escaping = {"params.py": SEED["params.py"], "../outside.py": "x = 1\n"}
+    backend = RayBackend(fitness=Traced())
+    try:
+        result = evaluate(backend, job(escaping))
+        assert evaluate(backend, job()).ok  # the next candidate runs as usual
+    finally:
+        backend.close()
+    assert (
+        result.status == EvalStatus.ERROR
+        and "escapes the working directory" in result.artifacts["error"]
+    )
+
+
+def test_a_fitness_the_workers_cannot_import_names_the_fix(ray_cluster, tmp_path, monkeypatch):
+    (tmp_path / "faraway_fitness.py").write_text(
+        "from tests.backends.fitnesses import Traced\n\n\nclass Faraway(Traced):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable here, on no Ray worker
+    from faraway_fitness import Faraway
+
+    backend = RayBackend(fitness=Faraway())
+    try:
+        with pytest.raises(RayBackendError, match="installed on every node"):
+            evaluate(backend, job())
+    finally:
+        backend.close()

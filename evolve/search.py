@@ -178,6 +178,17 @@ class Search:
                 "restore them (the run's hash is in the runs table) or start a new run"
             )
 
+    def _check_started_harness(self) -> None:
+        """A resumed run must measure with the harness files it started with."""
+        first = self.store.first_run()
+        started = first.get("harness_hash") if first else None
+        if started and started != self.harness_hash:
+            raise HarnessChanged(
+                f"the harness files of benchmark {self.benchmark.name!r} differ from those the run started "
+                f"with (hash {started[:12]}, now {self.harness_hash[:12]}); restore them to resume, or "
+                "start a new run"
+            )
+
     # --- evaluation and recording ----------------------------------------------------------------
 
     async def _evaluate(self, slot: int, candidate: Candidate) -> Evaluation:
@@ -499,6 +510,7 @@ class Search:
 
     async def run(self) -> Summary:
         """Evaluate the seed if needed, re-queue unfinished candidates, and search until a budget."""
+        self._check_started_harness()
         self.emitter.state = type(self.emitter.state).from_json(self.store.get_state("bandit"))
         self._load_counts()
         start = time.monotonic()

@@ -8,6 +8,7 @@ child process) and computes cross-entropy and bytes itself. Lower val_bpb is bet
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -18,8 +19,10 @@ import tempfile
 from pathlib import Path
 
 from evolve.benchmarks.nanochat import prepare, scales
+from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.procutil import SAFE_PATH
 from evolve.benchmarks.nanochat.scorer import CHECK_ROWS, eval_rows
+from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, run_sandboxed
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
@@ -80,7 +83,8 @@ class NanochatFitness:
     Args:
         scale: "auto" (nanochat with CUDA, else cpu), "nanochat" or "cpu"; see ``scales``.
         data_dir: where prepared datasets live (default ``$EVOLVE_DATA_DIR`` or ~/.cache/evolve/nanochat).
-        **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``.
+        **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``;
+            ``eval_tokens=0`` scores all whole batches the validation split holds.
 
     Attributes:
         objective: val_bpb, minimised.
@@ -115,6 +119,12 @@ class NanochatFitness:
         }
         log.info("nanochat: %s", self.scale.describe())
         self._dataset_meta()  # fail now, not at the first evaluation, when the data is missing
+        if self.scale.eval_tokens == 0:  # "all the validation split holds", in whole batches
+            self.scale = dataclasses.replace(self.scale, eval_tokens=self.available_eval_tokens())
+            log.info(
+                "nanochat: scoring %s validation targets (all the split holds)",
+                f"{self.scale.eval_tokens:,}",
+            )
 
     @property
     def dataset_root(self) -> Path:
@@ -123,6 +133,23 @@ class NanochatFitness:
         return Path(self.data_dir) / (
             f"stdlib-{self.scale.vocab_size}" if name == "stdlib" else name
         )
+
+    def available_eval_tokens(self) -> int:
+        """Targets in the whole batches of rows the validation split gives (the check's spare rows kept aside)."""
+        scale = self.scale
+        rows = sum(
+            1
+            for _ in pack_rows(
+                Split(prepare.split_dirs(self.dataset_root)["val"]).documents(), scale.seq_len + 1
+            )
+        )
+        batches = (rows - CHECK_ROWS) // scale.eval_batch_rows
+        if batches < 1:
+            raise EvolveError(
+                f"the validation split of {self.dataset_root} gives only {rows} rows of "
+                f"{scale.seq_len + 1} tokens; prepare more validation text"
+            )
+        return batches * scale.eval_batch_rows * scale.seq_len
 
     def _dataset_meta(self) -> dict:
         root = self.dataset_root

@@ -28,9 +28,6 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import prepare, scales
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
-from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.scorer import CHECK_ROWS
-from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, evaluate_safely
 
@@ -98,14 +95,6 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
         argv += ["--max-train-chars", str(max_chars), "--tokenizer-chars", str(max_chars)]
     prepare.main(argv)
     return root
-
-
-def usable_eval_tokens(root: Path, scale: scales.Scale, wanted: int) -> int:
-    """The largest multiple of one eval batch, at most ``wanted``, that the validation split holds."""
-    per_batch = scale.seq_len * scale.eval_batch_rows
-    rows = sum(1 for _ in pack_rows(Split(root / "val").documents(), scale.seq_len + 1))
-    batches = max(1, (rows - CHECK_ROWS) // scale.eval_batch_rows)
-    return min(wanted, batches * per_batch)
 
 
 def run_one(fitness: NanochatFitness, seed: int, gpu: str | None, root: Path) -> dict:
@@ -256,12 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         name, vocab, max_chars = "wikipedia-smoke", 8192, 20_000_000
     else:
         name, vocab, max_chars = "wikipedia", 8192, None
-    root = prepare_wiki(args.wiki.resolve(), data_dir, name, vocab, max_chars)
+    prepare_wiki(args.wiki.resolve(), data_dir, name, vocab, max_chars)
     prep_s = time.monotonic() - t0
     base = scales.resolve("cpu" if tiny else "nanochat", dataset=name, vocab_size=vocab)
     budget = args.budget or (3.0 if tiny else 15.0 if args.smoke else base.budget_s)
-    wanted = base.seq_len * base.eval_batch_rows * (2 if tiny or args.smoke else 10**6)
-    eval_tokens = usable_eval_tokens(root, base, min(wanted, base.eval_tokens))
+    # smoke/tiny: two batches; full run: every whole batch the validation split holds
+    eval_tokens = base.seq_len * base.eval_batch_rows * 2 if tiny or args.smoke else 0
     fitness = NanochatFitness(
         scale=base.name,
         data_dir=str(data_dir),
@@ -288,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)
+    eval_tokens = fitness.scale.eval_tokens
     summary.update(
         {
             "seq_len": fitness.scale.seq_len,

@@ -84,7 +84,9 @@ class GPT(nn.Module):
         self.norm_out = nn.LayerNorm(n_embd)
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
         for name, param in self.named_parameters():
-            if name.endswith("weight") and "norm" not in name:  # matrices; projections shrink with depth
+            if (
+                name.endswith("weight") and "norm" not in name
+            ):  # matrices; projections shrink with depth
                 std = (
                     init_std / math.sqrt(2 * n_layer)
                     if name.endswith(("proj.weight", "down.weight"))

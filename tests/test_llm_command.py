@@ -16,7 +16,7 @@ PY = sys.executable
 UPPER = [
     PY,
     "-c",
-    "import os, sys; print(os.environ['EVOLVE_MODEL'], sys.stdin.read().upper(), end='')",
+    "import os, sys; print(os.environ['EVOLVE_MODEL'], os.environ['EVOLVE_SAMPLE'], sys.stdin.read().upper(), end='')",
 ]
 FAIL = [PY, "-c", "import sys; sys.stderr.write('the model crashed: out of memory'); sys.exit(3)"]
 SLOW = [
@@ -39,10 +39,10 @@ def test_the_prompt_goes_to_stdin_and_stdout_is_the_answer(tmp_path) -> None:
     llm = client(tmp_path)
     messages = [{"role": "user", "content": "improve this"}]
     answer = asyncio.run(llm.complete("command/upper", messages, sample=0, prompt_hash="p"))
-    assert answer.text == "upper IMPROVE THIS"
+    assert answer.text == "upper 0 IMPROVE THIS"
     assert answer.tokens_in > 0 and answer.tokens_out > 0 and answer.cost is None
     row = next(llm.ledger.store.db.query("SELECT model, response, error FROM llm_calls"))
-    assert row == {"model": "command/upper", "response": "upper IMPROVE THIS", "error": None}
+    assert row == {"model": "command/upper", "response": "upper 0 IMPROVE THIS", "error": None}
 
 
 def test_several_messages_are_joined_under_role_headings() -> None:

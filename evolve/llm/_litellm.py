@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from types import ModuleType
 
@@ -17,5 +18,9 @@ def litellm() -> ModuleType:
     import litellm as module
 
     module.suppress_debug_info = True
+    for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):  # one INFO line per call otherwise
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
     module.drop_params = True  # parameters a provider does not take are dropped, not fatal
     return module

@@ -180,7 +180,7 @@ class LLMClient:
 
     # --- the call ----------------------------------------------------------------------------------
 
-    def _call_kwargs(self, model: str, messages: Messages) -> dict[str, Any]:
+    def _call_kwargs(self, model: str, messages: Messages, sample: str | int) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": model,
             "messages": [dict(m) for m in messages],
@@ -188,6 +188,10 @@ class LLMClient:
             "num_retries": 0,
             **self.settings.sampling(),
         }
+        if model.startswith(
+            "command/"
+        ):  # the command sees EVOLVE_SAMPLE (litellm keeps metadata local)
+            kwargs["metadata"] = {"evolve_sample": str(sample)}
         if self.settings.api_base and not model.startswith("command/"):
             kwargs["api_base"] = self.settings.api_base
         if self.settings.api_key_env:
@@ -264,13 +268,25 @@ class LLMClient:
         self._reserved += worst
         try:
             return await self._attempts(
-                model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate
+                model,
+                messages,
+                key=key,
+                prompt_hash=prompt_hash,
+                candidate=candidate,
+                sample=sample,
             )
         finally:
             self._reserved -= worst
 
     async def _attempts(
-        self, model: str, messages: Messages, *, key: str, prompt_hash: str, candidate: str | None
+        self,
+        model: str,
+        messages: Messages,
+        *,
+        key: str,
+        prompt_hash: str,
+        candidate: str | None,
+        sample: str | int,
     ) -> Completion:
         lit = litellm()
         tries = self.settings.retries + 1
@@ -279,7 +295,7 @@ class LLMClient:
             self.attempts += 1
             try:
                 response = await asyncio.wait_for(
-                    lit.acompletion(**self._call_kwargs(model, messages)),
+                    lit.acompletion(**self._call_kwargs(model, messages, sample)),
                     self.settings.timeout_s + min(5.0, 0.1 * self.settings.timeout_s),
                 )
             except asyncio.CancelledError:

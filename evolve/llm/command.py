@@ -3,7 +3,9 @@
 Registered with litellm through its custom-provider mechanism
 (``litellm.custom_provider_map`` with a ``CustomLLM`` handler), so ``command/<name>``
 goes through the same ``acompletion`` path, retries, cost and recording as any other
-model. ``<name>`` is looked up in ``llm.commands``. The executable runs in its own
+model. ``<name>`` is looked up in ``llm.commands``. The command's environment names the
+model (EVOLVE_MODEL), the sampling parameters (EVOLVE_TEMPERATURE, EVOLVE_MAX_TOKENS)
+and which sample of the prompt is asked for (EVOLVE_SAMPLE). The executable runs in its own
 process group and is killed with it on timeout; a non-zero exit is a failed call whose
 stderr is recorded. It runs with the user's rights: it is the user's own program (a
 llama.cpp binary, an agent CLI, a script that asks a person), not candidate code.
@@ -61,9 +63,14 @@ def _make_handler_class() -> type:
             return argv
 
         @staticmethod
-        def _env(name: str, optional_params: Mapping[str, Any]) -> dict[str, str]:
+        def _env(
+            name: str, optional_params: Mapping[str, Any], litellm_params: Mapping[str, Any] | None
+        ) -> dict[str, str]:
             env = dict(os.environ)
             env["EVOLVE_MODEL"] = name
+            sample = ((litellm_params or {}).get("metadata") or {}).get("evolve_sample")
+            if sample is not None:
+                env["EVOLVE_SAMPLE"] = str(sample)
             for key in ("temperature", "max_tokens"):
                 if optional_params.get(key) is not None:
                     env[f"EVOLVE_{key.upper()}"] = str(optional_params[key])
@@ -112,7 +119,7 @@ def _make_handler_class() -> type:
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
-                    env=self._env(model, optional_params),
+                    env=self._env(model, optional_params, kwargs.get("litellm_params")),
                     start_new_session=True,
                 )
             except OSError as exc:
@@ -146,7 +153,7 @@ def _make_handler_class() -> type:
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    env=self._env(model, optional_params),
+                    env=self._env(model, optional_params, kwargs.get("litellm_params")),
                     start_new_session=True,
                 )
             except OSError as exc:

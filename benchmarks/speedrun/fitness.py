@@ -11,6 +11,7 @@ runs first; the others only when its loss is within ``reach`` of the target.
 from __future__ import annotations
 
 import math
+import shutil
 import statistics
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,8 @@ class SpeedrunFitness:
         overrides: hyperparameters passed to the program as ``SPEEDRUN_OVERRIDES`` (tests, calibration).
         params_max_m: upper end of the ``params_m`` descriptor, in millions.
         cpu_parallel: on CPU (no GPUs in the slot), how many seeds run at the same time.
+        compile_cache: a folder for torch.compile's caches shared by all runs (faster warm-up;
+            only where candidates are trusted not to poison it). None: a fresh cache per run.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class SpeedrunFitness:
         overrides: dict | None = None,
         params_max_m: float = 400.0,
         cpu_parallel: int = 1,
+        compile_cache: str | None = None,
     ) -> None:
         if val_tokens % eval_seq_len:
             raise ValueError(
@@ -106,6 +110,7 @@ class SpeedrunFitness:
             cpu_threads=cpu_threads,
             probe_every_s=probe_every_s,
             overrides=dict(overrides or {}),
+            compile_cache=compile_cache,
         )
         self.objective = Objective(name="train_time_s", direction=Direction.MINIMIZE)
         self.descriptors = (
@@ -186,6 +191,7 @@ class SpeedrunFitness:
         train_files = self.data.train_files()
         val = self.data.val_tokens(self.settings.val_tokens)
         hidden = self.data.val_files()
+        own_scratch = ctx.scratch is None
         scratch_root = ctx.scratch or Path(tempfile.mkdtemp(prefix="speedrun-"))
         scratch_root.mkdir(parents=True, exist_ok=True)
 
@@ -202,10 +208,14 @@ class SpeedrunFitness:
             )
 
         records: list[RunRecord] = []
-        for wave in range(0, len(seeds), len(groups)):
-            indices = range(wave, min(wave + len(groups), len(seeds)))
-            with ThreadPoolExecutor(max_workers=len(indices)) as pool:
-                records += list(pool.map(one, indices))
+        try:
+            for wave in range(0, len(seeds), len(groups)):
+                indices = range(wave, min(wave + len(groups), len(seeds)))
+                with ThreadPoolExecutor(max_workers=len(indices)) as pool:
+                    records += list(pool.map(one, indices))
+        finally:
+            if own_scratch:
+                shutil.rmtree(scratch_root, ignore_errors=True)
         return records
 
     def verdict(self, records: list[RunRecord]) -> Evaluation:

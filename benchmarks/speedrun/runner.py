@@ -51,6 +51,7 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
+    compile_cache: str | None = None  # a compiler cache shared between runs (trusted runs only)
 
 
 @dataclass(kw_only=True)
@@ -107,6 +108,14 @@ def _env(
         "SPEEDRUN_CKPT_DIR": str(ckpt_dir),
         "SPEEDRUN_OVERRIDES": json.dumps(settings.overrides),
     }
+    # NVLink multicast stays off on shared machines (a program using it can take the host's GPUs down)
+    env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    if settings.compile_cache:
+        Path(settings.compile_cache).mkdir(
+            parents=True, exist_ok=True
+        )  # the sandbox grants only existing paths
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(settings.compile_cache) / "inductor")
+        env["TRITON_CACHE_DIR"] = str(Path(settings.compile_cache) / "triton")
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
@@ -132,6 +141,18 @@ def _command(settings: RunSettings) -> list[str]:
 
 
 def run_seed(
+    candidate: Path, *, scratch: Path, seed: int, keep: bool = False, **kwargs
+) -> RunRecord:
+    """Train the candidate once with ``seed``; see ``_run_seed``. The run's folder (code,
+    checkpoints of hundreds of MB) is removed afterwards unless ``keep``."""
+    try:
+        return _run_seed(candidate, scratch=scratch, seed=seed, **kwargs)
+    finally:
+        if not keep:
+            shutil.rmtree(scratch / f"seed-{seed}", ignore_errors=True)
+
+
+def _run_seed(
     candidate: Path,
     *,
     seed: int,
@@ -160,7 +181,13 @@ def run_seed(
     env = _env(settings, seed=seed, gpus=gpus, train_files=train_files, ckpt_dir=ckpt_dir)
     limits = Limits(timeout_s=settings.run_timeout_s, memory_bytes=settings.memory_bytes)
     policy = Policy(
-        writable=[ckpt_dir, "/dev/shm"], readonly=[code / "speedrun_clock.py"], hidden=list(hidden)
+        writable=[
+            ckpt_dir,
+            "/dev/shm",
+            *([settings.compile_cache] if settings.compile_cache else []),
+        ],
+        readonly=[code / "speedrun_clock.py"],
+        hidden=list(hidden),
     )
 
     with ClockServer() as clock:

@@ -366,6 +366,8 @@ def run(
     report = _read_report(report_r)
     ns = report.pop("ns", None)
     ns_fd = _hold_namespace(proc.pid, ns)
+    if ns_fd is None:
+        ns = None  # an id no longer held may already name another sandbox's namespace
     _warn_once(report)
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()

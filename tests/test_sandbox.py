@@ -599,3 +599,23 @@ def test_nccl_all_reduce_across_two_gpus_in_the_sandbox(tmp_path: Path) -> None:
     result = torchrun(tmp_path, "nccl", 2)
     assert result.ok and result.leftover == 0, result.tail()
     assert sorted(result.stdout.split()) == sorted(["rank", "0", "12.0", "rank", "1", "12.0"])
+
+
+def test_concurrent_sandboxes_never_sweep_each_other(tmp_path: Path) -> None:
+    """Namespace ids are reused at once; a finished sandbox must not take another's processes."""
+    (tmp_path / "long").mkdir()
+    long_code = "import subprocess, time; c = subprocess.Popen(['sleep', '6']); time.sleep(5); print(c.poll())"
+    driver = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from evolve.sandbox import Limits, run
+        r = run([sys.executable, '-c', {long_code!r}], cwd=Path(sys.argv[1]), limits=Limits(timeout_s=30))
+        print(r.returncode, r.stdout.strip(), r.leftover)
+    """)
+    other = subprocess.Popen(
+        [PY, "-c", driver, str(tmp_path / "long")], stdout=subprocess.PIPE, text=True
+    )
+    short = [run(["true"], cwd=tmp_path, limits=Limits(timeout_s=10)) for _ in range(30)]
+    out, _ = other.communicate(timeout=60)
+    assert all(r.ok and r.leftover == 0 for r in short)
+    assert out.split() == ["0", "None", "1"]  # its child was alive until it exited, then swept

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import shutil
@@ -23,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from evolve.benchmarks.nanochat import prepare, scales
@@ -272,8 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     work = Path(tempfile.mkdtemp(prefix="nanochat-gpu-run-"))
     try:
-        with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
-            runs = list(pool.map(lambda ig: run_one(fitness, ig[0], ig[1], work), enumerate(gpus)))
+        # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=len(gpus), mp_context=spawn) as pool:
+            futures = [
+                pool.submit(run_one, fitness, seed, gpu, work) for seed, gpu in enumerate(gpus)
+            ]
+            runs = [future.result() for future in futures]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)

@@ -156,7 +156,8 @@ def supervise(job: dict) -> dict:
         action = watch.check(now)
         if action == "stop":
             watch.stop_sent_at = now
-            os.write(control_w, b"s")
+            with contextlib.suppress(OSError):  # the child may have closed its end
+                os.write(control_w, b"s")
             continue
         if action == "kill":
             kill_group(proc)

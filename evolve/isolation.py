@@ -354,6 +354,24 @@ def _drop_caps() -> str:
     return "all dropped (empty bounding set)"
 
 
+def snapshot(paths: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """(inode, size, mtime, ctime) of every file under ``paths``; ctime cannot be set back."""
+    files = {}
+    for root in map(Path, paths):
+        for path in [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root]:
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                files[str(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return files
+
+
+def changed(
+    before: dict[str, tuple[int, ...]], after: dict[str, tuple[int, ...]]
+) -> tuple[str, ...]:
+    """Files of two snapshots that changed, appeared or vanished, sorted."""
+    return tuple(sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p)))
+
+
 def gaps(report: dict[str, str]) -> dict[str, str]:
     """The entries of an isolation report that name a protection not applied."""
     return {key: value for key, value in report.items() if value.startswith(NOT)}

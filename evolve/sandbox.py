@@ -266,22 +266,6 @@ def _read_capped(
     return bytes(buffers["out"]), bytes(buffers["err"]), timed_out, truncated
 
 
-def _snapshot(paths: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    """(inode, size, mtime, ctime) of every file under ``paths``; ctime cannot be forged back."""
-    files = {}
-    for root in paths:
-        found = (
-            [Path(root)]
-            if not Path(root).is_dir()
-            else [p for p in Path(root).rglob("*") if p.is_file()]
-        )
-        for path in found:
-            with contextlib.suppress(OSError):
-                st = path.stat()
-                files[str(path)] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    return files
-
-
 def _warn_once(report: Mapping[str, str]) -> None:
     for key, value in isolation.gaps(report).items():
         if key not in _warned:
@@ -336,7 +320,7 @@ def run(
     marker = f"{MARKER_VAR}={tag}".encode()
     full_env = _environment(workdir, policy, env, tag)
     plan = isolation.plan(policy, workdir)
-    before = _snapshot(plan.readonly)
+    before = isolation.snapshot(plan.readonly)
     report_r, report_w = os.pipe()
     start = time.monotonic()
     try:
@@ -393,10 +377,7 @@ def run(
     proc.wait()
     for stream in (proc.stdout, proc.stderr):
         stream.close()
-    after = _snapshot(plan.readonly)
-    modified = tuple(
-        sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-    )
+    modified = isolation.changed(before, isolation.snapshot(plan.readonly))
     suffix = "\n[evolve: output truncated]" if truncated else ""
     return Result(
         returncode=None if timed_out else proc.returncode,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from evolve.fitness import sandbox_failure
-from evolve.isolation import NOT, gaps
-from evolve.sandbox import Limits, Policy, Result, _snapshot, isolation_report, run, scrub_env
+from evolve.isolation import NOT, changed, gaps, snapshot
+from evolve.sandbox import Limits, Policy, Result, isolation_report, run, scrub_env
 from evolve.types import EvalStatus
 
 TIMEOUT = 2.0  # long enough for a loaded 2-core CI machine to start Python and fork
@@ -441,15 +441,14 @@ def test_readonly_harness_file_cannot_be_changed(tmp_path: Path) -> None:
 
 def test_changes_to_readonly_paths_are_detected(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("1")
-    before = _snapshot([str(tmp_path)])
+    before = snapshot([str(tmp_path)])
     time.sleep(0.01)
     (tmp_path / "a.txt").write_text("2")
     (tmp_path / "b.txt").write_text("new")
-    after = _snapshot([str(tmp_path)])
-    assert {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)} == {
+    assert changed(before, snapshot([str(tmp_path)])) == (
         str(tmp_path / "a.txt"),
         str(tmp_path / "b.txt"),
-    }
+    )
 
 
 def test_hidden_paths_cannot_be_read(tmp_path: Path) -> None:

@@ -138,6 +138,18 @@ class Benchmark:
         return digest.hexdigest()
 
 
+LAYERED = ("LocalCheck", "LossBand", "ShortRun", "cascade", "compare_tensors")
+
+
+def __getattr__(name: str) -> Any:
+    """Layered checks for training code (``evolve.layered``), re-exported for benchmarks."""
+    if name in LAYERED:
+        from evolve import layered
+
+        return getattr(layered, name)
+    raise AttributeError(f"module 'evolve.fitness' has no attribute {name!r}")
+
+
 def write_files(files: Files, workdir: Path) -> None:
     """Materialise a candidate's files under ``workdir``, refusing paths that escape it."""
     root = workdir.resolve()
@@ -187,7 +199,12 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
 
 
 def sandbox_failure(result: Result, what: str = "candidate") -> Evaluation | None:
-    """The Evaluation for a sandboxed run that timed out, crashed or left processes; else None."""
+    """The Evaluation for a sandboxed run that tampered, timed out, crashed or left processes; else None."""
+    if result.modified:
+        return Evaluation(
+            status=EvalStatus.REJECTED,
+            artifacts={"error": f"{what} modified read-only harness files: {', '.join(map(str, result.modified))}"},
+        )
     if result.timed_out:
         return Evaluation(
             status=EvalStatus.TIMEOUT,

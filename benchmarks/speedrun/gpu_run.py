@@ -103,7 +103,7 @@ def fitness_for(
         init_loss_margin=0.3 if args.cpu else 1.0,
         cpu_threads=1 if args.cpu else None,
         probe_every_s=probe_every_s,
-        overrides=overrides,
+        overrides={**overrides, **args.model_overrides},
         cpu_parallel=3,
         compile_cache=str(args.work / "compile-cache"),
     )
@@ -134,7 +134,7 @@ def scaling_run(
     if args.cpu:
         overrides = {"steps": 20, "micro_batch": 8, "total_batch": 1024, "compile_warmup_steps": 1}
     else:
-        overrides = {"steps": 8 if args.smoke else 20, "micro_batch": 32, "compile_warmup_steps": 2}
+        overrides = {"steps": 5 if args.smoke else 20, "micro_batch": 32, "compile_warmup_steps": 2}
     f = fitness_for(
         args,
         *data,
@@ -256,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.target is None:
         args.target = CPU_TARGET if args.cpu else PROVISIONAL_TARGET
+    # smoke: a 2-layer model (quick to compile) trained for 15 s, probes every 5 s
+    args.model_overrides = {"n_layer": 2} if args.smoke and not args.cpu else {}
+    if args.smoke:
+        args.minutes = min(args.minutes, 0.25)
     out = Path(os.environ.get("OUT") or "speedrun-gpu-out")
     out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)

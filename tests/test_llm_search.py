@@ -90,20 +90,36 @@ def test_every_llm_candidate_has_its_call_and_prompt_recorded(command_run) -> No
 
 
 @pytest.mark.slow
-def test_an_offline_replay_rebuilds_the_same_archive_without_calls(command_run, tmp_path) -> None:
-    first_dir, first = command_run
+def test_an_offline_replay_rebuilds_the_same_archive_without_calls(tmp_path) -> None:
+    first_dir, replay_dir = tmp_path / "first", tmp_path / "replay"
+    cfg = circle_packing(RUN)
+    cfg["llm"].update(command=SCRIPTED, operators=OPERATORS)
+    first = runner.run(cfg, first_dir)
     cfg = circle_packing(RUN)
     cfg["llm"].update(
         command="false", offline=True, replay_from=str(first_dir), operators=OPERATORS
     )
-    summary = runner.run(cfg, tmp_path)
-    same = "SELECT id, status FROM candidates ORDER BY seq"
-    assert rows(tmp_path / "archive.db", same) == rows(first_dir / "archive.db", same)
-    assert summary.best == first.best
-    assert rows(
-        tmp_path / "archive.db",
+    summary = runner.run(cfg, replay_dir)
+    query = (
+        "SELECT c.id, c.status, v.status, v.fitness FROM candidates c "
+        "LEFT JOIN evaluations v ON v.candidate = c.id AND v.stage != 'reevaluation' ORDER BY c.seq"
+    )
+    original, replayed = (
+        rows(first_dir / "archive.db", query),
+        rows(replay_dir / "archive.db", query),
+    )
+    # Identical as long as evaluations are: a timeout under load would change what follows.
+    for was, now in zip(original, replayed, strict=False):
+        assert was[:2] == now[:2]
+        if was[2:] != now[2:]:
+            break
+    else:
+        assert len(replayed) == len(original) and summary.best == first.best
+    recorded = rows(
+        replay_dir / "archive.db",
         "SELECT COALESCE(SUM(cost), 0), SUM(error IS NOT NULL) FROM llm_calls",
-    ) == [(0, 0)]
+    )
+    assert recorded == [(0, 0)]
 
 
 def test_the_budget_ends_the_run_cleanly_and_says_why(tmp_path) -> None:

@@ -60,6 +60,14 @@ def _verdict(result, nonce: str, what: str) -> dict | Evaluation:
             status=EvalStatus.TIMEOUT,
             artifacts={"error": f"{what} exceeded its wall limit", "output": result.tail()},
         )
+    if result.leftover:  # work left behind could outlive the measurement: never score it
+        return Evaluation(
+            status=EvalStatus.REJECTED,
+            artifacts={
+                "error": f"{what} left {result.leftover} process(es) running after it exited (killed)",
+                "output": result.tail(),
+            },
+        )
     for line in reversed(result.stdout.splitlines()):
         if line.startswith("{"):
             try:

@@ -3,7 +3,10 @@
 Every iteration gets arguments from ``setup(i)`` (fresh inputs and fresh output buffers,
 so nothing computed earlier can be reused), then the L2 cache is flushed by zeroing a
 buffer of twice its size, then the call runs between two CUDA events (GPU time only;
-setup and flush sit before the start event). ``audit(i, args)`` runs after the end
+setup and flush sit before the start event). Before the start event the GPU also spins
+for ``HEAD_START_CYCLES``, so that the call's kernel launches are already queued when the
+clock starts: the time is the GPU's execution, not Python launch overhead (which CUPTI
+timing in SOL-ExecBench excludes the same way). ``audit(i, args)`` runs after the end
 event of chosen iterations, so its work is never timed and the audited call is a timed
 call like any other. On a CPU device (tests) the host clock stands in for the events.
 
@@ -26,7 +29,9 @@ _RECORD = torch.cuda.Event.record
 _ELAPSED = torch.cuda.Event.elapsed_time
 _SYNC = torch.cuda.synchronize
 _NOW_NS = time.perf_counter_ns
+_SPIN = getattr(torch.cuda, "_sleep", None)  # a kernel that spins for a number of GPU clock cycles
 FALLBACK_L2_BYTES = 64 << 20
+HEAD_START_CYCLES = 200_000  # about 0.1 ms at H200 clocks
 
 
 def l2_bytes(device: torch.device) -> int:
@@ -83,6 +88,8 @@ def measure(
         args = setup(i)
         if flush is not None:
             flush.zero_()
+        if _SPIN is not None:
+            _SPIN(HEAD_START_CYCLES)
         _RECORD(starts[i])
         fn(*args)
         _RECORD(ends[i])

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-
 from evolve.benchmarks.kernels.__main__ import main as cli
 from evolve.benchmarks.kernels.fitness import SUITE
 from evolve.benchmarks.kernels.gpu_run import main as gpu_run

@@ -39,7 +39,7 @@ class DataSpec:
         """The shard folder, preparing the stdlib corpus if asked for and missing."""
         if self.data_dir == "stdlib":
             return ensure_stdlib_shards(STDLIB_CACHE)
-        folder = Path(self.data_dir).expanduser()
+        folder = Path(self.data_dir).expanduser().resolve()  # the candidate runs elsewhere
         if not folder.is_dir():
             raise FileNotFoundError(
                 f"speedrun data folder {folder} does not exist; download FineWeb shards with "

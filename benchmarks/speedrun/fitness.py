@@ -192,7 +192,7 @@ class SpeedrunFitness:
         val = self.data.val_tokens(self.settings.val_tokens)
         hidden = self.data.val_files()
         own_scratch = ctx.scratch is None
-        scratch_root = ctx.scratch or Path(tempfile.mkdtemp(prefix="speedrun-"))
+        scratch_root = (ctx.scratch or Path(tempfile.mkdtemp(prefix="speedrun-"))).resolve()
         scratch_root.mkdir(parents=True, exist_ok=True)
 
         def one(index: int) -> RunRecord:

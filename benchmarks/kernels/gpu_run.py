@@ -221,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.smoke:
         names = [n for n in names if n in SMOKE_PROBLEMS]
     gpus = [g for g in args.gpus.split(",") if g] if device == "cuda" else [None]
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+    if visible and device == "cuda":  # --gpus indexes the GPUs this process may use
+        gpus = [visible[int(g)] for g in gpus]
     small = args.smoke or device == "cpu"
     settings = Settings(device=device, rounds=2 if small else 10, warmup=2 if small else 10, iters=10 if small else 50,
                         repeats=2 if small else args.repeats, baseline="eager" if device == "cpu" else "compile",

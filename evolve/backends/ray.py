@@ -109,9 +109,12 @@ def harness_digest(specs: Sequence[str]) -> str:
 
 
 def _evaluation_task(
-    fitness: Fitness, job: Job, harness: Sequence[str]
+    fitness: Fitness, job: Job, harness: Sequence[str], expected: str
 ) -> Iterator[dict[str, Any] | Evaluation]:
-    """The Ray task (a generator): first where it runs and the harness it sees, then the evaluation."""
+    """The Ray task (a generator): where it runs and the harness it sees, then the evaluation.
+
+    When the harness differs from ``expected`` (the driver's), it stops before evaluating.
+    """
     import ray
 
     gpu_ids = ray.get_gpu_ids()
@@ -119,6 +122,8 @@ def _evaluation_task(
     gpu = gpu if gpu_ids else None
     digest = harness_digest(harness) if harness else ""
     yield {"host": platform.node(), "pid": os.getpid(), "gpu": gpu, "harness": digest}
+    if digest != expected:
+        return
     try:
         evaluation = run_job(fitness, job, gpu)
     except Exception as exc:  # e.g. a candidate file escaping its workdir: this candidate fails
@@ -333,7 +338,7 @@ class RayBackend:
 
     async def _attempt(self, job: Job) -> Evaluation:
         ray = self._ray
-        generator = self._task.remote(self._fitness, job, self.harness)
+        generator = self._task.remote(self._fitness, job, self.harness, self._harness_digest)
         self._running.add(generator)
         try:
             where = await (await self._started(generator, job))

@@ -87,6 +87,9 @@ def test_every_llm_candidate_has_its_call_and_prompt_recorded(command_run) -> No
     assert rows(db, "SELECT COUNT(*) FROM llm_calls WHERE messages NOT LIKE '%EVOLVE-BLOCK%'") == [
         (0,)
     ]
+    # what was rejected before is shown to the model next time, with the reason
+    shown = "SELECT COUNT(*) FROM llm_calls WHERE messages LIKE '%Recent attempts on this program that failed%'"
+    assert rows(db, shown)[0][0] >= 1
 
 
 @pytest.mark.slow

@@ -1,0 +1,45 @@
+"""The run's LLM operators: model x operator arms with weights, one shared client, preflight."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from evolve.emitters import arm_key
+from evolve.llm import PreflightError
+from evolve.operators.llm_catalog import llm_client, llm_operators, preflight_operators
+from evolve.store import Store
+
+
+def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:
+    cfg = {
+        "models": [
+            {"model": "openai/gpt-4o-mini", "weight": 3},
+            {"model": "anthropic/claude-sonnet-4-5", "weight": 1},
+        ],
+        "operators": {"diff": 1.0, "rewrite": 0.0, "crossover": 0.5},
+    }
+    made = llm_operators(cfg, store=Store(tmp_path / "a.db"))
+    arms = {arm_key(op): weight for op, weight in made}
+    assert arms == {
+        "diff@openai/gpt-4o-mini": 3.0,
+        "crossover@openai/gpt-4o-mini": 1.5,
+        "diff@anthropic/claude-sonnet-4-5": 1.0,
+        "crossover@anthropic/claude-sonnet-4-5": 0.5,
+    }
+    client = llm_client(made)
+    assert client is not None and all(op.client is client for op, _ in made)
+    assert llm_client([]) is None
+
+
+def test_preflight_checks_every_model_of_the_run(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    made = llm_operators(
+        {"models": ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"]},
+        store=Store(tmp_path / "a.db"),
+    )
+    with pytest.raises(PreflightError, match="ANTHROPIC_API_KEY"):
+        asyncio.run(preflight_operators(made))
+    assert asyncio.run(made[0][0].preflight()) is not None  # one operator checks only its own model

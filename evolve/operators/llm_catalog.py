@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,8 @@ from evolve.operators.base import Operator
 from evolve.operators.crossover import Crossover
 from evolve.operators.mutate import Diff, LLMOperator, Rewrite
 from evolve.store import Store
+
+log = logging.getLogger("evolve")
 
 OPERATORS: dict[str, type[LLMOperator]] = {"diff": Diff, "rewrite": Rewrite, "crossover": Crossover}
 

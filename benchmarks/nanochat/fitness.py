@@ -91,6 +91,10 @@ class NanochatFitness:
     Args:
         scale: "auto" (nanochat with CUDA, else cpu), "nanochat" or "cpu"; see ``scales``.
         data_dir: where prepared datasets live (default ``$EVOLVE_DATA_DIR`` or ~/.cache/evolve/nanochat).
+        compile_cache: a folder shared by all evaluations for torch.compile's caches (inductor,
+            Triton), so candidates with the same model graph skip recompiling; None (default)
+            gives each evaluation its own. It is writable by every candidate: a candidate could
+            spoil it for others (not its own score), so use it for speed on trusted runs.
         **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``;
             ``eval_tokens=0`` scores all whole batches the validation split holds.
 
@@ -102,8 +106,18 @@ class NanochatFitness:
             ``evolve.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
     """
 
-    def __init__(self, *, scale: str = "auto", data_dir: str | None = None, **overrides) -> None:
+    def __init__(
+        self,
+        *,
+        scale: str = "auto",
+        data_dir: str | None = None,
+        compile_cache: str | None = None,
+        **overrides,
+    ) -> None:
         self.scale = scales.resolve(scale, **overrides)
+        self.compile_cache = (
+            str(Path(compile_cache).expanduser().resolve()) if compile_cache else None
+        )
         self.data_dir = str(prepare.data_dir(data_dir))
         self.objective = Objective(name="val_bpb", direction=Direction.MINIMIZE)
         self.descriptors = (
@@ -188,7 +202,21 @@ class NanochatFitness:
 
     def _policy(self, forbidden: list[str]) -> Policy:
         """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it)."""
-        return Policy(hidden=tuple(forbidden))
+        return Policy(
+            hidden=tuple(forbidden), writable=(self.compile_cache,) if self.compile_cache else ()
+        )
+
+    def _env(self, ctx: EvalContext) -> dict[str, str]:
+        """The candidate's environment: seed and GPU, plus the shared compile cache if one is set."""
+        env = ctx.env()
+        if self.compile_cache:
+            for name, sub in (
+                ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                ("TRITON_CACHE_DIR", "triton"),
+            ):
+                (Path(self.compile_cache) / sub).mkdir(parents=True, exist_ok=True)
+                env[name] = str(Path(self.compile_cache) / sub)
+        return env
 
     def _limits(self, timeout_s: float) -> Limits:
         memory = None if self.scale.memory_gb is None else int(self.scale.memory_gb * (1 << 30))
@@ -205,7 +233,7 @@ class NanochatFitness:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _evaluate(self, workdir, ctx, scale, parts, meta, scratch) -> Evaluation:
-        env = ctx.env()
+        env = self._env(ctx)
         forbidden = self.forbidden()
         rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
         checkpoint = workdir / "checkpoint"

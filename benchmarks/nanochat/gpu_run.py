@@ -7,7 +7,7 @@ tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Wr
 ``results.json``, ``RESULTS-gpu.md`` (markdown for RESULTS.md) and the logs into ``$OUT``.
 
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2            # 300 s budget, ~9 min
-    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # everything, tiny, < 2 min
+    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # every step, tiny budget, ~2-3 min
     python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny     # CPU check of this script
 """
 
@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         "--budget", type=float, help="training budget in seconds (default: the scale's)"
     )
     parser.add_argument(
-        "--smoke", action="store_true", help="tiny budget and data: checks every step in < 2 min"
+        "--smoke",
+        action="store_true",
+        help="tiny budget and data: checks every step (compile included) in ~2-3 min",
     )
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument(
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=vocab,
         budget_s=budget,
         eval_tokens=eval_tokens,
+        compile_cache=None if tiny else str(data_dir.parent / "nanochat-compile-cache"),
     )
     import torch
 

@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 PR_SET_DUMPABLE = 4
 SAFE_PATH = (
@@ -27,6 +29,46 @@ def kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         proc.wait(timeout=10)
+
+
+def tree_members(tag: bytes) -> list[int]:
+    """Live (not zombie) pids other than this one whose environment holds ``tag``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid = int(entry.name)
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if pid != os.getpid() and state not in "ZX" and tag in (entry / "environ").read_bytes():
+                found.append(pid)
+    return found
+
+
+def reap_tree(tag: bytes, grace_s: float, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Wait up to ``grace_s`` for the processes marked ``tag`` to end, then SIGKILL the rest.
+
+    Returns the command lines of the processes that had to be killed, except those whose
+    command line contains one of ``ignore`` (killed all the same). Returns only once they are gone.
+    """
+    deadline = time.monotonic() + grace_s
+    while (members := tree_members(tag)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    killed = []
+    for pid in members:
+        with contextlib.suppress(OSError):
+            cmdline = (
+                Path(f"/proc/{pid}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
+            if not any(word in cmdline for word in ignore):
+                killed.append(cmdline.strip()[:200])
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while tree_members(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return killed
 
 
 def tail(path: os.PathLike | str, chars: int = 3000) -> str:

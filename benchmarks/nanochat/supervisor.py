@@ -19,11 +19,23 @@ import select
 import subprocess
 import sys
 import time
+import uuid
 
 from evolve.benchmarks.nanochat.client import CONFIG_ENV, CONTROL_FD_ENV, REPORT_FD_ENV
-from evolve.benchmarks.nanochat.procutil import SAFE_PATH, kill_group, make_undumpable, tail
+from evolve.benchmarks.nanochat.procutil import (
+    SAFE_PATH,
+    kill_group,
+    make_undumpable,
+    reap_tree,
+    tail,
+)
 
 LOG_FILE = "train.log"
+TREE_ENV = "NANOCHAT_TREE"  # marks every process the training program starts
+LEFTOVER_GRACE_S = 5.0
+COMPILE_WORKERS = (
+    "compile_worker",
+)  # torch.compile's worker pool may take a moment to exit: killed, not held against
 MAX_LINE = 1 << 16
 
 
@@ -127,9 +139,11 @@ def supervise(job: dict) -> dict:
             "forbidden",
         )
     }
+    tag = uuid.uuid4().hex
     env = dict(os.environ)
     env.update(
         {
+            TREE_ENV: tag,
             CONFIG_ENV: json.dumps(config),
             REPORT_FD_ENV: str(report_w),
             CONTROL_FD_ENV: str(control_r),
@@ -183,7 +197,9 @@ def supervise(job: dict) -> dict:
             break
     end = time.monotonic()
     returncode = proc.wait()
-    kill_group(proc)  # anything the child left in its session goes with it
+    kill_group(proc)  # anything the child left in its process group goes with it
+    # Then every other descendant (found by the marker in its environment), after a short grace.
+    leftover = reap_tree(f"{TREE_ENV}={tag}".encode(), LEFTOVER_GRACE_S, ignore=COMPILE_WORKERS)
     timed = watch.timed_from is not None
     result = {
         "steps": watch.steps,
@@ -199,9 +215,16 @@ def supervise(job: dict) -> dict:
         "notes": watch.notes,
         "violations": watch.violations[:10],
         "log_tail": tail(LOG_FILE),
+        "leftover": leftover,
     }
     if watch.verdict is not None:
         result["status"], result["reason"] = watch.verdict
+    elif leftover:
+        result["status"], result["reason"] = (
+            "rejected",
+            f"the training program left {len(leftover)} process(es) running after it exited (killed): "
+            + "; ".join(leftover[:3]),
+        )
     elif returncode != 0:
         result["status"], result["reason"] = (
             "error",

@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 SEEDS = {
@@ -72,10 +73,10 @@ def baseline_rows(base: dict[str, Any], calibration: dict) -> dict[str, Any]:
 
     rows = []
     for uuid, entry in base.items():
-        ref = [sorted(t)[len(t) // 2] for t in entry["reference_ms"]]
-        compiled = [sorted(t)[len(t) // 2] for t in entry.get("baseline_ms", [])] or ref
+        ref = [median(t) for t in entry["reference_ms"]]
+        compiled = [median(t) for t in entry.get("baseline_ms", [])] or ref
         sol = sol_ms(entry["bytes"], entry.get("flops", {}), calibration)
-        t_ref, t_b = sorted(ref)[len(ref) // 2], sorted(compiled)[len(compiled) // 2]
+        t_ref, t_b = median(ref), median(compiled)
         rows.append({
             "uuid": uuid, "reference_ms": t_ref, "baseline_ms": t_b, **sol, "bytes": entry["bytes"],
             "flops": entry.get("flops", {}), "reference_score": sol_score(t_ref, t_b, sol["sol_ms"]),

@@ -213,7 +213,9 @@ def kernel_signature(call: Any, args: Sequence[Any], device: torch.device) -> di
         return dict(sorted(recorder.counts.items()))
     from torch.profiler import ProfilerActivity, profile
 
-    torch.cuda.synchronize(device)  # work queued before (input generation, output fills) must not show up
+    torch.cuda.synchronize(
+        device
+    )  # work queued before (input generation, output fills) must not show up
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         call(*args)
         torch.cuda.synchronize(device)

@@ -22,7 +22,9 @@ def test_shrunk_suite_keeps_every_problem_valid(tmp_path):
     for path in dirs.values():
         problem = load_problem(path)
         for workload in problem.workloads:
-            assert all(v <= 64 for v in problem.definition.resolve_axes(workload.axes).values() if v != 128)
+            assert all(
+                v <= 64 for v in problem.definition.resolve_axes(workload.axes).values() if v != 128
+            )
 
 
 def test_gpu_run_reduced_mode_writes_results(tmp_path, monkeypatch):
@@ -46,7 +48,20 @@ def test_gpu_run_reduced_mode_with_triton_seeds(tmp_path, monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = tmp_path / "out"
-    assert gpu_run(["--device", "cpu", "--tiny", "--problems", "rmsnorm,softmax,silu_and_mul", "--out", str(out)]) == 0
+    assert (
+        gpu_run(
+            [
+                "--device",
+                "cpu",
+                "--tiny",
+                "--problems",
+                "rmsnorm,softmax,silu_and_mul",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert [p["seed"]["status"] for p in results["problems"]] == ["ok", "ok", "ok"]
 
@@ -59,7 +74,11 @@ def test_cli_lists_problems_and_explains_the_missing_gpu(capsys, monkeypatch):
         assert cli(["calibrate"]) == 2
         assert "needs a CUDA GPU" in capsys.readouterr().err
     for command in ("problems", "calibrate", "score", "suite"):
-        result = subprocess.run([sys.executable, "-m", "evolve.benchmarks.kernels", command, "--help"], capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "evolve.benchmarks.kernels", command, "--help"],
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0 and "usage" in result.stdout
 
 
@@ -72,3 +91,32 @@ def test_gpu_smoke_run(tmp_path):
     results = json.loads((out / "results.json").read_text())
     rms = next(p for p in results["problems"] if p["problem"] == "rmsnorm")
     assert rms["seed"]["status"] == "ok" and 0 < rms["seed"]["score"] <= 1
+
+
+def test_markdown_covers_seeds_failures_and_skips():
+    from evolve.benchmarks.kernels.gpu_run import baseline_rows, markdown
+
+    calibration = {"device": "H200", "torch": "2.11", "bandwidth_bytes_per_s": 4.3e12, "copy_bytes_per_s": 4.2e12,
+                   "read_bytes_per_s": 4.3e12, "matrix_flops_per_s": {"bfloat16": 7.5e14, "float8": 1.4e15}}  # fmt: skip
+    base = {
+        "w1": {
+            "bytes": 4.3e9,
+            "flops": {},
+            "reference_ms": [[3.0, 3.1], [3.0, 3.2]],
+            "baseline_ms": [[2.0], [2.02]],
+        }
+    }
+    rows = baseline_rows(base, calibration)
+    assert rows["workloads"][0]["sol_ms"] == pytest.approx(1.0)
+    assert rows["reference_score"] == pytest.approx(1 / (1 + (3.075 - 1.0) / (2.01 - 1.0)), rel=1e-3)
+    seed = {"name": "rmsnorm_triton", "status": "ok", "score": 0.7, "message": "",
+            "rows": [{"uuid": "w1", "status": "ok", "kernel_ms": 1.4, "baseline_ms": 2.0, "sol_ms": 1.0, "score": 0.71, "cv": 0.004},
+                     {"uuid": "w2", "status": "incorrect", "kernel_ms": None, "baseline_ms": 2.0, "sol_ms": 1.0, "score": None, "cv": None}]}  # fmt: skip
+    results = {"started": "now", "seconds": 12.0, "calibration": calibration, "settings": {"repeats": 5},
+               "problems": [{"problem": "rmsnorm", **rows, "seed": seed}, {"problem": "softmax", "error": "boom"},
+                            {"problem": "layernorm", "skipped": "not started within the time budget"}]}  # fmt: skip
+    text = markdown(results)
+    assert (
+        "| rmsnorm | w1 |" in text and "| softmax | boom |" in text and "not started within" in text
+    )
+    assert "**0.700**" in text and "max 0.40%" in text and "1400.0 TFLOP/s" in text

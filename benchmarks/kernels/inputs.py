@@ -143,8 +143,7 @@ class InputMaker:
         self.files: dict[str, torch.Tensor] = {}
         for name, src in workload.inputs.items():
             if src.kind == "safetensors":
-                path = Path(src.path)  # type: ignore[arg-type]
-                path = path if path.is_absolute() else problem.root / path
+                path = _find_file(Path(src.path), problem.root)  # type: ignore[arg-type]
                 if not path.is_file():
                     raise SpecError(
                         f"{self.definition.name} workload {workload.uuid}: safetensors file {path} not found"
@@ -270,6 +269,20 @@ class InputMaker:
     def output_bytes(self) -> int:
         """Bytes of all outputs (each written once)."""
         return sum(_numel(shape) * dtype.itemsize for shape, dtype in self.output_shapes())
+
+
+def _find_file(path: Path, root: Path) -> Path:
+    """A safetensors path as given, else relative to the problem folder or any folder above it.
+
+    SOL-ExecBench resolves it against the dataset's root (the TraceSet); a problem folder
+    sits somewhere below that root, so the folders above it are tried in turn.
+    """
+    if path.is_absolute():
+        return path
+    for base in (root, *root.parents):
+        if (base / path).is_file():
+            return base / path
+    return root / path
 
 
 def _numel(shape: Sequence[int]) -> int:

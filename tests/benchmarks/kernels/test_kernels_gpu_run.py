@@ -108,7 +108,9 @@ def test_markdown_covers_seeds_failures_and_skips():
     }
     rows = baseline_rows(base, calibration)
     assert rows["workloads"][0]["sol_ms"] == pytest.approx(1.0)
-    assert rows["reference_score"] == pytest.approx(1 / (1 + (3.075 - 1.0) / (2.01 - 1.0)), rel=1e-3)
+    assert rows["reference_score"] == pytest.approx(
+        1 / (1 + (3.075 - 1.0) / (2.01 - 1.0)), rel=1e-3
+    )
     seed = {"name": "rmsnorm_triton", "status": "ok", "score": 0.7, "message": "",
             "rows": [{"uuid": "w1", "status": "ok", "kernel_ms": 1.4, "baseline_ms": 2.0, "sol_ms": 1.0, "score": 0.71, "cv": 0.004},
                      {"uuid": "w2", "status": "incorrect", "kernel_ms": None, "baseline_ms": 2.0, "sol_ms": 1.0, "score": None, "cv": None}]}  # fmt: skip

@@ -129,6 +129,19 @@ def test_random_scalar_and_safetensors_inputs(tmp_path):
     )
     x, w, eps = maker.make(seed=1)
     assert x.dtype == torch.bfloat16 and x.shape == (4, 64)
+    (folder / "weights.safetensors").rename(
+        tmp_path / "blob.safetensors"
+    )  # relative to the dataset root
+    record["inputs"]["weight"]["path"] = "blob.safetensors"
+    (folder / "workload.jsonl").write_text(json.dumps(record) + "\n")
+    problem = load_problem(folder)
+    maker = inputs.InputMaker(
+        problem,
+        problem.workloads[0],
+        torch.device("cpu"),
+        inputs.load_reference(problem.definition, tmp_path),
+    )
+    assert torch.equal(maker.make(seed=1)[1], weight)
     assert torch.equal(w, weight) and eps == 1e-6
     outs = maker.allocate()
     assert outs[0].shape == (4, 64) and bool(outs[0].isnan().all())  # fresh outputs start as NaN

@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         args.minutes = min(args.minutes, 0.25)
     out = Path(os.environ.get("OUT") or "speedrun-gpu-out")
     out.mkdir(parents=True, exist_ok=True)
-    args.work = args.work.resolve()  # candidates run in other folders: every path they get is absolute
+    # candidates run in other folders: every path they are given must be absolute
+    args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="speedrun-gpu-", dir=args.work))
     begin = time.monotonic()

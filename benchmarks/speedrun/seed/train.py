@@ -5,6 +5,8 @@ harness gives: EVOLVE_SEED, SPEEDRUN_PRESET (which size of the benchmark), SPEED
 SPEEDRUN_TRAIN_FILES (training shards, os.pathsep-separated) and the clock. The program
 trains and calls speedrun_clock.start / stop around the timed part; the harness then
 evaluates the weights that stop() saved, through build_model(). It never validates.
+Two EVOLVE-BLOCKs hold what may change: the model and hyperparameters, and the training
+step and loop; the data reader between them stays as it is (the token stream is fixed).
 """
 
 import contextlib
@@ -207,6 +209,7 @@ class Batches:
         return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
 
+# EVOLVE-BLOCK-START
 def train_step(model, optimizer, batches, step, accum, c, device) -> torch.Tensor:
     """One optimizer step over ``accum`` micro-batches; returns the mean training loss."""
     for group in optimizer.param_groups:
@@ -283,5 +286,6 @@ def main() -> None:
         dist.destroy_process_group()
 
 
+# EVOLVE-BLOCK-END
 if __name__ == "__main__":
     main()

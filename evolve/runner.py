@@ -75,75 +75,85 @@ def noise_settings(cfg: dict[str, Any]) -> NoiseSettings:
 
 def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary:
     """Run (or continue) the search described by ``cfg`` in ``run_dir``; returns how it ended."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     allowed = tuple(cfg.get("allow_targets") or ())
     benchmark = build_benchmark(cfg["benchmark"], allowed=allowed)
     settings = search_settings(cfg)
+    backend = make_backend(
+        cfg, benchmark
+    )  # a backend that cannot start fails before anything is written
+    run_dir.mkdir(parents=True, exist_ok=True)
     store = Store(run_dir / "archive.db")
     try:
-        if resumed:
-            log.info("resuming %s: %d candidates so far", run_dir, store.count())
-        if not uses_llm(cfg):
-            log.warning(
-                "no model configured (llm.model is empty): using the built-in operators tweak and crossover, no LLM"
-            )
-        run_id = store.start_run(
-            config=cfg,
-            harness_hash=benchmark.harness_hash(),
-            seed=settings.seed,
-            hardware=f"{platform.node()} {platform.machine()}",
-        )
-        record_problem(store, benchmark, cfg)
-        archive = Archive(
-            store=store,
-            objective=benchmark.fitness.objective,
-            descriptors=benchmark.fitness.descriptors,
-            **cfg["archive"],
-        )
-        operators = build_operators(cfg, store=store, benchmark=benchmark)
-        llm = llm_client(operators)
-        emitter = Emitter(
-            archive=archive,
-            benchmark=benchmark,
-            operators=operators,
-            **cfg.get("emitter", {}),
-        )
-        backend = make_backend(cfg, benchmark)
-        log.info(
-            "benchmark %s: %s is %s; %d evaluation slot(s); budget %d candidates",
-            benchmark.name,
-            benchmark.fitness.objective.name,
-            benchmark.fitness.objective.direction.name.lower(),
-            backend.slots,
-            settings.max_candidates,
-        )
-        search = Search(
-            store=store,
-            archive=archive,
-            emitter=emitter,
-            backend=backend,
-            benchmark=benchmark,
-            settings=settings,
-            cost=llm.spent if llm is not None else (lambda: 0.0),
-            budget_errors=(LLMStop,),
-            noise=noise_settings(cfg),
-        )
-        status = "interrupted"
-        try:
-            for warning in asyncio.run(
-                preflight_operators(operators)
-            ):  # before anything is evaluated
-                log.warning("%s", warning)
-            summary = asyncio.run(search.run())
-            if llm is not None:
-                log.info("LLM use so far (this archive):\n%s", usage_line(llm.ledger.summary()))
-            status = "finished"
-        finally:
-            backend.close()
-            store.finish_run(run_id, status=status)
-        (run_dir / "summary.json").write_text(json.dumps(summary.__dict__, indent=2))
-        written = write_plots(store, run_dir)
-        log.info("plots: %s", ", ".join(str(p) for p in written))
-        return summary
+        return _search(cfg, run_dir, store, backend, benchmark, settings, resumed=resumed)
     finally:
+        backend.close()
         store.close()
+
+
+def _search(
+    cfg: dict[str, Any],
+    run_dir: Path,
+    store: Store,
+    backend: Any,
+    benchmark: Benchmark,
+    settings: Any,
+    *,
+    resumed: bool,
+) -> Summary:
+    if resumed:
+        log.info("resuming %s: %d candidates so far", run_dir, store.count())
+    if not uses_llm(cfg):
+        log.warning(
+            "no model configured (llm.model is empty): using the built-in operators tweak and crossover, no LLM"
+        )
+    run_id = store.start_run(
+        config=cfg,
+        harness_hash=benchmark.harness_hash(),
+        seed=settings.seed,
+        hardware=f"{platform.node()} {platform.machine()}",
+    )
+    record_problem(store, benchmark, cfg)
+    archive = Archive(
+        store=store,
+        objective=benchmark.fitness.objective,
+        descriptors=benchmark.fitness.descriptors,
+        **cfg["archive"],
+    )
+    operators = build_operators(cfg, store=store, benchmark=benchmark)
+    llm = llm_client(operators)
+    emitter = Emitter(
+        archive=archive, benchmark=benchmark, operators=operators, **cfg.get("emitter", {})
+    )
+    log.info(
+        "benchmark %s: %s is %s; %d evaluation slot(s); budget %d candidates",
+        benchmark.name,
+        benchmark.fitness.objective.name,
+        benchmark.fitness.objective.direction.name.lower(),
+        backend.slots,
+        settings.max_candidates,
+    )
+    search = Search(
+        store=store,
+        archive=archive,
+        emitter=emitter,
+        backend=backend,
+        benchmark=benchmark,
+        settings=settings,
+        cost=llm.spent if llm is not None else (lambda: 0.0),
+        budget_errors=(LLMStop,),
+        noise=noise_settings(cfg),
+    )
+    status = "interrupted"
+    try:
+        for warning in asyncio.run(preflight_operators(operators)):  # before anything is evaluated
+            log.warning("%s", warning)
+        summary = asyncio.run(search.run())
+        if llm is not None:
+            log.info("LLM use so far (this archive):\n%s", usage_line(llm.ledger.summary()))
+        status = "finished"
+    finally:
+        store.finish_run(run_id, status=status)
+    (run_dir / "summary.json").write_text(json.dumps(summary.__dict__, indent=2))
+    written = write_plots(store, run_dir)
+    log.info("plots: %s", ", ".join(str(p) for p in written))
+    return summary

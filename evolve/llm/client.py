@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import random
 import time
@@ -15,13 +14,11 @@ from evolve.llm._litellm import litellm
 from evolve.llm.command import register_command_provider
 from evolve.llm.errors import BudgetExceeded, LLMCallFailed, LLMStop, ReplayMiss
 from evolve.llm.ledger import CallRecord, Ledger, Messages, cache_key
+from evolve.llm.retry import MAX_RETRY_AFTER_S, classify, describe, fix_for, retry_after
 from evolve.llm.settings import LLMSettings
 from evolve.store import Store
 
 log = logging.getLogger(__name__)
-
-MAX_RETRY_AFTER_S = 600.0
-_RETRY_STATUS = {408, 409, 429}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,73 +33,6 @@ class Completion:
     latency_s: float
     cached: bool
     call_id: int
-
-
-def retry_after(exc: BaseException) -> float | None:
-    """Seconds the server asked us to wait (Retry-After / retry-after-ms headers), if any."""
-    headers: dict[str, str] = {}
-    try:
-        response = getattr(exc, "response", None)
-        if response is not None and getattr(response, "headers", None) is not None:
-            headers.update({k.lower(): v for k, v in response.headers.items()})
-    except Exception:  # some exceptions build their response lazily and may fail
-        pass
-    headers.update(
-        {k.lower(): v for k, v in (getattr(exc, "litellm_response_headers", None) or {}).items()}
-    )
-    if "retry-after-ms" in headers:
-        try:
-            return float(headers["retry-after-ms"]) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, when.timestamp() - time.time())
-
-
-def classify(exc: BaseException) -> str:
-    """``retry`` (rate limit, timeout, connection, 5xx), ``fatal`` (auth, unknown model, no credit) or ``fail``."""
-    lit = litellm()
-    if isinstance(exc, TimeoutError | lit.Timeout | lit.RateLimitError | lit.APIConnectionError):
-        return "retry"
-    if isinstance(exc, lit.AuthenticationError | lit.PermissionDeniedError | lit.NotFoundError):
-        return "fatal"
-    status = getattr(exc, "status_code", None)
-    if status == 402:
-        return "fatal"
-    if isinstance(status, int) and (status in _RETRY_STATUS or status >= 500):
-        return "retry"
-    return "fail"
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError) and not str(exc):
-        return "TimeoutError: no answer within llm.timeout_s"
-    return f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
-
-
-def _fix(model: str, exc: BaseException) -> str:
-    lit = litellm()
-    if isinstance(exc, lit.AuthenticationError):
-        try:
-            keys = lit.validate_environment(model).get("missing_keys") or []
-        except Exception:
-            keys = []
-        named = f" ({' or '.join(keys)})" if keys else ""
-        return f"the provider refused the API key{named}; export a valid key and resume the run"
-    if isinstance(exc, lit.NotFoundError):
-        return "the model does not exist at this provider or server; check llm.model (and llm.api_base)"
-    if isinstance(exc, lit.PermissionDeniedError):
-        return "the account has no access to this model; choose another llm.model"
-    return "the account has no credit left; add credit and resume the run"
 
 
 class LLMClient:
@@ -302,7 +232,7 @@ class LLMClient:
                 raise
             except Exception as exc:
                 latency = time.monotonic() - start
-                error = _describe(exc)
+                error = describe(exc)
                 self.ledger.record(
                     CallRecord(
                         model=model,
@@ -316,7 +246,7 @@ class LLMClient:
                 )
                 kind = classify(exc)
                 if kind == "fatal":
-                    raise LLMStop(f"{model}: {error}\n{_fix(model, exc)}") from exc
+                    raise LLMStop(f"{model}: {error}\n{fix_for(model, exc)}") from exc
                 if kind == "retry" and attempt + 1 < tries:
                     delay = self._delay(attempt, exc)
                     log.warning(

@@ -289,6 +289,8 @@ class Harness:
                 row.status, row.message = "error", "no result for this workload"
                 continue
             row.status, row.message = got["status"], got.get("message", "")
+            if got.get("traceback"):  # the candidate's own error, for the feedback to operators
+                row.message += "\n" + got["traceback"][-1500:]
             if row.status != "ok":
                 continue
             problems = self._verify(got, checked.get(uuid), workload)
@@ -312,7 +314,7 @@ class Harness:
                 "; ".join(f"{r.uuid}: {r.message}" for r in failed if r.status == "cheat"),
             )
         elif failed:
-            report.status = "invalid"
+            report.status = "error" if all(r.status == "error" for r in failed) else "invalid"
             report.message = "; ".join(f"{r.uuid}: {r.status}: {r.message}" for r in failed)[:2000]
         flagged = [r.uuid for r in report.rows if r.flagged]
         if flagged and not report.message:

@@ -44,6 +44,11 @@ def run(x, weight, eps, y):
     y.zero_()
 """
 
+RAISES = """
+def run(x, weight, eps, y):
+    raise ValueError("block size too large for this row")
+"""
+
 WRONG_SHAPE = """
 def run(x, weight, eps, y):
     y.resize_(1)

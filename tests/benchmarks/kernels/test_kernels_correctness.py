@@ -17,6 +17,7 @@ from kernels_candidates import (
     GOOD,
     IGNORES_WEIGHT,
     NAN,
+    RAISES,
     WRONG_SHAPE,
     ZEROS,
     evaluate_many,
@@ -75,6 +76,7 @@ def reports(dataset):
         "nan": NAN,
         "zeros": ZEROS,
         "resize": WRONG_SHAPE,
+        "raises": RAISES,
     }
     if importlib.util.find_spec("triton") is not None:
         codes |= {"triton": TRITON_SEED, "triton broken": TRITON_BROKEN}
@@ -96,6 +98,15 @@ def test_a_pytorch_kernel_passes_and_is_timed(reports):
 def test_wrong_kernels_are_invalid_with_the_reason(reports, name, reason):
     report = reports[name]
     assert report.status == "invalid" and reason in report.message, report.message
+
+
+def test_a_crashing_kernel_is_an_error_with_its_traceback(reports):
+    report = reports["raises"]
+    assert report.status == "error"
+    assert (
+        "ValueError: block size too large for this row" in report.message
+        and "Traceback" in report.message
+    )
 
 
 def test_resizing_the_output_is_caught(reports):

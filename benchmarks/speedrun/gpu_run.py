@@ -277,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         gpus = args.gpus.split(",") if args.gpus else visible
         if not gpus:
             raise SystemExit("no GPU visible; use --cpu for the reduced CPU run")
-        widths = sorted({2**k for k in range(1, int(math.log2(len(gpus))) + 1)} | {len(gpus)})
-        widths = [w for w in widths if w > 1][: 1 if args.smoke else None]
+        # powers of two only: the fixed 2^19-token global batch must split evenly over the GPUs
+        widths = [2**k for k in range(1, int(math.log2(len(gpus))) + 1)][
+            : 1 if args.smoke else None
+        ]
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "gpus": gpus}
 
     log("tokenizing")

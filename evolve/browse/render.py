@@ -80,6 +80,14 @@ def table(
     return out
 
 
+def _interval(metrics: dict[str, Any]) -> list[Any]:
+    """The confidence interval and sample count of a noise-aware verdict, or blanks."""
+    low, high = metrics.get("fitness_ci_low"), metrics.get("fitness_ci_high")
+    if low is None or high is None:
+        return ["", metrics.get("fitness_n", "")]
+    return [f"[{low:.6g}, {high:.6g}]", metrics.get("fitness_n", "")]
+
+
 def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
     """The ``best`` table: rank, id, island, cell, objective, operator, model, seq and a few metrics."""
     keys: list[str] = []
@@ -87,8 +95,11 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
         keys += [
             k for k, v in row["metrics"].items() if isinstance(v, int | float) and k not in keys
         ]
-    keys = keys[:metric_keys]
-    columns = ["#", "id", "island", "cell", "objective", "operator", "model", "seq", *keys]
+    # noise-aware runs (evolve.noise) store a confidence interval and a sample count per verdict
+    noisy = any("fitness_ci_low" in row["metrics"] for row in rows)
+    keys = [k for k in keys if not (noisy and k.startswith("fitness_"))][:metric_keys]
+    noise = ["CI", "n"] if noisy else []
+    columns = ["#", "id", "island", "cell", "objective", *noise, "operator", "model", "seq", *keys]
     body = [
         [
             rank,
@@ -96,6 +107,7 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
             row["island"],
             row["cell"],
             row["objective"],
+            *(_interval(row["metrics"]) if noisy else []),
             row["operator"],
             row["model"] or "builtin",
             row["seq"],

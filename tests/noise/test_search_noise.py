@@ -79,6 +79,16 @@ def test_a_noisy_run_calibrates_reevaluates_and_promotes_only_beyond_noise(tmp_p
     # every elite that displaced another did so beyond noise: replay the elite history per cell
     assert_promotions_significant(store, cal, composed()["archive"]["islands"])
     store.close()
+    # browse shows each elite's interval and sample count
+    shown = subprocess.run(
+        [sys.executable, "-m", "evolve.browse", str(tmp_path), "best"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "CI" in shown.stdout and f"{SEEDS}" in shown.stdout
 
 
 def assert_promotions_significant(store, cal, islands):

@@ -111,6 +111,49 @@ def run_seed(
     return {"name": SEEDS[name], "seconds": time.monotonic() - started, **report.as_dict()}
 
 
+def run_evolve(
+    args: Any, out: Path, dataset: Path, gpus: list, device: str, log: Any
+) -> dict[str, Any]:
+    """An evolve run on rmsnorm from our Triton seed with the built-in operators; its seed and best scores."""
+    import sqlite3
+    import subprocess
+
+    run_dir = out / "evolve_rmsnorm"
+    command = [sys.executable, "-m", "evolve", "benchmark=kernels_rmsnorm", f"search.max_candidates={args.evolve}",
+               f"search.max_wall_s={int(args.evolve_minutes * 60)}", "search.progress=false",
+               f"benchmark.fitness.calibration={out / 'calibration.json'}", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    if args.tiny:
+        command += [f"benchmark.fitness.dataset={dataset}"]
+    if device == "cpu":
+        command += ["benchmark.fitness.device=cpu", "benchmark.fitness.baseline=eager", "+benchmark.fitness.rounds=2",
+                    "+benchmark.fitness.warmup=1", "+benchmark.fitness.iters=5"]  # fmt: skip
+    env = dict(os.environ)
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    log(f"evolve: {' '.join(command)}")
+    started = time.monotonic()
+    proc = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=args.evolve_minutes * 60 + 600
+    )
+    (out / "evolve_log.txt").write_text(proc.stdout + "\n" + proc.stderr)
+    result: dict[str, Any] = {
+        "command": " ".join(command),
+        "returncode": proc.returncode,
+        "seconds": time.monotonic() - started,
+    }
+    db = run_dir / "archive.db"
+    if db.is_file():
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT e.status, e.fitness, c.operator, c.description FROM evaluations e "
+                                "JOIN candidates c ON c.id = e.candidate ORDER BY e.id").fetchall()  # fmt: skip
+        ok = [r for r in rows if r[0] == "ok" and r[1] is not None]
+        best = max(ok, key=lambda r: r[1]) if ok else None
+        result.update(evaluated=len(rows), ok=len(ok), seed_score=ok[0][1] if ok else None,
+                      best_score=best[1] if best else None, best_description=best[3] if best else None)  # fmt: skip
+    log(f"evolve: {result}")
+    return result
+
+
 def markdown(results: dict[str, Any]) -> str:
     """RESULTS.md text: calibration, per-problem baselines and SOL, seeds with their spread."""
     cal = results["calibration"]
@@ -165,6 +208,12 @@ def markdown(results: dict[str, Any]) -> str:
     if cvs:
         out += ["", f"Spread: CV of the median over {results['settings']['repeats']} repeats, max {max(cvs):.2%}, "
                     f"mean {sum(cvs) / len(cvs):.2%} (goal < 2%)."]  # fmt: skip
+    evo = results.get("evolve")
+    if evo:
+        out += ["", f"Evolve run on rmsnorm from `rmsnorm_triton`, built-in operators (`{evo['command']}`): "
+                    f"{evo.get('evaluated', 0)} evaluated ({evo.get('ok', 0)} ok) in {evo['seconds']:.0f} s; "
+                    f"seed score {evo.get('seed_score') or 0:.4g} -> best {evo.get('best_score') or 0:.4g} "
+                    f"({evo.get('best_description') or '-'})."]  # fmt: skip
     return "\n".join(out) + "\n"
 
 
@@ -196,10 +245,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", help="problems folder (default: our suite)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu_run_out")
+    parser.add_argument(
+        "--evolve",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then run evolve on rmsnorm from the Triton seed (built-in operators) for N candidates",
+    )
+    parser.add_argument(
+        "--evolve-minutes", type=float, default=5.0, help="wall-clock cap of that evolve run"
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 
@@ -334,8 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         t.start()
     for t in threads:
         t.join()
+    evolve_result = None
+    if args.evolve:
+        evolve_result = run_evolve(args, out, dataset, gpus, device, log)
     shutil.rmtree(tmp, ignore_errors=True)
-    full = {"started": started, "seconds": time.monotonic() - clock, "device": device, "gpus": gpus, "tiny": args.tiny,
+    full = {"evolve": evolve_result, "started": started, "seconds": time.monotonic() - clock, "device": device, "gpus": gpus, "tiny": args.tiny,
             "smoke": args.smoke, "settings": settings.__dict__ | {"workloads": list(settings.workloads)},
             "calibration": calibration, "problems": [results.get(n, {"problem": n, "skipped": "no result"}) for n in sorted(names)]}  # fmt: skip
     (out / "results.json").write_text(json.dumps(full, indent=2, default=str))

@@ -309,7 +309,10 @@ def apply(plan: Plan) -> dict[str, str]:
     tcp_by_landlock = not policy.network and not namespaces
     if plan.abi:
         try:
-            restricted = _landlock(plan, tcp_by_landlock, ["/dev/shm"] if shm else [])
+            # The command may write its own /proc/<pid> entries: CUDA's initialisation does
+            # (cuInit fails with error 304 otherwise; seen on an H200, 2026-11-29).
+            own = ["/proc/self", *(["/dev/shm"] if shm else [])]
+            restricted = _landlock(plan, tcp_by_landlock, own)
         except OSError as exc:
             restricted = f"{NOT}applied: {exc}"
     else:

@@ -618,3 +618,11 @@ def test_concurrent_sandboxes_never_sweep_each_other(tmp_path: Path) -> None:
     out, _ = other.communicate(timeout=60)
     assert all(r.ok and r.leftover == 0 for r in short)
     assert out.split() == ["0", "None", "1"]  # its child was alive until it exited, then swept
+
+
+def test_a_command_may_write_its_own_proc_entries_but_no_other_process(tmp_path):
+    """CUDA's initialisation writes under /proc/self (cuInit fails with error 304 otherwise)."""
+    code = "open('/proc/self/comm', 'w').write('mine')\ntry:\n    open('/proc/1/comm', 'w').write('x')\nexcept OSError:\n    print('refused')"
+    result = run([sys.executable, "-c", code], cwd=tmp_path, limits=Limits(timeout_s=20))
+    assert result.returncode == 0, result.stderr
+    assert "refused" in result.stdout

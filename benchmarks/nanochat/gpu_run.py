@@ -8,6 +8,7 @@ tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Wr
 
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2            # 300 s budget, ~9 min
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # every step, tiny budget, ~2-3 min
+    python -m evolve.benchmarks.nanochat.gpu_run --prepare-only          # only the data (~1-2 min)
     python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny     # CPU check of this script
 """
 
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         help="tiny budget and data: checks every step (compile included) in ~2-3 min",
     )
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--prepare-only", action="store_true", help="prepare the dataset and stop")
     parser.add_argument(
         "--tiny", action="store_true", help="CPU scale, a few seconds (to test this script)"
     )
@@ -250,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         name, vocab, max_chars = "wikipedia", 8192, None
     prepare_wiki(args.wiki.resolve(), data_dir, name, vocab, max_chars)
     prep_s = time.monotonic() - t0
+    if args.prepare_only:
+        print(
+            f"nanochat gpu_run: dataset {name} ready under {data_dir} in {prep_s:.0f}s", flush=True
+        )
+        return 0
     base = scales.resolve("cpu" if tiny else "nanochat", dataset=name, vocab_size=vocab)
     budget = args.budget or (3.0 if tiny else 15.0 if args.smoke else base.budget_s)
     # smoke/tiny: two batches; full run: every whole batch the validation split holds

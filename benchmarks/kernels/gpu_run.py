@@ -132,13 +132,20 @@ def run_evolve(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     log(f"evolve: {' '.join(command)}")
     started = time.monotonic()
-    proc = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=args.evolve_minutes * 60 + 600
-    )
-    (out / "evolve_log.txt").write_text(proc.stdout + "\n" + proc.stderr)
+    try:  # max_wall_s stops new proposals; the evaluations in flight then finish (about 30 s each on a GPU)
+        proc = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=args.evolve_minutes * 60 + 240
+        )
+        returncode, output = proc.returncode, proc.stdout + "\n" + proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        returncode, output = (
+            None,
+            f"timed out after {exc.timeout:.0f} s\n{exc.stdout or ''}\n{exc.stderr or ''}",
+        )
+    (out / "evolve_log.txt").write_text(output)
     result: dict[str, Any] = {
         "command": " ".join(command),
-        "returncode": proc.returncode,
+        "returncode": returncode,
         "seconds": time.monotonic() - started,
     }
     db = run_dir / "archive.db"
@@ -393,17 +400,22 @@ def main(argv: list[str] | None = None) -> int:
         t.start()
     for t in threads:
         t.join()
-    evolve_result = None
+    full = {"started": started, "device": device, "gpus": gpus, "tiny": args.tiny, "smoke": args.smoke,
+            "settings": settings.__dict__ | {"workloads": list(settings.workloads)}, "calibration": calibration,
+            "problems": [results.get(n, {"problem": n, "skipped": "no result"}) for n in sorted(names)]}  # fmt: skip
+
+    def write() -> str:
+        full["seconds"] = time.monotonic() - clock
+        (out / "results.json").write_text(json.dumps(full, indent=2, default=str))
+        text = markdown(full)
+        (out / "results.md").write_text(text)
+        return text
+
+    write()  # written before the evolve phase too, so a cut-off run still leaves its results
     if args.evolve:
-        evolve_result = run_evolve(args, out, dataset, gpus, device, log)
+        full["evolve"] = run_evolve(args, out, dataset, gpus, device, log)
     shutil.rmtree(tmp, ignore_errors=True)
-    full = {"evolve": evolve_result, "started": started, "seconds": time.monotonic() - clock, "device": device, "gpus": gpus, "tiny": args.tiny,
-            "smoke": args.smoke, "settings": settings.__dict__ | {"workloads": list(settings.workloads)},
-            "calibration": calibration, "problems": [results.get(n, {"problem": n, "skipped": "no result"}) for n in sorted(names)]}  # fmt: skip
-    (out / "results.json").write_text(json.dumps(full, indent=2, default=str))
-    text = markdown(full)
-    (out / "results.md").write_text(text)
-    print(text)
+    print(write())
     failed = [
         p["problem"]
         for p in full["problems"]

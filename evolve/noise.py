@@ -51,6 +51,9 @@ class NoiseSettings:
         schedule: a challenger's sample count at each look, strictly increasing from 1
             (e.g. ``[1, 4]``: one evaluation, then up to three more when close).
         level: confidence level of the stored intervals ``fitness_ci_low/high``.
+        new_cell_seeds: samples taken of a challenger that lands in an empty cell (1: just
+            the first). More make it a firmer incumbent: later challengers of its cell are
+            then judged against a better estimate, so real gains pass more often.
     """
 
     seeds: int = 1
@@ -58,6 +61,7 @@ class NoiseSettings:
     close: float = 0.2
     schedule: tuple[int, ...] = (1, 4)
     level: float = 0.95
+    new_cell_seeds: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", tuple(int(n) for n in self.schedule))
@@ -82,6 +86,10 @@ class NoiseSettings:
             )
         if not 0 < self.level < 1:
             raise ValueError(f"noise.level must lie in (0, 1), got {self.level}")
+        if not isinstance(self.new_cell_seeds, int) or self.new_cell_seeds < 1:
+            raise ValueError(
+                f"noise.new_cell_seeds must be an integer >= 1, got {self.new_cell_seeds!r}"
+            )
 
     @property
     def enabled(self) -> bool:

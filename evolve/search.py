@@ -382,6 +382,8 @@ class Search:
         except KeyError:  # missing descriptors: the archive reports it when the result is added
             return first, []
         samples, p = [first], None
+        while elite is None and len(samples) < self.noise.new_cell_seeds and samples[-1].ok:
+            samples.append(await self._reevaluate(slot, candidate, len(samples)))
         while elite is not None:
             p = judge.pvalue(
                 Samples.of([s.fitness for s in samples]), elite.candidate_id, elite.value

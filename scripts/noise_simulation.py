@@ -6,7 +6,8 @@ cell through the same functions the search uses (``evolve.noise.pvalue`` and ``n
 - no-op challengers (identical code, new seeds: the same true value) -> fraction wrongly
   promoted (the goal is under 1%);
 - real improvements of ``--gain`` sigmas -> fraction accepted (power);
-- both against a non-seed incumbent measured once, the common case deeper in a run.
+- both against a non-seed incumbent that entered an empty cell with `new_cell_seeds`
+  evaluations (default one), the common case deeper in a run.
 It also reports evaluations spent per challenger, and plain comparison for reference.
 
     python scripts/noise_simulation.py                 # the default settings and a few variants
@@ -80,8 +81,9 @@ def simulate(
         )
         if incumbent == "seed":
             inc, is_seed = calibration.fitness, True
-        else:  # an elite that entered an empty cell with one evaluation; true value 0
-            inc, is_seed = Samples(n=1, mean=rng.gauss(0.0, 1.0)), False
+        else:  # an elite that entered an empty cell with new_cell_seeds evaluations; true value 0
+            draws = [rng.gauss(0.0, 1.0) for _ in range(settings.new_cell_seeds)]
+            inc, is_seed = Samples.of(draws), False
         for _ in range(per_run):
             promoted, evals = challenge(rng, 0.0, inc, is_seed, calibration, settings)
             noop += promoted
@@ -93,6 +95,7 @@ def simulate(
     label = (
         f"seeds={settings.seeds} alpha={settings.alpha} close={settings.close} "
         f"schedule={list(settings.schedule)}"
+        + (f" new_cell={settings.new_cell_seeds}" if settings.new_cell_seeds > 1 else "")
     )
     return Row(
         settings=label,
@@ -125,6 +128,8 @@ VARIANTS = (
     NoiseSettings(seeds=3),
     NoiseSettings(seeds=10),
     NoiseSettings(seeds=10, schedule=(1, 8)),
+    NoiseSettings(seeds=5, new_cell_seeds=4),
+    NoiseSettings(seeds=10, schedule=(1, 8), new_cell_seeds=4),
 )
 
 
@@ -159,12 +164,12 @@ def main(argv: list[str] | None = None) -> list[Row]:
                 )
             )
     print(
-        f"{'settings':<52} {'incumbent':<9} {'no-op promoted':>14} {'evals':>6} "
+        f"{'settings':<66} {'incumbent':<9} {'no-op promoted':>14} {'evals':>6} "
         f"{f'+{args.gain:g}sd accepted':>14} {'evals':>6}"
     )
     for r in rows:
         print(
-            f"{r.settings:<52} {r.incumbent:<9} {r.noop_promoted:>14.2%} {r.noop_evals:>6.2f} "
+            f"{r.settings:<66} {r.incumbent:<9} {r.noop_promoted:>14.2%} {r.noop_evals:>6.2f} "
             f"{r.gain_accepted:>14.2%} {r.gain_evals:>6.2f}"
         )
     print(

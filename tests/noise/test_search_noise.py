@@ -214,3 +214,21 @@ def test_kill_9_during_calibration_resumes_without_repeating_stored_samples(tmp_
     assert json.dumps(store.get_state(STATE_KEY)) == json.dumps(
         Store(straight / "archive.db").get_state(STATE_KEY)
     )
+
+
+def test_new_cell_entrants_get_the_configured_number_of_seeds(tmp_path):
+    cfg = noisy_cfg(12)
+    cfg["noise"]["new_cell_seeds"] = 3
+    runner.run(cfg, tmp_path)
+    store = Store(tmp_path / "archive.db", readonly=True)
+    uncontested = [
+        store.evaluation(cid)
+        for (cid,) in store.conn.execute(
+            "SELECT id FROM candidates WHERE status = 'done' AND operator != 'seed'"
+        )
+    ]
+    uncontested = [v for v in uncontested if "fitness_pvalue" not in v.metrics]
+    assert uncontested, "no challenger filled an empty cell"
+    assert all(v.metrics["fitness_n"] == 3 and len(v.seeds) == 3 for v in uncontested)
+    assert store.integrity_problems() == []
+    store.close()

@@ -213,12 +213,20 @@ def kernel_signature(call: Any, args: Sequence[Any], device: torch.device) -> di
         return dict(sorted(recorder.counts.items()))
     from torch.profiler import ProfilerActivity, profile
 
-    torch.cuda.synchronize(
-        device
-    )  # work queued before (input generation, output fills) must not show up
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        call(*args)
+    # Work queued before (input generation, output fills) must not show up in the window.
+    torch.cuda.synchronize(device)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            call(*args)
+            torch.cuda.synchronize(device)
+    except CheatDetected:
+        raise
+    except (
+        Exception
+    ) as exc:  # no CUPTI here: the check cannot run; that must not fail an honest kernel
+        call(*args)  # a candidate's own error raises again here, outside the profiler
         torch.cuda.synchronize(device)
+        return {f"(profiler unavailable: {type(exc).__name__})": 1}
     counts: Counter[str] = Counter()
     for event in prof.events():
         if str(getattr(event, "device_type", "")).endswith("CUDA"):

@@ -3,13 +3,14 @@
 1. Tokenizes Wikipedia text (``data/wikipedia/{train-*,val}.jsonl.xz``) into shards with
    GPT-2's vocabulary (cached in ``--work``).
 2. Measures the seed's throughput on one GPU (tokens per timed second, through the harness)
-   and sets the one-GPU scale's step count so that training lasts ``--minutes``.
+   and sets the one-GPU scale's step count so that training lasts ``--minutes``; then the
+   same on 2 GPUs through torchrun (the multi-GPU launch test).
 3. Runs the one-GPU scale's seed with 3 seeds in parallel (one GPU each) through the full
    harness, with probe checkpoints every ``--probe-every`` seconds for the loss curve;
    reports each seed's time and loss, the p-value against the provisional target, the
    harness overhead, and a target suggested from the measured curve.
-4. Scaling (issue 10): the seed's ``full`` preset on 2, 4, ... N GPUs through torchrun and
-   the harness (the 2-GPU run is the multi-GPU launch test); tokens/s and efficiency.
+4. Scaling (issue 10): the seed's ``full`` preset on 4, 8, ... N GPUs as well, while the
+   ``--budget-minutes`` last; tokens/s and efficiency relative to linear.
 
 Results: ``$OUT/speedrun_gpu_run.json``, per-run logs in ``$OUT/logs/``, a table on stdout.
 ``--smoke`` checks every path in under 2 minutes; ``--cpu`` runs a reduced version on CPU
@@ -306,14 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     log("throughput on one process")
     results["scaling"] = [scaling_run(args, (data_dir, vocab), gpus, 1, out, scratch)]
     tps1 = results["scaling"][0]["tokens_per_s"]
+    if widths and not args.no_scaling:  # 2 processes first: it is also the multi-GPU launch test
+        log(f"scaling / launch test on {widths[0]} process(es)")
+        results["scaling"].append(
+            scaling_run(args, (data_dir, vocab), gpus, widths[0], out, scratch)
+        )
     if not args.only_scaling:
         results["seeds"] = seeds_part(args, data_dir, vocab, gpus, tps1, out, scratch)
 
     if not args.no_scaling:
-        estimate = (
-            results["scaling"][0]["wall_s"] * 1.3
-        )  # a wider run: the same compile, more start-up
-        for width in widths:
+        # a wider run costs about what the 1-process one did: the same compile, more start-up
+        estimate = results["scaling"][0]["wall_s"] * 1.3
+        for width in widths[1:]:
             left = args.budget_minutes * 60 - (time.monotonic() - begin)
             if left < estimate:
                 log(

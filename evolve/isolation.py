@@ -119,7 +119,9 @@ class Plan:
 
     policy: Policy
     write_rules: tuple[tuple[str, bool], ...]  # (path, is_dir)
-    read_rules: tuple[tuple[str, bool], ...] | None  # None: reads are not restricted
+    read_rules: (
+        tuple[tuple[str, bool, int], ...] | None
+    )  # (path, is_dir, rights); None: unrestricted
     readonly: tuple[str, ...]
     abi: int
 
@@ -134,11 +136,17 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _read_rules(hidden: Sequence[str]) -> tuple[tuple[str, bool], ...]:
-    """Read grants covering the whole tree except ``hidden``: siblings along each path to it."""
-    rules: list[tuple[str, bool]] = []
+def _read_rules(hidden: Sequence[str]) -> tuple[tuple[str, bool, int], ...]:
+    """Read grants covering the whole tree except ``hidden``: siblings along each path to it.
+
+    Each directory on the way to a hidden path may be listed (Python's import system lists
+    every ``sys.path`` entry), which lets the command see the *names* under it, hidden ones
+    included, but never read a hidden file.
+    """
+    rules: list[tuple[str, bool, int]] = []
 
     def walk(directory: str) -> None:
+        rules.append((directory, True, FS_READ_DIR))
         with contextlib.suppress(OSError), os.scandir(directory) as entries:
             for entry in entries:
                 real = os.path.realpath(entry.path)
@@ -148,7 +156,7 @@ def _read_rules(hidden: Sequence[str]) -> tuple[tuple[str, bool], ...]:
                     if entry.is_dir(follow_symlinks=False):
                         walk(entry.path)
                     continue  # a link to an ancestor of a hidden path cannot be granted
-                rules.append((entry.path, entry.is_dir()))
+                rules.append((entry.path, entry.is_dir(), FS_READ))
 
     walk("/")
     return tuple(rules)
@@ -224,7 +232,7 @@ def _landlock(plan: Plan, net: bool, extra: list[str]) -> str:
     ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
     _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
     grants = [(p, d, fs) for p, d in plan.write_rules] + [(p, True, fs) for p in extra]
-    grants += [(p, d, fs & FS_READ) for p, d in plan.read_rules or ()]
+    grants += [(p, d, fs & rights) for p, d, rights in plan.read_rules or ()]
     for path, is_dir, rights in grants:
         allowed = rights if is_dir else rights & FS_FILE_ONLY
         if not allowed:

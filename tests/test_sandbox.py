@@ -626,3 +626,26 @@ def test_a_command_may_write_its_own_proc_entries_but_no_other_process(tmp_path)
     result = run([sys.executable, "-c", code], cwd=tmp_path, limits=Limits(timeout_s=20))
     assert result.returncode == 0, result.stderr
     assert "refused" in result.stdout
+
+
+def test_a_package_beside_hidden_data_stays_importable(tmp_path):
+    """Python lists every sys.path entry; an entry that contains hidden data must stay listable."""
+    root = tmp_path / "root"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("VALUE = 7\n")
+    (root / "secret").mkdir()
+    (root / "secret" / "val.bin").write_text("validation")
+    work = tmp_path / "work"
+    work.mkdir()
+    secret = str(root / "secret" / "val.bin")
+    code = f"import pkg\nprint(pkg.VALUE)\ntry:\n    open({secret!r}).read()\nexcept OSError:\n    print('hidden')"
+    result = run(
+        [sys.executable, "-P", "-c", code],
+        cwd=work,
+        limits=Limits(timeout_s=20),
+        env={"PYTHONPATH": str(root)},
+        policy=Policy(hidden=(str(root / "secret"),)),
+    )
+    if result.isolation.get("hidden", "").startswith(NOT):
+        pytest.skip("Landlock unavailable here")
+    assert result.stdout.split() == ["7", "hidden"], result.stderr

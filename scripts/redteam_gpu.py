@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         problems = {"rmsnorm": {}}
     extra = {"rounds": 2, "warmup": 1, "iters": 4, "audits": 1} if (args.smoke or args.tiny) else {}
+    if args.smoke and not args.tiny:
+        extra["quick_calibration"] = True
     rows, failures = [], 0
     for problem, options in problems.items():
         fitness = KernelFitness(

@@ -155,6 +155,8 @@ def test_outputs_cached_across_calls_are_caught(fitness, tmp_path):
 
 # --- GPU: the real rmsnorm problem of our suite ---------------------------------------------
 
+GPU_QUICK = {"rounds": 2, "warmup": 1, "iters": 10, "audits": 1, "quick_calibration": True}
+
 PATCHED_EVENTS = textwrap.dedent(
     """
     import torch
@@ -188,7 +190,7 @@ LAZY_OUTPUT = textwrap.dedent(
 )
 def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):
     code = code or _owner_module("kernels_candidates").CACHED_OUTPUT
-    fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager")
+    fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager", **GPU_QUICK)
     ev = evaluate(fitness, tmp_path, code, name.replace(" ", "_"))
     assert_caught(ev, FAILED, reason)
 
@@ -200,6 +202,6 @@ def test_gpu_honest_reference_passes(tmp_path):
         / "seeds"
         / "reference"
     )
-    fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager")
+    fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager", **GPU_QUICK)
     ev = evaluate(fitness, tmp_path, (seed / "kernel.py").read_text())
     assert ev.ok and ev.fitness > 0, dict(ev.artifacts)

@@ -304,16 +304,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{summary['val']['tokens']:,} val tokens ({summary['tokenizer']})"
     )
 
+    def save() -> None:
+        (out / "speedrun_gpu_run.json").write_text(json.dumps(results, indent=2, default=str))
+
+    save()  # after every phase, so a run cut short still leaves what it measured
     log("throughput on one process")
     results["scaling"] = [scaling_run(args, (data_dir, vocab), gpus, 1, out, scratch)]
+    save()
     tps1 = results["scaling"][0]["tokens_per_s"]
     if widths and not args.no_scaling:  # 2 processes first: it is also the multi-GPU launch test
         log(f"scaling / launch test on {widths[0]} process(es)")
         results["scaling"].append(
             scaling_run(args, (data_dir, vocab), gpus, widths[0], out, scratch)
         )
+        save()
     if not args.only_scaling:
         results["seeds"] = seeds_part(args, data_dir, vocab, gpus, tps1, out, scratch)
+        save()
 
     if not args.no_scaling:
         # a wider run costs about what the 1-process one did: the same compile, more start-up
@@ -339,13 +346,14 @@ def main(argv: list[str] | None = None) -> int:
             results["scaling"].append(
                 scaling_run(args, (data_dir, vocab), gpus, width, out, scratch)
             )
+            save()
     base = results["scaling"][0]["tokens_per_s"]
     for row in results["scaling"]:
         row["efficiency"] = (
             row["tokens_per_s"] / (base * row["nproc"]) if base and row["tokens_per_s"] else None
         )
     results["total_s"] = time.monotonic() - begin
-    (out / "speedrun_gpu_run.json").write_text(json.dumps(results, indent=2, default=str))
+    save()
     shutil.rmtree(scratch, ignore_errors=True)
     print_table(results)
     seeds_ok = results.get("seeds", {}).get("status", "ok") in (

@@ -59,7 +59,7 @@ def run(data_dir: str, tmp_path: Path, inject: str = "", after: str = ANCHOR, se
 
 
 def test_validation_shards_read_by_native_code_are_refused(data_dir, tmp_path):
-    # the worst case: the candidate knows the shard's path (the folder itself is unlistable)
+    # the worst case: the candidate knows the shard's exact path
     shard = sorted(Path(data_dir).glob("*_val_*.bin"))[0]
     inject = f"print('peeked', np.fromfile({str(shard)!r}, dtype=np.uint16)[:8])"
     assert_caught(run(data_dir, tmp_path, inject), FAILED, r"PermissionError|Permission denied")

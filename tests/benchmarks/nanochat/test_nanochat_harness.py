@@ -4,36 +4,16 @@ Each test trains a variant of the CPU seed for a 2-second budget on a tiny datas
 scores it with the real supervisor, scorer and sandbox.
 """
 
-import sysconfig
 from pathlib import Path
 
-import pytest
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
-from evolve.benchmarks.nanochat.sources import chunk_text
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 
 SEED = Path(prepare.__file__).parent / "seed_cpu"
 TRAIN_STEP = "    if not clock.step(tokens=GRAD_ACCUM * x.numel()):\n        break\n"
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    """A tiny dataset ("tiny", vocab 512) from a few standard-library files."""
-    root = tmp_path_factory.mktemp("nanochat-data")
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    texts = [
-        c
-        for name in ("argparse.py", "textwrap.py", "pathlib.py", "json/decoder.py")
-        for c in chunk_text((stdlib / name).read_text())
-    ]
-    val = [c for c in chunk_text((stdlib / "string.py").read_text())]
-    prepare.build(
-        root / "tiny", train=lambda: texts, val=lambda: val * 3, vocab_size=512, log=lambda _: None
-    )
-    return root
 
 
 def fitness(data_dir: Path, **overrides) -> NanochatFitness:

@@ -73,6 +73,9 @@ def baseline_rows(base: dict[str, Any], calibration: dict) -> dict[str, Any]:
 
     rows = []
     for uuid, entry in base.items():
+        if "error" in entry:
+            rows.append({"uuid": uuid, "error": entry["error"]})
+            continue
         ref = [median(t) for t in entry["reference_ms"]]
         compiled = [median(t) for t in entry.get("baseline_ms", [])] or ref
         sol = sol_ms(entry["bytes"], entry.get("flops", {}), calibration)
@@ -85,7 +88,7 @@ def baseline_rows(base: dict[str, Any], calibration: dict) -> dict[str, Any]:
         })  # fmt: skip
     return {
         "workloads": rows,
-        "reference_score": problem_score([r["reference_score"] for r in rows]),
+        "reference_score": problem_score([r.get("reference_score") for r in rows]),
     }
 
 
@@ -181,6 +184,11 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {p['problem']} | {p.get('error') or p.get('skipped')} | | | | | | |")
             continue
         for r in p["workloads"]:
+            if "error" in r:
+                out.append(
+                    f"| {p['problem']} | {r['uuid']} | failed: {r['error'][:100]} | | | | | |"
+                )
+                continue
             bound = "memory" if r["memory_ms"] >= r["compute_ms"] else "compute"
             note = " (compile failed)" if r.get("compile_error") else ""
             out.append(f"| {p['problem']} | {r['uuid']} | {r['reference_ms']:.4f} | {r['baseline_ms']:.4f}{note} | {r['sol_ms']:.4f} | "
@@ -339,8 +347,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"GPU {gpu}: baselines FAILED: {exc}")
             return
         for name, entry in payload.items():
-            if "skipped" in entry:
-                results[name] = {"problem": name, "skipped": entry["skipped"]}
+            if "skipped" in entry or "error" in entry:
+                results[name] = {
+                    "problem": name,
+                    **{k: entry[k] for k in ("skipped", "error") if k in entry},
+                }
                 continue
             baselines[name] = entry["workloads"]
             results[name] = {"problem": name, **baseline_rows(entry["workloads"], calibration)}

@@ -273,10 +273,18 @@ class Harness:
             workload = self.problem.workload(uuid)
             row = WorkloadRow(uuid=uuid)
             report.rows.append(row)
-            base = baselines[uuid]
-            row.reference_ms = _median(base["reference_ms"][0])
+            base = baselines.get(uuid) or {"error": "not measured"}
+            if "error" in base:  # the harness could not run the reference here (e.g. out of memory)
+                row.status, row.message = (
+                    "error",
+                    f"reference/baseline failed on this workload: {base['error']}",
+                )
+                continue
+            row.reference_ms = _median([_median(t) for t in base["reference_ms"]])
             row.baseline_ms = (
-                _median(base["baseline_ms"][0]) if base.get("baseline_ms") else row.reference_ms
+                _median([_median(t) for t in base["baseline_ms"]])
+                if base.get("baseline_ms")
+                else row.reference_ms
             )
             sol = sol_ms(base["bytes"], base.get("flops", {}), calibration)
             row.sol_ms, row.memory_ms, row.compute_ms = (

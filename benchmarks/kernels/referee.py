@@ -75,13 +75,24 @@ def _baseline(job: dict[str, Any]) -> dict[str, Any]:
         if job.get("deadline_s") and time.monotonic() - start > float(job["deadline_s"]):
             results[problem.name] = {"skipped": "not started within the time budget"}
             continue
-        reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        try:
+            reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        except Exception as exc:
+            results[problem.name] = {
+                "error": f"the reference does not load: {type(exc).__name__}: {exc}"
+            }
+            continue
         out: dict[str, Any] = {}
         state: dict[str, Any] = {}
         for workload in problem.workloads:
             if item.get("workloads") and workload.uuid not in item["workloads"]:
                 continue
-            out[workload.uuid] = _measure_workload(job, problem, workload, reference, state)
+            try:
+                out[workload.uuid] = _measure_workload(job, problem, workload, reference, state)
+            except (
+                Exception
+            ) as exc:  # one workload failing (out of memory...) must not lose the others
+                out[workload.uuid] = {"error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
         results[problem.name] = {"workloads": out, "seconds": time.monotonic() - start}

@@ -104,13 +104,15 @@ def test_markdown_covers_seeds_failures_and_skips():
             "flops": {},
             "reference_ms": [[3.0, 3.1], [3.0, 3.2]],
             "baseline_ms": [[2.0], [2.02]],
-        }
+        },
+        "w2": {"error": "OutOfMemoryError: CUDA out of memory"},
     }
     rows = baseline_rows(base, calibration)
     assert rows["workloads"][0]["sol_ms"] == pytest.approx(1.0)
+    w1 = 1 / (1 + (3.075 - 1.0) / (2.01 - 1.0))  # medians of the repeats' medians
     assert rows["reference_score"] == pytest.approx(
-        1 / (1 + (3.075 - 1.0) / (2.01 - 1.0)), rel=1e-3
-    )
+        (w1 + 0.0) / 2, rel=1e-3
+    )  # a failed workload counts 0
     seed = {"name": "rmsnorm_triton", "status": "ok", "score": 0.7, "message": "",
             "rows": [{"uuid": "w1", "status": "ok", "kernel_ms": 1.4, "baseline_ms": 2.0, "sol_ms": 1.0, "score": 0.71, "cv": 0.004},
                      {"uuid": "w2", "status": "incorrect", "kernel_ms": None, "baseline_ms": 2.0, "sol_ms": 1.0, "score": None, "cv": None}]}  # fmt: skip

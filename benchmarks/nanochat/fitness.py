@@ -245,6 +245,7 @@ class NanochatFitness:
             "budget_s": scale.budget_s,
             "untimed_steps": scale.untimed_steps,
             "startup_limit_s": scale.startup_limit_s,
+            "free_startup_s": scale.free_startup_s,
             "finish_limit_s": scale.finish_limit_s,
             "seq_len": scale.seq_len,
             "vocab_size": scale.vocab_size,
@@ -271,6 +272,7 @@ class NanochatFitness:
             "tokens": train["tokens"],
             "training_s": train["training_s"],
             "startup_s": train["startup_s"],
+            "startup_charged_s": train.get("startup_charged_s", 0.0),
             "train_wall_s": train["total_s"],
             "tokens_per_s": train["timed_tokens"] / train["training_s"]
             if train["training_s"] > 0

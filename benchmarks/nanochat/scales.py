@@ -27,6 +27,9 @@ class Scale:
         budget_s: training-loop seconds (harness clock) after the untimed steps.
         untimed_steps: steps not timed at the start (compile warm-up), 11 = steps 0..10 as in the original.
         startup_limit_s: wall limit from process start to the end of the untimed steps.
+        free_startup_s: start-up (process start to the end of the untimed steps) allowed for
+            free; the excess is taken off the training budget, so the untimed phase cannot
+            hide training.
         finish_limit_s: wall limit after the budget for the last step and the checkpoint.
         eval_tokens: validation targets scored (a multiple of seq_len * eval_batch_rows).
         eval_batch_rows: rows per evaluation batch (fixed by the harness, not the candidate).
@@ -46,6 +49,7 @@ class Scale:
     budget_s: float
     untimed_steps: int = 11
     startup_limit_s: float
+    free_startup_s: float
     finish_limit_s: float
     eval_tokens: int
     eval_batch_rows: int
@@ -90,6 +94,7 @@ SCALES = {
         seq_len=2048,
         budget_s=300.0,
         startup_limit_s=240.0,
+        free_startup_s=120.0,
         finish_limit_s=60.0,
         eval_tokens=40 * 524288,
         eval_batch_rows=32,
@@ -108,6 +113,7 @@ SCALES = {
         seq_len=128,
         budget_s=15.0,
         startup_limit_s=120.0,
+        free_startup_s=60.0,
         finish_limit_s=15.0,
         eval_tokens=32768,
         eval_batch_rows=16,

@@ -3,7 +3,9 @@
 Reads its job (JSON) from stdin, starts the candidate's training script under the guard
 as a child, and watches the step reports the child sends on a pipe, timestamping each
 with this process's clock. The first ``untimed_steps`` steps are not timed; from the end of
-the last untimed step, ``budget_s`` seconds later it tells the child to stop. It kills the
+the last untimed step, ``budget_s`` seconds later it tells the child to stop; start-up
+beyond ``free_startup_s`` (the untimed phase could otherwise hide training) is taken off
+that budget. It kills the
 child when it overstays: past ``startup_limit_s`` before the timed phase, past
 ``finish_limit_s`` after the budget, or after more than one step beyond the stop. The
 verdict is one JSON line on stdout carrying the job's nonce (the child cannot write there:
@@ -81,14 +83,21 @@ class Watch:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 self.notes.update({k: float(v) for k, v in json.loads(rest).items()})
 
+    def charged_s(self) -> float:
+        """Start-up time beyond the free allowance, taken off the training budget."""
+        if self.timed_from is None:
+            return 0.0
+        return max(0.0, (self.timed_from - self.start) - self.job["free_startup_s"])
+
     def deadline(self) -> float:
         """When the harness must act next (stop signal or kill)."""
         job = self.job
         if self.timed_from is None:
             return self.start + job["startup_limit_s"]
+        stop_at = self.timed_from + max(0.0, job["budget_s"] - self.charged_s())
         if self.stop_sent_at is None:
-            return self.timed_from + job["budget_s"]
-        return self.timed_from + job["budget_s"] + job["finish_limit_s"]
+            return stop_at
+        return stop_at + job["finish_limit_s"]
 
     def check(self, now: float) -> str | None:
         """'stop' to send the stop byte, 'kill' with ``verdict`` set, or None."""
@@ -211,6 +220,7 @@ def supervise(job: dict) -> dict:
         else 0.0,
         "total_s": end - start,
         "stopped_by_harness": watch.stop_sent_at is not None,
+        "startup_charged_s": watch.charged_s(),
         "returncode": returncode,
         "notes": watch.notes,
         "violations": watch.violations[:10],

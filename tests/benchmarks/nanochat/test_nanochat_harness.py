@@ -117,3 +117,15 @@ def test_training_before_the_clock_starts_is_cut_off(data_dir, tmp_path):
     ev = run(data_dir, tmp_path, slow_start, startup_limit_s=8.0)
     assert ev.status == EvalStatus.TIMEOUT
     assert "startup limit" in ev.artifacts["error"]
+
+
+def test_start_up_beyond_the_allowance_is_taken_off_the_budget(data_dir, tmp_path):
+    def slow_start(files):  # 4 s of "warm-up" before the first step, with no free start-up at all
+        files["train.py"] = files["train.py"].replace(
+            "clock = client.Clock()\n", "clock = client.Clock()\ntime.sleep(4)\n"
+        )
+
+    ev = run(data_dir, tmp_path, slow_start, free_startup_s=0.0, budget_s=3.0)
+    assert ev.status == EvalStatus.OK, dict(ev.artifacts)
+    assert ev.metrics["startup_charged_s"] > 4.0
+    assert ev.metrics["training_s"] < 3.0  # what was left of the budget, plus at most one step

@@ -180,7 +180,7 @@ def seeds_part(
     )
 
     val_tokens = 4096 if args.cpu else (65536 if args.smoke else 786432)
-    probe = 3.0 if args.cpu else (5.0 if args.smoke else args.probe_every)
+    probe = 1.0 if args.cpu else (5.0 if args.smoke else args.probe_every)
     f = fitness_for(
         args,
         data_dir,

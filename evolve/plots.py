@@ -20,8 +20,10 @@ from evolve.store import Store
 
 _CANDIDATE_SQL = """
 SELECT c.id, c.operator, c.model, c.status,
-       (SELECT {pick}(v.fitness) FROM evaluations v WHERE v.candidate = c.id AND v.status = 'ok'),
+       (SELECT {pick}(v.fitness) FROM evaluations v WHERE v.candidate = c.id AND v.status = 'ok'
+        AND v.stage != 'reevaluation'),
        (SELECT {pick}(v.fitness) FROM edges e JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
+        AND v.stage != 'reevaluation'
         WHERE e.child = c.id AND e.role IN ({roles}) AND e.parent != e.child)
 FROM candidates c WHERE c.seq >= ?
 """

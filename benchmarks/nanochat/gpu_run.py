@@ -177,7 +177,7 @@ def markdown(
         "",
         f"Command: `python -m evolve.benchmarks.nanochat.gpu_run {' '.join(args.argv)}`; dataset `{dataset}` "
         f"(Wikipedia 2015, {summary.get('train_shards', '?')} train shards, articles cut at {CHUNK_CHARS} chars, vocab "
-        f"{runs[0]['config'].get('vocab_size', '?') if runs else '?'}), {eval_tokens:,} validation targets, "
+        f"{summary.get('vocab_size', '?')}), {eval_tokens:,} validation targets, "
         f"rows of {summary.get('seq_len', '')} tokens.",
         f"Peak assumed for MFU: measured dense matmul rate {s['peak_flops'] / 1e12:.3g} TFLOP/s "
         f"({'bf16 8192^3' if s['device'] != 'cpu' else 'fp32 1024^3'}).",
@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     eval_tokens = fitness.scale.eval_tokens
     summary.update(
         {
+            "train_shards": len(list(args.wiki.glob("train-*.jsonl.xz"))),
+            "vocab_size": vocab,
             "seq_len": fitness.scale.seq_len,
             "eval_tokens": eval_tokens,
             "dataset": name,

@@ -21,10 +21,12 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import glob
 import os
 import socket
 import struct
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,10 +121,10 @@ class Plan:
 
     policy: Policy
     write_rules: tuple[tuple[str, bool], ...]  # (path, is_dir)
-    read_rules: (
-        tuple[tuple[str, bool, int], ...] | None
-    )  # (path, is_dir, rights); None: unrestricted
+    read_rules: tuple[tuple[str, bool, int], ...] | None  # (path, is_dir, rights); None: any
     readonly: tuple[str, ...]
+    hidden: tuple[str, ...]
+    blank: str  # the unreadable empty file bound over hidden files
     abi: int
 
 
@@ -173,6 +175,8 @@ def plan(policy: Policy, workdir: Path) -> Plan:
         write_rules=rules,
         read_rules=_read_rules(hidden) if hidden else None,
         readonly=tuple(os.path.realpath(p) for p in policy.readonly if os.path.exists(p)),
+        hidden=tuple(p for p in hidden if os.path.exists(p)),
+        blank=_blank_file() if any(os.path.isfile(p) for p in hidden) else "",
         abi=landlock_abi(),
     )
 
@@ -217,13 +221,13 @@ def _bind_readonly(path: str) -> None:
     _check(_libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
 
 
-def _landlock(plan: Plan, net: bool, extra: list[str]) -> str:
+def _landlock(plan: Plan, net: bool, extra: list[str], restrict_reads: bool) -> str:
     """Restrict this process with Landlock; return what was restricted."""
     abi = plan.abi
     fs = FS_ABI1_ALL | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
     if not plan.policy.confine_writes:
         fs &= FS_READ
-    if plan.read_rules is None:
+    if plan.read_rules is None or not restrict_reads:
         fs &= ~FS_READ
     attr = _RulesetAttr(fs, NET_TCP if net and abi >= 4 else 0, SCOPE_ALL if abi >= 6 else 0)
     size = 8 if abi < 4 else 16 if abi < 6 else 24
@@ -232,7 +236,7 @@ def _landlock(plan: Plan, net: bool, extra: list[str]) -> str:
     ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
     _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
     grants = [(p, d, fs) for p, d in plan.write_rules] + [(p, True, fs) for p in extra]
-    grants += [(p, d, fs & rights) for p, d, rights in plan.read_rules or ()]
+    grants += [(p, d, fs & rights) for p, d, rights in (plan.read_rules or ()) if restrict_reads]
     for path, is_dir, rights in grants:
         allowed = rights if is_dir else rights & FS_FILE_ONLY
         if not allowed:
@@ -254,8 +258,29 @@ def _landlock(plan: Plan, net: bool, extra: list[str]) -> str:
     return f"ABI {abi}: " + ", ".join(p for p in parts if p)
 
 
-def _mounts(plan: Plan, report: dict[str, str]) -> bool:
-    """In a new mount namespace: a private /dev/shm and read-only binds; True if shm is private."""
+def _hide(path: str, blank: str) -> None:
+    """Cover ``path``: an empty read-only tmpfs over a folder, the unreadable ``blank`` over a file."""
+    if os.path.isdir(path):
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV
+        _check(_libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=000"), f"hide {path}")
+    else:
+        _check(_libc.mount(blank.encode(), path.encode(), None, MS_BIND, None), f"hide {path}")
+
+
+@functools.cache
+def _blank_file() -> str:
+    """An empty file nobody may read (mode 000), bound over hidden files."""
+    handle, path = tempfile.mkstemp(prefix="evolve-hidden-")
+    os.close(handle)
+    os.chmod(path, 0)
+    return path
+
+
+def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool]:
+    """In a new mount namespace: a private /dev/shm, read-only binds and covered hidden paths.
+
+    Returns (shm is private, every hidden path is covered).
+    """
     shm = False
     with contextlib.suppress(OSError):
         _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
@@ -279,13 +304,24 @@ def _mounts(plan: Plan, report: dict[str, str]) -> bool:
         report["readonly"] = (
             f"read-only bind mounts ({len(done)} path(s)), also checked after the run"
         )
-    return shm
+    covered = 0
+    with contextlib.suppress(OSError):
+        for path in plan.hidden:
+            _hide(path, plan.blank)
+            covered += 1
+    if plan.hidden and covered == len(plan.hidden):
+        report["hidden"] = f"{covered} path(s) covered by empty mounts"
+    return shm, bool(plan.hidden) and covered == len(plan.hidden)
 
 
 def apply(plan: Plan) -> dict[str, str]:
     """Isolate the calling process (a child before exec); return what was and was not applied."""
     policy, report = plan.policy, {}
-    mounts = bool(plan.readonly) or (policy.private_shm and os.path.isdir("/dev/shm"))
+    mounts = (
+        bool(plan.readonly)
+        or bool(plan.hidden)
+        or (policy.private_shm and os.path.isdir("/dev/shm"))
+    )
     flags = (0 if policy.network else CLONE_NEWNET) | (CLONE_NEWNS if mounts else 0)
     namespaces = ""
     if flags:
@@ -304,7 +340,9 @@ def apply(plan: Plan) -> dict[str, str]:
         report["ns"] = os.readlink(
             "/proc/self/ns/mnt" if flags & CLONE_NEWNS else "/proc/self/ns/net"
         )
-    shm = _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else False
+    shm, hidden_by_mounts = (
+        _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else (False, False)
+    )
     if plan.readonly and "readonly" not in report:
         report["readonly"] = f"{NOT}enforced (no mount namespace); checked after the run"
     if policy.private_shm and not shm and os.path.isdir("/dev/shm"):
@@ -320,7 +358,9 @@ def apply(plan: Plan) -> dict[str, str]:
             # The command may write its own /proc/<pid> entries: CUDA's initialisation does
             # (cuInit fails with error 304 otherwise; seen on an H200, 2026-11-29).
             own = ["/proc/self", *(["/dev/shm"] if shm else [])]
-            restricted = _landlock(plan, tcp_by_landlock, own)
+            # Hidden paths covered by mounts need no Landlock read rules, which CUDA does not
+            # survive (cuInit fails with error 304 under them; seen on an H200, 2026-11-29).
+            restricted = _landlock(plan, tcp_by_landlock, own, restrict_reads=not hidden_by_mounts)
         except OSError as exc:
             restricted = f"{NOT}applied: {exc}"
     else:
@@ -339,7 +379,7 @@ def apply(plan: Plan) -> dict[str, str]:
             if landlocked and "writes" in restricted
             else f"{NOT}confined: Landlock unavailable"
         )
-    if plan.read_rules is not None:
+    if plan.read_rules is not None and "hidden" not in report:
         hidden = len(policy.hidden)
         report["hidden"] = (
             f"{hidden} path(s) unreadable"

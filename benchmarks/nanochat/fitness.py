@@ -207,8 +207,10 @@ class NanochatFitness:
         )
 
     def _env(self, ctx: EvalContext) -> dict[str, str]:
-        """The candidate's environment: seed and GPU, plus the shared compile cache if one is set."""
+        """The candidate's environment: seed and GPU, thread count, the shared compile cache if set."""
         env = ctx.env()
+        if self.scale.threads:
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.scale.threads)
         if self.compile_cache:
             for name, sub in (
                 ("TORCHINDUCTOR_CACHE_DIR", "inductor"),

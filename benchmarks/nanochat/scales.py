@@ -36,6 +36,8 @@ class Scale:
         eval_limit_s: wall limit of the whole evaluation process.
         causal_atol: largest allowed logit change in the causality check.
         memory_gb: address-space limit per sandboxed process (None: no limit, needed with CUDA).
+        threads: CPU threads per evaluation (OMP_NUM_THREADS), so that evaluations running side
+            by side on a small machine do not thrash each other; None leaves the default.
         seed_dir: the seed program for this scale.
         params_range: log10 range of the parameter-count descriptor.
         tokens_range: log10 range of the tokens-processed descriptor.
@@ -56,6 +58,7 @@ class Scale:
     eval_limit_s: float
     causal_atol: float
     memory_gb: float | None
+    threads: int | None = None
     seed_dir: Path
     params_range: tuple[float, float]
     tokens_range: tuple[float, float]
@@ -120,6 +123,7 @@ SCALES = {
         eval_limit_s=120.0,
         causal_atol=1e-3,
         memory_gb=12.0,
+        threads=1,
         seed_dir=HERE / "seed_cpu",
         params_range=(4.5, 7.5),
         tokens_range=(4.0, 7.0),

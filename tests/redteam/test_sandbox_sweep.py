@@ -33,7 +33,9 @@ def fresh_namespaces(count: int) -> list[str]:
     return ids
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)"
+)
 def test_a_held_namespace_id_is_not_handed_to_another_namespace():
     first = subprocess.Popen(["unshare", "-m", "sleep", "30"])
     time.sleep(0.05)

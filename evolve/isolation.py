@@ -221,6 +221,18 @@ def _bind_readonly(path: str) -> None:
     _check(_libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
 
 
+def _guard_proc() -> bool:
+    """In the command's mount namespace: /proc/sys read-only, /proc/sysrq-trigger covered."""
+    try:
+        _bind_readonly("/proc/sys")
+        if os.path.exists("/proc/sysrq-trigger"):
+            sysrq = b"/proc/sysrq-trigger"
+            _check(_libc.mount(b"/dev/null", sysrq, None, MS_BIND, None), "cover sysrq-trigger")
+    except OSError:
+        return False
+    return True
+
+
 def _landlock(plan: Plan, net: bool, extra: list[str], restrict_reads: bool) -> str:
     """Restrict this process with Landlock; return what was restricted."""
     abi = plan.abi
@@ -343,6 +355,7 @@ def apply(plan: Plan) -> dict[str, str]:
     shm, hidden_by_mounts = (
         _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else (False, False)
     )
+    proc_guarded = bool(flags & CLONE_NEWNS and namespaces) and _guard_proc()
     if plan.readonly and "readonly" not in report:
         report["readonly"] = f"{NOT}enforced (no mount namespace); checked after the run"
     if policy.private_shm and not shm and os.path.isdir("/dev/shm"):
@@ -355,9 +368,13 @@ def apply(plan: Plan) -> dict[str, str]:
     tcp_by_landlock = not policy.network and not namespaces
     if plan.abi:
         try:
-            # The command may write its own /proc/<pid> entries: CUDA's initialisation does
-            # (cuInit fails with error 304 otherwise; seen on an H200, 2026-11-29).
-            own = ["/proc/self", *(["/dev/shm"] if shm else [])]
+            # The command and its descendants may write their own /proc/<pid> entries: CUDA's
+            # initialisation does (cuInit fails with error 304 otherwise; seen on an H200,
+            # 2026-11-29). Other processes' entries stay refused: Landlock denies ptrace-mode
+            # access outside the sandbox's domain, and /proc/sys needs dropped capabilities.
+            # With /proc/sys read-only and sysrq-trigger covered, all of /proc may be written
+            # (grandchildren included); without a mount namespace, only the command's own.
+            own = ["/proc" if proc_guarded else "/proc/self", *(["/dev/shm"] if shm else [])]
             # Hidden paths covered by mounts need no Landlock read rules, which CUDA does not
             # survive (cuInit fails with error 304 under them; seen on an H200, 2026-11-29).
             restricted = _landlock(plan, tcp_by_landlock, own, restrict_reads=not hidden_by_mounts)

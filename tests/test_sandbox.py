@@ -620,9 +620,9 @@ def test_concurrent_sandboxes_never_sweep_each_other(tmp_path: Path) -> None:
     assert out.split() == ["0", "None", "1"]  # its child was alive until it exited, then swept
 
 
-def test_a_command_may_write_its_own_proc_entries_but_no_other_process(tmp_path):
+def test_a_command_may_write_its_own_proc_entries_but_not_kernel_settings(tmp_path):
     """CUDA's initialisation writes under /proc/self (cuInit fails with error 304 otherwise)."""
-    code = "open('/proc/self/comm', 'w').write('mine')\ntry:\n    open('/proc/1/comm', 'w').write('x')\nexcept OSError:\n    print('refused')"
+    code = "open('/proc/self/comm', 'w').write('mine')\ntry:\n    open('/proc/sys/kernel/hostname', 'w').write('x')\nexcept OSError:\n    print('refused')"
     result = run([sys.executable, "-c", code], cwd=tmp_path, limits=Limits(timeout_s=20))
     assert result.returncode == 0, result.stderr
     assert "refused" in result.stdout
@@ -649,3 +649,13 @@ def test_a_package_beside_hidden_data_stays_importable(tmp_path):
     if result.isolation.get("hidden", "").startswith(NOT):
         pytest.skip("Landlock unavailable here")
     assert result.stdout.split() == ["7", "hidden"], result.stderr
+
+
+def test_a_grandchild_may_write_its_own_proc_entries(tmp_path):
+    code = (
+        "import subprocess, sys\n"
+        "inner = \"open('/proc/self/comm', 'w').write('grandchild'); print('written')\"\n"
+        "print(subprocess.run([sys.executable, '-c', inner], capture_output=True, text=True).stdout)"
+    )
+    result = run([sys.executable, "-c", code], cwd=tmp_path, limits=Limits(timeout_s=20))
+    assert "written" in result.stdout, result.stderr

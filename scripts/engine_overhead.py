@@ -27,7 +27,15 @@ from evolve.fitness import Benchmark, EvalContext
 from evolve.operators.builtin import BlockCrossover, Tweak, literals
 from evolve.search import Search, SearchSettings
 from evolve.store import Store
-from evolve.types import CandidateStatus, Descriptor, EdgeRole, EvalStatus, Evaluation, Objective, Proposal
+from evolve.types import (
+    CandidateStatus,
+    Descriptor,
+    EdgeRole,
+    EvalStatus,
+    Evaluation,
+    Objective,
+    Proposal,
+)
 
 SEED = """# EVOLVE-BLOCK-START
 A = 1.5

@@ -4,7 +4,16 @@ import pytest
 
 from evolve.archive import Archive
 from evolve.store import Store
-from evolve.types import AddStatus, CandidateStatus, Descriptor, Direction, EvalStatus, Evaluation, Objective, Proposal
+from evolve.types import (
+    AddStatus,
+    CandidateStatus,
+    Descriptor,
+    Direction,
+    EvalStatus,
+    Evaluation,
+    Objective,
+    Proposal,
+)
 
 
 def make(tmp_path, **kwargs):

@@ -2,7 +2,15 @@ import pickle
 
 import pytest
 
-from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective, Proposal, content_hash
+from evolve.types import (
+    Descriptor,
+    Direction,
+    EvalStatus,
+    Evaluation,
+    Objective,
+    Proposal,
+    content_hash,
+)
 
 
 def test_descriptor_bins_clamp_out_of_range_values_to_the_edges():

@@ -33,7 +33,9 @@ def build_operators(
     """
     operators = builtin_operators(cfg["operators"]["builtin"])
     if uses_llm(cfg):
-        from evolve.operators.llm_catalog import llm_operators  # one diff/rewrite/crossover per model
+        from evolve.operators.llm_catalog import (
+            llm_operators,  # one diff/rewrite/crossover per model
+        )
 
         operators += llm_operators(cfg["llm"], store=store)
     if not operators:

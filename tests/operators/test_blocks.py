@@ -1,6 +1,13 @@
 import pytest
 
-from evolve.operators.edits import EditError, block_bodies, blocks, check_edit, normalized_hash, replace_blocks
+from evolve.operators.edits import (
+    EditError,
+    block_bodies,
+    blocks,
+    check_edit,
+    normalized_hash,
+    replace_blocks,
+)
 
 TEXT = "head\n# EVOLVE-BLOCK-START\nbody1\n# EVOLVE-BLOCK-END\nmiddle\n// EVOLVE-BLOCK-START\nbody2\n// EVOLVE-BLOCK-END\ntail\n"
 

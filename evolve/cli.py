@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evolve.config import merge_resumed
+from evolve.config import merge_resumed, with_benchmark_search_defaults
 from evolve.store import Store
 from evolve.types import EvolveError
 
@@ -44,6 +44,8 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
                     f"{run_dir}/archive.db holds no run yet; start a new run instead of resuming"
                 )
             cfg = merge_resumed(json.loads(first["config"]), overrides)
+        else:
+            cfg = with_benchmark_search_defaults(cfg, overrides)
         summary = runner.run(cfg, run_dir, resumed=resumed)
     except EvolveError as exc:
         log.error("%s", exc)

@@ -228,6 +228,15 @@ def merge_resumed(stored: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
 
 
+def with_benchmark_search_defaults(cfg: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply the benchmark's own ``search:`` defaults, except keys set on the command line."""
+    defaults = (cfg.get("benchmark") or {}).get("search") or {}
+    given = {o.lstrip("+~").partition("=")[0] for o in overrides}
+    search = dict(cfg["search"])
+    search.update({k: v for k, v in defaults.items() if f"search.{k}" not in given})
+    return {**cfg, "search": search}
+
+
 def as_dict(cfg: Any) -> dict[str, Any]:
     """A resolved plain-dict copy of a DictConfig."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

@@ -104,3 +104,11 @@ def test_a_non_editable_install_runs_from_another_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert list((workdir / "archives" / "circle_packing").glob("*/archive.db"))
+
+
+def test_a_benchmarks_search_defaults_apply_unless_overridden():
+    from evolve.config import with_benchmark_search_defaults
+
+    cfg = {"benchmark": {"search": {"max_wall_s": 450}}, "search": {"max_wall_s": None, "max_candidates": 300}}
+    assert with_benchmark_search_defaults(cfg, [])["search"]["max_wall_s"] == 450
+    assert with_benchmark_search_defaults(cfg, ["search.max_wall_s=60"])["search"]["max_wall_s"] is None

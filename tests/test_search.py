@@ -71,9 +71,27 @@ def start(run_dir, *extra):
     return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def evaluated_count(run_dir):
+    try:
+        store = Store(run_dir / "archive.db", readonly=True)
+    except Exception:  # not created yet, or mid-migration
+        return 0
+    try:
+        return store.count(CandidateStatus.DONE) + store.count(CandidateStatus.FAILED)
+    except Exception:
+        return 0
+    finally:
+        store.close()
+
+
 def kill_at_random(run_dir, rng, *extra):
+    """Start (or resume) a run and SIGKILL it at a random instant while it evaluates."""
     proc = start(run_dir, *extra)
-    time.sleep(rng.uniform(1.5, 4.0))
+    target = evaluated_count(run_dir) + rng.randint(1, 12)
+    deadline = time.monotonic() + 120
+    while evaluated_count(run_dir) < target and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 0.3))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 

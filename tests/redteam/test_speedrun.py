@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.speedrun import fitness as harness
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
-from evolve.benchmarks.speedrun.fitness import SpeedrunFitness
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
+from tests.fixtures.speedrun_cpu import cpu_fitness
 from tests.redteam.helpers import Listener, assert_caught, digest
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
@@ -38,23 +38,7 @@ def run(data_dir: str, tmp_path: Path, inject: str = "", after: str = ANCHOR, se
     folder = tmp_path / "candidate"
     folder.mkdir()
     (folder / "train.py").write_text(text)
-    fitness = SpeedrunFitness(
-        preset="cpu",
-        target=5.6,
-        data_dir=data_dir,
-        vocab_size=512,
-        val_tokens=4096,
-        eval_seq_len=64,
-        eval_batch_size=16,
-        n_seeds=1,
-        reach=0.5,
-        warmup_cap_s=90,
-        init_loss_margin=0.3,
-        cpu_threads=1,
-        run_timeout_s=240,
-        eval_timeout_s=120,
-        overrides={"steps": 20, "warmup_steps": 2},
-    )
+    fitness = cpu_fitness(data_dir, overrides={"steps": 20, "warmup_steps": 2})
     return evaluate_safely(fitness, folder, EvalContext(seed=seed, scratch=tmp_path / "scratch"))
 
 

@@ -15,6 +15,7 @@ from evolve.benchmarks.speedrun.fitness import SpeedrunFitness
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
+from tests.fixtures.speedrun_cpu import cpu_fitness
 
 SEED = Path(__file__).resolve().parents[3] / "benchmarks" / "speedrun" / "seed" / "train.py"
 QUICK = {"steps": 20, "warmup_steps": 2}
@@ -26,23 +27,7 @@ def data_dir(tmp_path_factory) -> str:
 
 
 def fitness(data_dir: str, **kwargs) -> SpeedrunFitness:
-    settings = dict(
-        preset="cpu",
-        target=5.6,
-        data_dir=data_dir,
-        vocab_size=512,
-        val_tokens=4096,
-        eval_seq_len=64,
-        eval_batch_size=16,
-        n_seeds=1,
-        reach=0.5,
-        warmup_cap_s=90,
-        init_loss_margin=0.3,
-        cpu_threads=1,
-        run_timeout_s=240,
-        eval_timeout_s=120,
-    )
-    return SpeedrunFitness(**{**settings, **kwargs})
+    return cpu_fitness(data_dir, **kwargs)
 
 
 def candidate(tmp_path: Path, *edits: tuple[str, str]) -> Path:

@@ -129,6 +129,14 @@ class Watch:
         return "kill"
 
 
+def feed(watch: Watch, buffer: bytes, stamp: float) -> bytes:
+    """Hand every complete report line in ``buffer`` to ``watch``; return the incomplete rest."""
+    while b"\n" in buffer:
+        line, buffer = buffer.split(b"\n", 1)
+        watch.on_line(line[:MAX_LINE].decode(errors="replace"), stamp)
+    return buffer[-MAX_LINE:]
+
+
 def supervise(job: dict) -> dict:
     """Run the candidate per ``job`` and return the verdict (without the nonce)."""
     report_r, report_w = os.pipe()
@@ -178,7 +186,13 @@ def supervise(job: dict) -> dict:
         now = time.monotonic()
         action = watch.check(now)
         if action == "stop":
-            watch.stop_sent_at = now
+            # Take in every line already written: steps reported before the stop byte must
+            # not count as steps after it (a slow read here once rejected an honest run).
+            while not eof and select.select([report_r], [], [], 0)[0]:
+                chunk = os.read(report_r, 65536)
+                eof = not chunk
+                buffer = feed(watch, buffer + chunk, now)
+            watch.stop_sent_at = time.monotonic()
             with contextlib.suppress(OSError):  # the child may have closed its end
                 os.write(control_w, b"s")
             continue
@@ -197,11 +211,7 @@ def supervise(job: dict) -> dict:
             if not chunk:
                 eof = True
                 continue
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
-                watch.on_line(line[:MAX_LINE].decode(errors="replace"), stamp)
-            buffer = buffer[-MAX_LINE:]
+            buffer = feed(watch, buffer + chunk, stamp)
         elif proc.poll() is not None and not select.select([report_r], [], [], 0)[0]:
             break
     end = time.monotonic()

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from evolve.benchmarks.nanochat import prepare
-from evolve.benchmarks.nanochat.fitness import NanochatFitness
 from evolve.benchmarks.nanochat.sources import chunk_text
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
+from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam.helpers import Listener, assert_caught
 
 SEED = Path(prepare.__file__).parent / "seed_cpu"
@@ -54,18 +54,7 @@ def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, st
     work.mkdir()
     for name, text in files.items():
         (work / name).write_text(text)
-    fitness = NanochatFitness(
-        scale="cpu",
-        data_dir=str(data_dir),
-        dataset="tiny",
-        vocab_size=512,
-        seq_len=64,
-        budget_s=2.0,
-        eval_tokens=64 * 8 * 2,
-        eval_batch_rows=8,
-        startup_limit_s=60.0,
-        finish_limit_s=15.0,
-    )
+    fitness = tiny_fitness(data_dir)
     return evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
 
 
@@ -164,17 +153,6 @@ def test_honest_seed_passes_with_two_seeds(data_dir, tmp_path):
         work.mkdir()
         for name, text in files.items():
             (work / name).write_text(text)
-        fitness = NanochatFitness(
-            scale="cpu",
-            data_dir=str(data_dir),
-            dataset="tiny",
-            vocab_size=512,
-            seq_len=64,
-            budget_s=2.0,
-            eval_tokens=64 * 8 * 2,
-            eval_batch_rows=8,
-            startup_limit_s=60.0,
-            finish_limit_s=15.0,
-        )
+        fitness = tiny_fitness(data_dir)
         ev = evaluate_safely(fitness, work, EvalContext(seed=seed, scratch=tmp_path))
         assert ev.ok, dict(ev.artifacts)

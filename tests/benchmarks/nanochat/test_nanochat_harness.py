@@ -11,25 +11,14 @@ from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
+from tests.fixtures.nanochat_tiny import tiny_fitness
 
 SEED = Path(prepare.__file__).parent / "seed_cpu"
 TRAIN_STEP = "    if not clock.step(tokens=GRAD_ACCUM * x.numel()):\n        break\n"
 
 
 def fitness(data_dir: Path, **overrides) -> NanochatFitness:
-    settings = dict(
-        scale="cpu",
-        data_dir=str(data_dir),
-        dataset="tiny",
-        vocab_size=512,
-        seq_len=64,
-        budget_s=2.0,
-        eval_tokens=64 * 8 * 2,
-        eval_batch_rows=8,
-        startup_limit_s=60.0,
-        finish_limit_s=15.0,
-    )
-    return NanochatFitness(**{**settings, **overrides})
+    return tiny_fitness(data_dir, **overrides)
 
 
 def run(data_dir: Path, tmp_path: Path, edit=None, **overrides):

@@ -47,6 +47,14 @@ class Applied:
     problems: tuple[str, ...]
 
 
+def _next_marker(lines: list[str], start: int, marker: re.Pattern[str]) -> int | None:
+    """Index of the first line from ``start`` matching ``marker`` or opening a new SEARCH."""
+    return next(
+        (j for j in range(start, len(lines)) if marker.match(lines[j]) or _SEARCH.match(lines[j])),
+        None,
+    )
+
+
 def normalize_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -94,14 +102,7 @@ def parse_search_replace(
             continue
         start = i
         hint = _path_hint(lines[since:start], known_paths)
-        divider = next(
-            (
-                j
-                for j in range(start + 1, len(lines))
-                if _DIVIDER.match(lines[j]) or _SEARCH.match(lines[j])
-            ),
-            None,
-        )
+        divider = _next_marker(lines, start + 1, _DIVIDER)
         if divider is None or _SEARCH.match(lines[divider]):
             problems.append(
                 f"block {len(found) + len(problems) + 1}: SEARCH without a ======= divider line"
@@ -109,14 +110,7 @@ def parse_search_replace(
             i = start + 1 if divider is None else divider
             since = i
             continue
-        end = next(
-            (
-                j
-                for j in range(divider + 1, len(lines))
-                if _REPLACE.match(lines[j]) or _SEARCH.match(lines[j])
-            ),
-            None,
-        )
+        end = _next_marker(lines, divider + 1, _REPLACE)
         if end is None or _SEARCH.match(lines[end]):
             problems.append(
                 f"block {len(found) + len(problems) + 1}: no closing >>>>>>> REPLACE line"

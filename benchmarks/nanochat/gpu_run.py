@@ -10,6 +10,8 @@ tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Wr
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # every step, tiny budget, ~2-3 min
     python -m evolve.benchmarks.nanochat.gpu_run --prepare-only          # only the data (~1-2 min)
     python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny     # CPU check of this script
+    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0 --seeds 2      # a third seed, another call
+    python -m evolve.benchmarks.nanochat.gpu_run --merge a/results.json b/results.json
 """
 
 from __future__ import annotations
@@ -135,9 +137,10 @@ def summarize(runs: list[dict], peak: float, scale: scales.Scale, device_name: s
     ok = [r for r in runs if r["val_bpb"] is not None]
     for run in ok:
         m = run["metrics"]
+        run.setdefault("peak_flops", peak)  # runs merged from several calls keep their own
         run["overhead_s"] = run["wall_s"] - scale.budget_s
         run["mfu"] = (
-            m["tokens_per_s"] * flops_per_token(run["config"]) / peak
+            m["tokens_per_s"] * flops_per_token(run["config"]) / run["peak_flops"]
             if run["config"]
             else float("nan")
         )
@@ -173,7 +176,12 @@ def markdown(
 ) -> str:
     s = summary
     lines = [
-        f"### Seed at the {s['budget_s']:g} s budget ({s['device']}, {s['runs']} seeds in parallel)",
+        f"### Seed at the {s['budget_s']:g} s budget ({s['device']}, {s['runs']} seeds, "
+        + (
+            f"one per GPU, over {len(s['merged_from'])} calls)"
+            if "merged_from" in s
+            else "in parallel)"
+        ),
         "",
         f"Command: `python -m evolve.benchmarks.nanochat.gpu_run {' '.join(args.argv)}`; dataset `{dataset}` "
         f"(Wikipedia 2015, {summary.get('train_shards', '?')} train shards, articles cut at {CHUNK_CHARS} chars, vocab "
@@ -231,6 +239,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data-dir", type=Path, default=Path("data/nanochat"), help="prepared datasets go here"
     )
+    parser.add_argument(
+        "--seeds",
+        help="seeds to run, one per GPU in --gpus order (default 0, 1, ...): "
+        "lets the seeds of one measurement run on machines of fewer GPUs, in several calls",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="RESULTS_JSON",
+        help="no run: combine the results.json of several calls into one summary",
+    )
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
     out = Path(os.environ.get("OUT") or "nanochat-gpu-out").resolve()
@@ -242,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     gpus = (
         [g.strip() for g in args.gpus.split(",") if g.strip()] if device == "cuda" else [None, None]
     )
+    if args.merge:
+        return merge(args, out)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else list(range(len(gpus)))
+    if len(seeds) != len(gpus):
+        parser.error(f"--seeds names {len(seeds)} seeds for {len(gpus)} GPUs: one seed per GPU")
     t0 = time.monotonic()
     data_dir = args.data_dir.resolve()
     if tiny:
@@ -287,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         spawn = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=len(gpus), mp_context=spawn) as pool:
             futures = [
-                pool.submit(run_one, fitness, seed, gpu, work) for seed, gpu in enumerate(gpus)
+                pool.submit(run_one, fitness, seed, gpu, work)
+                for seed, gpu in zip(seeds, gpus, strict=True)
             ]
             runs = [future.result() for future in futures]
     finally:
@@ -306,16 +332,46 @@ def main(argv: list[str] | None = None) -> int:
             "total_s": time.monotonic() - t0,
         }
     )
-    text = markdown(summary, runs, args, eval_tokens, name)
-    (out / "RESULTS-gpu.md").write_text(text)
-    (out / "results.json").write_text(
-        json.dumps({"summary": summary, "runs": runs}, indent=2, default=str)
-    )
+    write_results(out, summary, runs, markdown(summary, runs, args, eval_tokens, name))
     for run in runs:
         (out / f"seed{run['seed']}.log").write_text(
             "\n\n".join(f"== {k}\n{v}" for k, v in run["artifacts"].items())
         )
+    return 0 if summary["runs_ok"] == len(runs) else 1
+
+
+def write_results(out: Path, summary: dict, runs: list[dict], text: str) -> None:
+    (out / "RESULTS-gpu.md").write_text(text)
+    (out / "results.json").write_text(
+        json.dumps({"summary": summary, "runs": runs}, indent=2, default=str)
+    )
     print(text, flush=True)
+
+
+def merge(args: argparse.Namespace, out: Path) -> int:
+    """One summary over the runs of several calls (same scale and dataset; each keeps its peak)."""
+    parts = [json.loads(path.read_text()) for path in args.merge]
+    first = parts[0]["summary"]
+    for part in parts[1:]:
+        for key in ("scale", "budget_s", "dataset", "vocab_size", "eval_tokens", "train_shards"):
+            if part["summary"].get(key) != first.get(key):
+                raise SystemExit(
+                    f"--merge: {key} differs ({part['summary'].get(key)!r} vs {first.get(key)!r})"
+                )
+    runs = sorted((run for part in parts for run in part["runs"]), key=lambda r: r["seed"])
+    if len({run["seed"] for run in runs}) != len(runs):
+        raise SystemExit("--merge: a seed appears twice")
+    scale = scales.resolve(
+        first["scale"],
+        dataset=first["dataset"],
+        vocab_size=first["vocab_size"],
+        budget_s=first["budget_s"],
+    )
+    summary = summarize(runs, first["peak_flops"], scale, first["device"])
+    summary.update({k: first[k] for k in ("train_shards", "vocab_size", "seq_len", "eval_tokens")})
+    summary["merged_from"] = [str(path) for path in args.merge]
+    text = markdown(summary, runs, args, first["eval_tokens"], first["dataset"])
+    write_results(out, summary, runs, text)
     return 0 if summary["runs_ok"] == len(runs) else 1
 
 

@@ -219,70 +219,75 @@ class SpeedrunFitness:
         return records
 
     def verdict(self, records: list[RunRecord]) -> Evaluation:
-        """Combine runs: the first failed run decides; else the t-test over their losses."""
-        metrics: dict[str, Any] = {"n_seeds": len(records)}
-        lines = []
-        for i, r in enumerate(records):
-            for key, value in (("loss", r.loss), ("time_s", r.train_s), ("init_loss", r.init_loss)):
-                if value is not None:
-                    metrics[f"{key}_{i}"] = value
-            lines.append(
-                f"seed {r.seed}: {r.status.value} time {_fmt(r.train_s)} s, loss {_fmt(r.loss, 4)}, "
-                f"untimed {_fmt(r.untimed_s)} s, eval {_fmt(r.eval_s)} s {r.reason}".rstrip()
-            )
-        artifacts = {"runs": "\n".join(lines), "output": records[0].output if records else ""}
-        seeds = tuple(r.seed for r in records)
-        failed = next((r for r in records if not r.ok), None)
-        if failed is not None:
-            return Evaluation(
-                status=failed.status,
-                metrics=metrics,
-                seeds=seeds,
-                artifacts={
-                    **artifacts,
-                    "error": f"seed {failed.seed}: {failed.reason}",
-                    "output": failed.output,
-                },
-            )
-        losses = [r.loss for r in records]
-        times = [r.train_s for r in records]
-        passed, pvalue = decide(losses, self.target, self.alpha)
-        metrics.update(
-            pvalue=pvalue,
-            loss_mean=statistics.fmean(losses),
-            time_mean_s=statistics.fmean(times),
-            loss_std=statistics.stdev(losses) if len(losses) > 1 else 0.0,
-            time_std_s=statistics.stdev(times) if len(times) > 1 else 0.0,
-            untimed_mean_s=statistics.fmean(r.untimed_s for r in records),
-            eval_mean_s=statistics.fmean(r.eval_s for r in records),
-            overhead_mean_s=statistics.fmean(r.overhead_s for r in records),
-            params_m=records[0].params / 1e6,
-            target=self.target,
+        """The module's ``verdict`` at this fitness's target and alpha."""
+        return verdict(records, self.target, self.alpha)
+
+
+def verdict(records: list[RunRecord], target: float, alpha: float) -> Evaluation:
+    """Combine runs: the first failed run decides; else the t-test over their losses."""
+    metrics: dict[str, Any] = {"n_seeds": len(records)}
+    lines = []
+    for i, r in enumerate(records):
+        for key, value in (("loss", r.loss), ("time_s", r.train_s), ("init_loss", r.init_loss)):
+            if value is not None:
+                metrics[f"{key}_{i}"] = value
+        lines.append(
+            f"seed {r.seed}: {r.status.value} time {_fmt(r.train_s)} s, loss {_fmt(r.loss, 4)}, "
+            f"untimed {_fmt(r.untimed_s)} s, eval {_fmt(r.eval_s)} s {r.reason}".rstrip()
         )
-        descriptors = {
-            "params_m": metrics["params_m"],
-            "loss_margin": self.target - metrics["loss_mean"],
-        }
-        if not passed:
-            artifacts["error"] = (
-                f"mean validation loss {metrics['loss_mean']:.4f} over {len(losses)} seed(s) is not "
-                f"below the target {self.target} at p < {self.alpha} (p = {pvalue:.4g})"
-            )
-            return Evaluation(
-                status=EvalStatus.INVALID,
-                metrics=metrics,
-                descriptors=descriptors,
-                artifacts=artifacts,
-                seeds=seeds,
-            )
+    artifacts = {"runs": "\n".join(lines), "output": records[0].output if records else ""}
+    seeds = tuple(r.seed for r in records)
+    failed = next((r for r in records if not r.ok), None)
+    if failed is not None:
         return Evaluation(
-            status=EvalStatus.OK,
-            fitness=metrics["time_mean_s"],
+            status=failed.status,
+            metrics=metrics,
+            seeds=seeds,
+            artifacts={
+                **artifacts,
+                "error": f"seed {failed.seed}: {failed.reason}",
+                "output": failed.output,
+            },
+        )
+    losses = [r.loss for r in records]
+    times = [r.train_s for r in records]
+    passed, pvalue = decide(losses, target, alpha)
+    metrics.update(
+        pvalue=pvalue,
+        loss_mean=statistics.fmean(losses),
+        time_mean_s=statistics.fmean(times),
+        loss_std=statistics.stdev(losses) if len(losses) > 1 else 0.0,
+        time_std_s=statistics.stdev(times) if len(times) > 1 else 0.0,
+        untimed_mean_s=statistics.fmean(r.untimed_s for r in records),
+        eval_mean_s=statistics.fmean(r.eval_s for r in records),
+        overhead_mean_s=statistics.fmean(r.overhead_s for r in records),
+        params_m=records[0].params / 1e6,
+        target=target,
+    )
+    descriptors = {
+        "params_m": metrics["params_m"],
+        "loss_margin": target - metrics["loss_mean"],
+    }
+    if not passed:
+        artifacts["error"] = (
+            f"mean validation loss {metrics['loss_mean']:.4f} over {len(losses)} seed(s) is not "
+            f"below the target {target} at p < {alpha} (p = {pvalue:.4g})"
+        )
+        return Evaluation(
+            status=EvalStatus.INVALID,
             metrics=metrics,
             descriptors=descriptors,
             artifacts=artifacts,
             seeds=seeds,
         )
+    return Evaluation(
+        status=EvalStatus.OK,
+        fitness=metrics["time_mean_s"],
+        metrics=metrics,
+        descriptors=descriptors,
+        artifacts=artifacts,
+        seeds=seeds,
+    )
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:

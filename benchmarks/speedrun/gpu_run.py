@@ -5,10 +5,11 @@
 2. Measures the seed's throughput on one GPU (tokens per timed second, through the harness)
    and sets the one-GPU scale's step count so that training lasts ``--minutes``; then the
    same on 2 GPUs through torchrun (the multi-GPU launch test).
-3. Runs the one-GPU scale's seed with 3 seeds in parallel (one GPU each) through the full
-   harness, with probe checkpoints every ``--probe-every`` seconds for the loss curve;
-   reports each seed's time and loss, the p-value against the provisional target, the
-   harness overhead, and a target suggested from the measured curve.
+3. Runs the one-GPU scale's seed with ``--seeds`` (one GPU each, in waves when GPUs are
+   fewer) through the full harness, with probe checkpoints every ``--probe-every`` seconds
+   for the loss curve; reports each seed's time and loss, the p-value against ``--target``,
+   the harness overhead, and a target suggested from the measured curve. ``--steps`` fixes
+   the step count instead of step 2; ``--merge`` judges the runs of several calls together.
 4. Scaling (issue 10): the seed's ``full`` preset on 4, 8, ... N GPUs as well, while the
    ``--budget-minutes`` last; tokens/s and efficiency relative to linear.
 
@@ -16,12 +17,16 @@ Results: ``$OUT/speedrun_gpu_run.json``, per-run logs in ``$OUT/logs/``, a table
 ``--smoke`` checks every path in under 2 minutes; ``--cpu`` runs a reduced version on CPU
 (stdlib text, the tiny preset, torchrun with gloo).
 
-Usage: ``python -m evolve.benchmarks.speedrun.gpu_run --gpus 0,1,2,3 --minutes 4``
+Usage: ``python -m evolve.benchmarks.speedrun.gpu_run --gpus 0,1,2,3 --minutes 4``; on fewer
+GPUs over several calls: ``--gpus 0 --seeds 1 --steps 900 --no-scaling`` per call, then
+``--merge a/speedrun_gpu_run.json b/speedrun_gpu_run.json --target T``; the launch test
+alone: ``--gpus 0,1 --launch-only``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -34,11 +39,12 @@ import time
 from pathlib import Path
 
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
-from evolve.benchmarks.speedrun.fitness import SpeedrunFitness
+from evolve.benchmarks.speedrun.fitness import SpeedrunFitness, verdict
 from evolve.benchmarks.speedrun.prepare_text import prepare
 from evolve.benchmarks.speedrun.runner import RunRecord
 
 from evolve.fitness import EvalContext
+from evolve.types import EvalStatus
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
 # as configs/benchmark/speedrun_1gpu.yaml: a guess for Wikipedia and GPT-2 tokens until measured
@@ -169,9 +175,11 @@ def time_to(target: float, record: RunRecord) -> float | None:
 def seeds_part(
     args, data_dir: str, vocab: int, gpus: list[str], tps1: float | None, out: Path, scratch: Path
 ) -> dict:
-    """The one-GPU scale's seed over 3 seeds in parallel, with its loss curve."""
+    """The one-GPU scale's seed over ``--seeds``, one GPU each (in waves when GPUs are fewer)."""
     if args.cpu:
         steps, batch = 60, 1024
+    elif args.steps:
+        steps, batch = args.steps, GPU1_BATCH
     else:
         batch = GPU1_BATCH
         steps = max(10, int(args.minutes * 60 * (tps1 or 300_000) / batch))
@@ -187,26 +195,31 @@ def seeds_part(
         vocab,
         preset="cpu" if args.cpu else "gpu1",
         target=args.target,
-        n_seeds=3,
+        n_seeds=len(args.seeds),
         overrides={"steps": steps},
         val_tokens=val_tokens,
         probe_every_s=probe,
-        run_timeout_s=args.minutes * 60 * 2 + 600,
+        run_timeout_s=steps * batch / (tps1 or 300_000) * 2 + 600,
     )
-    ctx = EvalContext(seed=0, gpu=",".join(gpus[:3]) if gpus else None, scratch=scratch / "seeds")
-    log(f"3 seeds in parallel on {ctx.gpu or 'CPU'}")
-    records = f.run_seeds(SEED_DIR, [0, 1, 2], ctx)
+    ctx = EvalContext(seed=0, gpu=",".join(gpus) if gpus else None, scratch=scratch / "seeds")
+    log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
+    records = f.run_seeds(SEED_DIR, args.seeds, ctx)
     for r in records:
         save_log(out, f"seed-{r.seed}", r)
-    verdict = f.verdict(records)
+    return seeds_report(records, steps, args.target)
+
+
+def seeds_report(records: list[RunRecord], steps: int, target: float) -> dict:
+    """The harness's verdict over ``records``, each run's time to target, the mean loss curve."""
+    judged = verdict(records, target, alpha=0.01)
     ok = [r for r in records if r.ok]
     seeds: dict = {
         "steps": steps,
-        "target": args.target,
-        "status": verdict.status.value,
-        "metrics": dict(verdict.metrics),
-        "error": verdict.artifacts.get("error"),
-        "runs": [record_dict(r) | {"time_to_target_s": time_to(args.target, r)} for r in records],
+        "target": target,
+        "status": judged.status.value,
+        "metrics": dict(judged.metrics),
+        "error": judged.artifacts.get("error"),
+        "runs": [record_dict(r) | {"time_to_target_s": time_to(target, r)} for r in records],
     }
     if ok:
         losses = [r.loss for r in ok]
@@ -221,6 +234,32 @@ def seeds_part(
             for i in range(min(len(r.probes) for r in ok))
         ]
     return seeds
+
+
+def record_from_dict(row: dict) -> RunRecord:
+    """A ``RunRecord`` back from its ``record_dict`` (its output stays in the logs)."""
+    names = {f.name for f in dataclasses.fields(RunRecord)} - {"output", "status", "probes"}
+    return RunRecord(
+        **{name: row.get(name) for name in names if name in row},
+        status=EvalStatus(row["status"]),
+        probes=[tuple(p) for p in row.get("probes") or []],
+    )
+
+
+def merge(args, out: Path) -> int:
+    """Judge the seed runs of several calls together (same steps), at ``--target``."""
+    parts = [json.loads(path.read_text()) for path in args.merge]
+    steps = {part["seeds"]["steps"] for part in parts}
+    if len(steps) != 1:
+        raise SystemExit(f"--merge: the runs trained different step counts {sorted(steps)}")
+    rows = sorted((row for part in parts for row in part["seeds"]["runs"]), key=lambda r: r["seed"])
+    if len({row["seed"] for row in rows}) != len(rows):
+        raise SystemExit("--merge: a seed appears twice")
+    seeds = seeds_report([record_from_dict(row) for row in rows], steps.pop(), args.target)
+    results = {"merged_from": [str(path) for path in args.merge], "seeds": seeds}
+    (out / "speedrun_gpu_run.json").write_text(json.dumps(results, indent=2, default=str))
+    print_seeds(seeds)
+    return 0 if seeds["status"] in ("ok", "invalid") else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,7 +299,28 @@ def main(argv: list[str] | None = None) -> int:
         default=9.0,
         help="skip scaling runs that would end after this many minutes from the start",
     )
+    parser.add_argument(
+        "--seeds", default="0,1,2", help="seeds of the one-GPU scale's runs, e.g. 0,1,2 or 2"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="train the one-GPU scale this many steps (skips the throughput run that sets it)",
+    )
+    parser.add_argument(
+        "--launch-only",
+        action="store_true",
+        help="only the multi-GPU launch test: the full preset on 2 GPUs through torchrun",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="no run: judge the seed runs of several calls' speedrun_gpu_run.json at --target",
+    )
     args = parser.parse_args(argv)
+    args.seeds = [int(x) for x in args.seeds.split(",")]
     if args.target is None:
         args.target = CPU_TARGET if args.cpu else PROVISIONAL_TARGET
     # smoke: a 2-layer model (quick to compile) trained for 15 s, probes every 5 s
@@ -269,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         args.minutes = min(args.minutes, 0.25)
     out = Path(os.environ.get("OUT") or "speedrun-gpu-out")
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        return merge(args, out)
     # candidates run in other folders: every path they are given must be absolute
     args.work = args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -308,21 +370,24 @@ def main(argv: list[str] | None = None) -> int:
         (out / "speedrun_gpu_run.json").write_text(json.dumps(results, indent=2, default=str))
 
     save()  # after every phase, so a run cut short still leaves what it measured
-    log("throughput on one process")
-    results["scaling"] = [scaling_run(args, (data_dir, vocab), gpus, 1, out, scratch)]
-    save()
-    tps1 = results["scaling"][0]["tokens_per_s"]
-    if widths and not args.no_scaling:  # 2 processes first: it is also the multi-GPU launch test
+    results["scaling"] = []
+    if not args.launch_only and not (args.steps and args.no_scaling):
+        log("throughput on one process")
+        results["scaling"].append(scaling_run(args, (data_dir, vocab), gpus, 1, out, scratch))
+        save()
+    tps1 = results["scaling"][0]["tokens_per_s"] if results["scaling"] else None
+    # 2 processes first: it is also the multi-GPU launch test
+    if widths and (args.launch_only or not args.no_scaling):
         log(f"scaling / launch test on {widths[0]} process(es)")
         results["scaling"].append(
             scaling_run(args, (data_dir, vocab), gpus, widths[0], out, scratch)
         )
         save()
-    if not args.only_scaling:
+    if not args.only_scaling and not args.launch_only:
         results["seeds"] = seeds_part(args, data_dir, vocab, gpus, tps1, out, scratch)
         save()
 
-    if not args.no_scaling:
+    if not args.no_scaling and not args.launch_only and tps1:
         # a wider run costs about what the 1-process one did: the same compile, more start-up
         estimate = results["scaling"][0]["wall_s"] * 1.3
         for width in widths[1:]:
@@ -347,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                 scaling_run(args, (data_dir, vocab), gpus, width, out, scratch)
             )
             save()
-    base = results["scaling"][0]["tokens_per_s"]
+    base = tps1
     for row in results["scaling"]:
         row["efficiency"] = (
             row["tokens_per_s"] / (base * row["nproc"]) if base and row["tokens_per_s"] else None
@@ -371,7 +436,7 @@ def print_table(results: dict) -> None:
 
 
 def print_seeds(seeds: dict) -> None:
-    print("\n== speedrun one-GPU scale: 3 seeds in parallel ==")
+    print(f"\n== speedrun one-GPU scale: {len(seeds['runs'])} seeds, one GPU each ==")
     print(
         f"steps {seeds['steps']}, target {seeds['target']}: {seeds['status']} {seeds.get('error') or ''}"
     )

@@ -32,3 +32,51 @@ def test_cpu_mode_runs_every_part(tmp_path, monkeypatch, capsys):
     assert results["seeds"]["curve_mean"]
     assert "scaling of the seed" in capsys.readouterr().out
     assert (tmp_path / "out" / "logs" / "seed-0.txt").is_file()
+
+
+def _part(tmp_path, name: str, seeds_losses: dict[int, float], steps: int = 900) -> str:
+    runs = [
+        gpu_run.record_dict(
+            RunRecord(
+                seed=seed,
+                status=EvalStatus.OK,
+                train_s=300.0 + seed,
+                loss=loss,
+                init_loss=10.8,
+                untimed_s=25.0,
+                eval_s=15.0,
+                wall_s=350.0,
+                params=124_000_000,
+                probes=[(60.0, loss + 1.0), (120.0, loss + 0.5)],
+            )
+        )
+        for seed, loss in seeds_losses.items()
+    ]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"seeds": {"steps": steps, "runs": runs}}))
+    return str(path)
+
+
+def test_merge_judges_the_runs_of_several_calls_together(tmp_path, monkeypatch):
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    a = _part(tmp_path, "a", {0: 4.00, 1: 4.02})
+    b = _part(tmp_path, "b", {2: 3.98})
+    assert gpu_run.main(["--merge", a, b, "--target", "4.1"]) == 0
+    seeds = json.loads((tmp_path / "out" / "speedrun_gpu_run.json").read_text())["seeds"]
+    assert [r["seed"] for r in seeds["runs"]] == [0, 1, 2]
+    assert seeds["status"] == "ok"
+    assert seeds["metrics"]["pvalue"] < 0.01  # mean 4.00, sd 0.02, three seeds, 0.1 below
+    assert seeds["metrics"]["time_mean_s"] == pytest.approx(301.0)
+    assert seeds["curve_mean"] == [[60.0, 5.0], [120.0, 4.5]]  # mean over seeds, per probe
+    assert gpu_run.main(["--merge", a, b, "--target", "4.01"]) == 0  # judged, not met
+    seeds = json.loads((tmp_path / "out" / "speedrun_gpu_run.json").read_text())["seeds"]
+    assert seeds["status"] == "invalid" and seeds["metrics"]["pvalue"] > 0.01
+
+
+def test_merge_refuses_a_seed_twice_and_different_step_counts(tmp_path, monkeypatch):
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    a = _part(tmp_path, "a", {0: 4.0})
+    with pytest.raises(SystemExit, match="a seed appears twice"):
+        gpu_run.main(["--merge", a, _part(tmp_path, "b", {0: 4.1})])
+    with pytest.raises(SystemExit, match="different step counts"):
+        gpu_run.main(["--merge", a, _part(tmp_path, "c", {1: 4.1}, steps=800)])

@@ -31,7 +31,12 @@ _SYNC = torch.cuda.synchronize
 _NOW_NS = time.perf_counter_ns
 _SPIN = getattr(torch.cuda, "_sleep", None)  # a kernel that spins for a number of GPU clock cycles
 FALLBACK_L2_BYTES = 64 << 20
-HEAD_START_CYCLES = 200_000  # about 0.1 ms at H200 clocks
+# About 1 ms at H200 clocks (1.98 GHz): longer than torch.compile's guard-and-launch path even
+# on a busy host. With 0.1 ms, the compiled baselines of 10-40 us workloads varied by up to 2x
+# between runs on a host loaded by other jobs (CV of T_b up to 32%, kernels/RESULTS.md) while
+# the Triton seeds' single launches stayed under 1%. The likely cause, the clock catching the
+# launch path, is what this longer head start removes; to be confirmed on a GPU.
+HEAD_START_CYCLES = 2_000_000
 
 
 def l2_bytes(device: torch.device) -> int:

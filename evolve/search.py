@@ -25,10 +25,11 @@ from evolve import noise as noise_aware
 from evolve.archive import Archive
 from evolve.backends import Backend, Job
 from evolve.emitters import Emitter
-from evolve.fitness import Benchmark, Samples
+from evolve.fitness import Benchmark
 from evolve.llm.ledger import link_calls
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
+from evolve.referee import Referee
 from evolve.store import Store
 from evolve.types import (
     AddResult,
@@ -128,8 +129,17 @@ class Search:
         self._stop_reason: str | None = None
         self._bar: tqdm | None = None
         self._counts: Counter[CandidateStatus] = Counter()
-        self.noise = noise if noise is not None and noise.enabled else None
-        self.calibration: noise_aware.Calibration | None = None
+        self.referee = (
+            Referee(
+                store=store,
+                archive=archive,
+                settings=noise,
+                reevaluate=self._reevaluate,
+                sample_seed=self._sample_seed,
+            )
+            if noise is not None and noise.enabled
+            else None
+        )
 
     # --- bookkeeping ---------------------------------------------------------------------------
 
@@ -231,8 +241,9 @@ class Search:
                     candidate.id, replace(sample, stage=noise_aware.REEVALUATION)
                 )
             self.store.add_evaluation(candidate.id, evaluation)
-            if candidate.operator == SEED_OPERATOR and self.calibration is not None:
-                self.store.set_state(noise_aware.STATE_KEY, self.calibration.to_json())
+            calibration = self.referee and self.referee.calibration
+            if candidate.operator == SEED_OPERATOR and calibration is not None:
+                self.store.set_state(noise_aware.STATE_KEY, calibration.to_json())
             results = [self.archive.add(candidate.id, evaluation, island=i) for i in islands]
             result = results[0] if evaluation.ok else None
             if candidate.operator != SEED_OPERATOR:
@@ -295,14 +306,18 @@ class Search:
             return
         log.info("evaluating the seed program %s", candidate.id[:8])
         evaluation = await self._evaluate(0, candidate)
-        if self.noise is not None and evaluation.ok:
-            evaluation = await self._calibrate(candidate, evaluation)
+        if self.referee is not None and evaluation.ok:
+            evaluation = await self.referee.calibrate(candidate, evaluation)
         self._record(candidate, evaluation)
         if not evaluation.ok:
             raise self._seed_error(evaluation)
         log.info("seed program: %s = %s", self.archive.objective.name, evaluation.fitness)
 
-    # --- noise-aware selection (evolve.noise) -----------------------------------------------------
+    # --- noise-aware selection (evolve.referee) --------------------------------------------------
+
+    def _sample_seed(self, candidate: Candidate, k: int) -> int:
+        """The evaluation seed of the ``k``-th extra sample of ``candidate``."""
+        return noise_aware.reevaluation_seed(eval_seed(self.settings.seed, candidate.seq), k)
 
     async def _reevaluate(self, slot: int, candidate: Candidate, k: int) -> Evaluation:
         """Evaluate ``candidate`` again with its ``k``-th extra seed."""
@@ -310,95 +325,10 @@ class Search:
         job = Job(
             candidate_id=candidate.id,
             files=dict(candidate.files),
-            seed=noise_aware.reevaluation_seed(eval_seed(self.settings.seed, candidate.seq), k),
+            seed=self._sample_seed(candidate, k),
             timeout_s=self.benchmark.timeout_s,
         )
         return await self.backend.evaluate(slot, job)
-
-    async def _calibrate(self, candidate: Candidate, first: Evaluation) -> Evaluation:
-        """Evaluate the seed program with ``noise.seeds`` seeds; each extra sample is stored at once."""
-        assert self.noise is not None
-        stored = {s.seeds: s for s in noise_aware.reevaluations(self.store, candidate.id)}
-        samples = [first]
-        for k in range(1, self.noise.seeds):
-            seed = noise_aware.reevaluation_seed(eval_seed(self.settings.seed, candidate.seq), k)
-            sample = stored.get((seed,))
-            if sample is None:
-                log.info("calibrating noise: seed program, seed %d of %d", k + 1, self.noise.seeds)
-                sample = await self._reevaluate(0, candidate, k)
-                with self.store.transaction():
-                    self.store.add_evaluation(
-                        candidate.id, replace(sample, stage=noise_aware.REEVALUATION)
-                    )
-            samples.append(sample)
-            if not sample.ok:
-                break
-        if all(s.ok for s in samples):
-            self._use_calibration(noise_aware.make_calibration(candidate.id, samples))
-            log.info(
-                "noise: %s = %.6g +/- %.3g (sd over %d seeds)",
-                self.archive.objective.name,
-                self.calibration.fitness.mean,
-                self.calibration.fitness.sd,
-                len(samples),
-            )
-        return noise_aware.summarize(
-            samples,
-            calibration=self.calibration or noise_aware.make_calibration(candidate.id, [first]),
-            settings=self.noise,
-            own_calibration=True,
-        )
-
-    def _use_calibration(self, calibration: noise_aware.Calibration) -> None:
-        assert self.noise is not None
-        self.calibration = calibration
-        self.archive.judge = noise_aware.NoiseJudge(
-            store=self.store,
-            objective=self.archive.objective,
-            calibration=calibration,
-            settings=self.noise,
-        )
-
-    def _load_calibration(self) -> None:
-        data = self.store.get_state(noise_aware.STATE_KEY)
-        if data is None:
-            raise EvolveError(
-                "noise-aware selection is configured but this run has no calibration of the seed "
-                "program (it started without noise.seeds); resume it with its own config or start a new run"
-            )
-        self._use_calibration(noise_aware.Calibration.from_json(data))
-
-    async def _settle(
-        self, slot: int, candidate: Candidate, first: Evaluation
-    ) -> tuple[Evaluation, list[Evaluation]]:
-        """Re-evaluate a challenger while it is close to its cell's incumbent; return the verdict and extra samples."""
-        assert self.noise is not None and self.calibration is not None
-        judge = self.archive.judge
-        assert isinstance(judge, noise_aware.NoiseJudge)
-        if not first.ok:
-            return first, []
-        try:
-            elite = self.archive.incumbent(candidate.island, self.archive.cell_of(first))
-        except KeyError:  # missing descriptors: the archive reports it when the result is added
-            return first, []
-        samples, p = [first], None
-        while elite is None and len(samples) < self.noise.new_cell_seeds and samples[-1].ok:
-            samples.append(await self._reevaluate(slot, candidate, len(samples)))
-        while elite is not None:
-            p = judge.pvalue(
-                Samples.of([s.fitness for s in samples]), elite.candidate_id, elite.value
-            )
-            target = noise_aware.next_count(len(samples), p, self.noise)
-            if target is None:
-                break
-            while len(samples) < target and samples[-1].ok:
-                samples.append(await self._reevaluate(slot, candidate, len(samples)))
-            if not samples[-1].ok:
-                break
-        verdict = noise_aware.summarize(
-            samples, calibration=self.calibration, settings=self.noise, p=p
-        )
-        return verdict, samples[1:]
 
     def _seed_error(self, evaluation: Evaluation | None) -> EvolveError:
         if evaluation is None:
@@ -502,8 +432,8 @@ class Search:
         while (candidate := await self._queue.get()) is not None:
             evaluation = await self._evaluate(slot, candidate)
             samples: list[Evaluation] = []
-            if self.noise is not None:
-                evaluation, samples = await self._settle(slot, candidate, evaluation)
+            if self.referee is not None:
+                evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
             self._record(candidate, evaluation, samples)
             self._refresh_bar()
             await self._notify()
@@ -517,8 +447,8 @@ class Search:
         self._load_counts()
         start = time.monotonic()
         await self._ensure_seed()
-        if self.noise is not None and self.calibration is None:
-            self._load_calibration()
+        if self.referee is not None and self.referee.calibration is None:
+            self.referee.load()
         seed_eval = self.store.evaluation(self._seed_id())
         for candidate in self.store.pending():
             log.info(

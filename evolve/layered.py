@@ -68,13 +68,16 @@ def compare_tensors(
     scale_factor: float = 10.0,
     zero_keys: Sequence[str] = (),
     zero_atol: float = 1e-5,
+    upper_keys: Sequence[str] = (),
 ) -> str | None:
     """Why ``candidate``'s probe values are wrong compared with the seed's ``reference``, or None.
 
     Every reference key must be present with the same shape, all values finite, and each
     value's root-mean-square within ``scale_factor`` of the reference's (both ways; a zero
-    reference allows only ~zero). Keys in ``zero_keys`` (e.g. a causality probe's change of
-    earlier logits) must stay within ``zero_atol`` of zero.
+    reference allows only ~zero). Keys in ``upper_keys`` are bounded above only (a gradient
+    norm may vanish, e.g. behind a zero-initialised layer, but must not explode). Keys in
+    ``zero_keys`` (e.g. a causality probe's change of earlier logits) must stay within
+    ``zero_atol`` of zero.
     """
     for key, ref in reference.items():
         if key not in candidate:
@@ -93,7 +96,12 @@ def compare_tensors(
         if want == 0.0:
             if got > zero_atol:
                 return f"local check: {key} has scale {got:.3g} where the seed's is 0"
-        elif not want / scale_factor <= got <= want * scale_factor:
+        elif key in upper_keys and got > want * scale_factor:
+            return (
+                f"local check: {key} has scale {got:.3g}, the seed's is {want:.3g} "
+                f"(allowed: at most x{scale_factor:g})"
+            )
+        elif key not in upper_keys and not want / scale_factor <= got <= want * scale_factor:
             return (
                 f"local check: {key} has scale {got:.3g}, the seed's is {want:.3g} "
                 f"(allowed: within x{scale_factor:g})"
@@ -199,6 +207,8 @@ class LocalCheck:
         zero_keys: values that must be ~0 (e.g. ``"causality"``: how much earlier outputs
             moved when later inputs changed).
         zero_atol: the tolerance of ``zero_keys``.
+        upper_keys: values bounded above only (e.g. gradient norms, which a zero-initialised
+            layer may make vanish at the start).
         name: the stage's name in the evaluations table.
     """
 
@@ -207,6 +217,7 @@ class LocalCheck:
     scale_factor: float = 10.0
     zero_keys: tuple[str, ...] = ()
     zero_atol: float = 1e-5
+    upper_keys: tuple[str, ...] = ()
     name: str = "local_check"
     _reference: Mapping[str, Any] | None = field(default=None, init=False, repr=False)
 
@@ -234,6 +245,7 @@ class LocalCheck:
             scale_factor=self.scale_factor,
             zero_keys=self.zero_keys,
             zero_atol=self.zero_atol,
+            upper_keys=self.upper_keys,
         )
         if problem is not None:
             return Evaluation(status=EvalStatus.INVALID, artifacts={"error": problem})

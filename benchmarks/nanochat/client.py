@@ -11,7 +11,7 @@ budget is spent. Then it calls ``save_checkpoint`` and exits. A sketch::
     while True:
         x, y = next(batches)
         ...  # forward, backward, optimizer step
-        if not clock.step(tokens=x.numel()):
+        if not clock.step(tokens=x.numel(), loss=loss.item()):
             break
     client.save_checkpoint(model, config, code_files=["model.py"])
 """
@@ -63,6 +63,10 @@ class Settings:
     seed: int
     train_dir: str
     checkpoint_dir: str
+
+
+CONFIG_KEYS = (*Settings.__dataclass_fields__, "forbidden")
+"""What the harness passes in CONFIG_ENV: the settings and the guard's forbidden paths."""
 
 
 def settings() -> Settings:
@@ -123,13 +127,20 @@ class Clock:
     def _send(self, line: str) -> None:
         os.write(self._report, (line + "\n").encode())
 
-    def step(self, tokens: int = 0) -> bool:
-        """Record that one optimizer step ended (having trained on ``tokens``); False means stop now."""
+    def step(self, tokens: int = 0, loss: float | None = None) -> bool:
+        """Record that one optimizer step ended; False means stop now.
+
+        Args:
+            tokens: training tokens the step used.
+            loss: the step's training loss (``loss.item()``); the harness's short run
+                compares the first steps' losses with the seed program's.
+        """
         self.steps += 1
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the step ends when the GPU is done, not when it was queued
-        self._send(f"step {self.steps} {int(tokens)}")
+        report = f"step {self.steps} {int(tokens)}"
+        self._send(report if loss is None else f"{report} {float(loss)!r}")
         if self.steps == self.untimed_steps:
             self._timed_from = time.monotonic()
         if not self._stopped and select.select([self._control], [], [], 0)[0]:

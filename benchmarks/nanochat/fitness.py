@@ -3,7 +3,8 @@
 Two sandboxed runs per evaluation. Training: the harness's supervisor runs the candidate's
 ``train.py`` with the training split only and times it with its own clock. Scoring: the
 harness's scorer feeds the fixed validation rows through the saved model (run by a guarded
-child process) and computes cross-entropy and bytes itself. Lower val_bpb is better.
+child process) and computes cross-entropy and bytes itself. Lower val_bpb is better. Before
+them, the quick stages of ``stages`` (a local check, a short run) stop broken candidates early.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import prepare, scales
+from evolve.benchmarks.nanochat import prepare, scales, stages, verdict
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.procutil import SAFE_PATH
 from evolve.benchmarks.nanochat.scorer import CHECK_ROWS, eval_rows
@@ -28,13 +29,8 @@ from evolve.fitness import EvalContext, Limits, Policy, run_sandboxed
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
-STATUS = {
-    "rejected": EvalStatus.REJECTED,
-    "timeout": EvalStatus.TIMEOUT,
-    "error": EvalStatus.ERROR,
-    "invalid": EvalStatus.INVALID,
-}
 CHECKPOINT_NAMES = ("config.json", "model.pt")
+WHAT = {"supervisor": "training", "scorer": "scoring", "probe": "local check"}  # for error messages
 MAX_CHECKPOINT_BYTES = 64 << 30
 _ROWS_CACHE: dict[tuple, bytes] = {}
 
@@ -53,38 +49,6 @@ def validation_rows(val_dir: Path, seq_len: int, eval_tokens: int) -> bytes:
     return _ROWS_CACHE[key]
 
 
-def _verdict(result, nonce: str, what: str) -> dict | Evaluation:
-    """The harness process's JSON verdict from a sandbox result, or the failed Evaluation."""
-    if result.timed_out:
-        return Evaluation(
-            status=EvalStatus.TIMEOUT,
-            artifacts={"error": f"{what} exceeded its wall limit", "output": result.tail()},
-        )
-    if result.leftover:  # work left behind could outlive the measurement: never score it
-        return Evaluation(
-            status=EvalStatus.REJECTED,
-            artifacts={
-                "error": f"{what} left {result.leftover} process(es) running after it exited (killed)",
-                "output": result.tail(),
-            },
-        )
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if secrets.compare_digest(str(data.get("nonce", "")), nonce):
-                return data
-    return Evaluation(
-        status=EvalStatus.ERROR,
-        artifacts={
-            "error": f"the harness's {what} process gave no verdict (exit status {result.returncode})",
-            "output": result.tail(),
-        },
-    )
-
-
 class NanochatFitness:
     """Fixed-budget language-model training scored by validation bits per byte (lower is better).
 
@@ -95,12 +59,17 @@ class NanochatFitness:
             Triton), so candidates with the same model graph skip recompiling; None (default)
             gives each evaluation its own. It is writable by every candidate: a candidate could
             spoil it for others (not its own score), so use it for speed on trusted runs.
+        layered: the quick stages before the full run (``stages.LayeredSettings``):
+            ``{"local_check": true, "short_run_steps": null}`` by default (null: the scale's
+            default number of steps, 0: no short run).
         **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``;
             ``eval_tokens=0`` scores all whole batches the validation split holds.
 
     Attributes:
         objective: val_bpb, minimised.
         descriptors: log10 of the parameter count and of the training tokens processed.
+        stages: the local check and the short run as configured, then the full run
+            (``evaluate``); ``evolve`` runs them in order and stops at the first that fails.
         benchmark_overrides: the seed folder of the chosen scale, the GPUs one evaluation
             needs (1 at a CUDA scale, else 0) and a bound on one evaluation's wall time;
             ``evolve.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
@@ -112,9 +81,11 @@ class NanochatFitness:
         scale: str = "auto",
         data_dir: str | None = None,
         compile_cache: str | None = None,
+        layered: dict | None = None,
         **overrides,
     ) -> None:
         self.scale = scales.resolve(scale, **overrides)
+        self.layered = stages.LayeredSettings.of(layered, self.scale)
         self.compile_cache = (
             str(Path(compile_cache).expanduser().resolve()) if compile_cache else None
         )
@@ -137,9 +108,12 @@ class NanochatFitness:
         self.benchmark_overrides = {
             "seed": str(self.scale.seed_dir),
             "gpus": 1 if self.scale.device == "cuda" else 0,
-            "timeout_s": self.scale.train_limit_s + self.scale.eval_limit_s + 60.0,
+            "timeout_s": self.scale.train_limit_s
+            + self.scale.eval_limit_s
+            + 60.0
+            + stages.time_limit_s(self.scale, self.layered),
         }
-        log.info("nanochat: %s", self.scale.describe())
+        log.info("nanochat: %s; %s", self.scale.describe(), self.layered.describe())
         self._dataset_meta()  # fail now, not at the first evaluation, when the data is missing
         if self.scale.eval_tokens == 0:  # "all the validation split holds", in whole batches
             self.scale = dataclasses.replace(self.scale, eval_tokens=self.available_eval_tokens())
@@ -147,6 +121,7 @@ class NanochatFitness:
                 "nanochat: scoring %s validation targets (all the split holds)",
                 f"{self.scale.eval_tokens:,}",
             )
+        self.stages = stages.build(self, self.layered)
 
     @property
     def dataset_root(self) -> Path:
@@ -226,47 +201,78 @@ class NanochatFitness:
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """Train the candidate in ``workdir`` and score its checkpoint."""
-        meta = self._dataset_meta()
-        scale, parts = self.scale, prepare.split_dirs(self.dataset_root)
         scratch = Path(tempfile.mkdtemp(prefix="nanochat-eval-", dir=ctx.scratch))
         try:
-            return self._evaluate(Path(workdir), ctx, scale, parts, meta, scratch)
+            return self._evaluate(Path(workdir), ctx, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _evaluate(self, workdir, ctx, scale, parts, meta, scratch) -> Evaluation:
-        env = self._env(ctx)
-        forbidden = self.forbidden()
-        rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
-        checkpoint = workdir / "checkpoint"
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        nonce = secrets.token_hex(16)
-        train_job = {
-            "nonce": nonce,
-            "entry": "train.py",
+    def program_settings(self, workdir: Path, ctx: EvalContext) -> dict:
+        """What the candidate's training program is told (``client.CONFIG_KEYS``), for ``workdir`` and ``ctx``."""
+        scale = self.scale
+        meta, parts = self._dataset_meta(), prepare.split_dirs(self.dataset_root)
+        return {
             "budget_s": scale.budget_s,
             "untimed_steps": scale.untimed_steps,
-            "startup_limit_s": scale.startup_limit_s,
-            "free_startup_s": scale.free_startup_s,
-            "finish_limit_s": scale.finish_limit_s,
             "seq_len": scale.seq_len,
             "vocab_size": scale.vocab_size,
             "bos_id": meta["bos_id"],
             "device": scale.device,
             "seed": ctx.seed,
             "train_dir": str(parts["train"]),
-            "checkpoint_dir": str(checkpoint),
-            "forbidden": forbidden,
+            "checkpoint_dir": str(Path(workdir) / "checkpoint"),
+            "forbidden": self.forbidden(),
         }
+
+    def run_harness(
+        self,
+        module: str,
+        cwd: Path,
+        ctx: EvalContext,
+        job: dict,
+        *,
+        limit_s: float,
+        payload: bytes = b"",
+    ) -> dict | Evaluation:
+        """Run the harness process ``module`` sandboxed in ``cwd`` with ``job``; its verdict, or the failed Evaluation.
+
+        The job goes to the process's stdin with a fresh nonce (then ``payload``); only a
+        stdout line carrying that nonce counts as the verdict.
+        """
+        nonce = secrets.token_hex(16)
         result = run_sandboxed(
-            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.supervisor"],
-            cwd=workdir,
-            limits=self._limits(scale.train_limit_s),
-            env=env,
-            policy=self._policy(forbidden),
-            stdin=(json.dumps(train_job) + "\n").encode(),
+            [sys.executable, *SAFE_PATH, "-m", f"evolve.benchmarks.nanochat.{module}"],
+            cwd=cwd,
+            limits=self._limits(limit_s),
+            env=self._env(ctx),
+            policy=self._policy(job["forbidden"]),
+            stdin=(json.dumps({**job, "nonce": nonce}) + "\n").encode() + payload,
         )
-        train = _verdict(result, nonce, "training")
+        return verdict.read(result, nonce, WHAT.get(module, module))
+
+    def train(
+        self, workdir: Path, ctx: EvalContext, *, max_steps: int | None = None
+    ) -> dict | Evaluation:
+        """Run the candidate's ``train.py`` under the supervisor (until the budget, or ``max_steps`` steps)."""
+        scale = self.scale
+        shutil.rmtree(Path(workdir) / "checkpoint", ignore_errors=True)
+        job = {
+            **self.program_settings(workdir, ctx),
+            "entry": "train.py",
+            "startup_limit_s": scale.startup_limit_s,
+            "free_startup_s": scale.free_startup_s,
+            "finish_limit_s": scale.finish_limit_s,
+        }
+        if max_steps is not None:
+            job["max_steps"] = max_steps
+        return self.run_harness("supervisor", workdir, ctx, job, limit_s=scale.train_limit_s)
+
+    def _evaluate(self, workdir: Path, ctx: EvalContext, scratch: Path) -> Evaluation:
+        scale, parts = self.scale, prepare.split_dirs(self.dataset_root)
+        forbidden = self.forbidden()
+        rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
+        checkpoint = workdir / "checkpoint"
+        train = self.train(workdir, ctx)
         if isinstance(train, Evaluation):
             return train
         metrics = {
@@ -283,20 +289,14 @@ class NanochatFitness:
         }
         artifacts = {"train_log": train.get("log_tail", "")}
         if train["status"] != "ok":
-            return Evaluation(
-                status=STATUS.get(train["status"], EvalStatus.ERROR),
-                metrics=metrics,
-                artifacts={**artifacts, "error": train.get("reason", "")},
-            )
+            return verdict.failed(train, metrics=metrics, **artifacts)
         evaldir = scratch / "checkpoint"
         problem = self._copy_checkpoint(checkpoint, evaldir)
         if problem:
             return Evaluation(
                 status=EvalStatus.ERROR, metrics=metrics, artifacts={**artifacts, "error": problem}
             )
-        nonce = secrets.token_hex(16)
         eval_job = {
-            "nonce": nonce,
             "token_bytes": str(parts["tokenizer"] / "token_bytes.npy"),
             "seq_len": scale.seq_len,
             "eval_tokens": scale.eval_tokens,
@@ -308,26 +308,16 @@ class NanochatFitness:
             "worker_startup_s": min(300.0, scale.eval_limit_s / 2),
             "batch_timeout_s": min(120.0, scale.eval_limit_s),
         }
-        result = run_sandboxed(
-            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.scorer"],
-            cwd=evaldir,
-            limits=self._limits(scale.eval_limit_s),
-            env=env,
-            policy=self._policy(forbidden),
-            stdin=(json.dumps(eval_job) + "\n").encode() + rows,
+        score = self.run_harness(
+            "scorer", evaldir, ctx, eval_job, limit_s=scale.eval_limit_s, payload=rows
         )
-        score = _verdict(result, nonce, "scoring")
         if isinstance(score, Evaluation):
             return Evaluation(
                 status=score.status, metrics=metrics, artifacts={**artifacts, **score.artifacts}
             )
         artifacts["eval_log"] = score.get("worker_log", "")
         if score["status"] != "ok":
-            return Evaluation(
-                status=STATUS.get(score["status"], EvalStatus.ERROR),
-                metrics=metrics,
-                artifacts={**artifacts, "error": score.get("reason", "")},
-            )
+            return verdict.failed(score, metrics=metrics, **artifacts)
         bpb = float(score["val_bpb"])
         if not math.isfinite(bpb):
             return Evaluation(

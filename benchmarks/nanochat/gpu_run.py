@@ -294,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         budget_s=budget,
         eval_tokens=eval_tokens,
         compile_cache=None if tiny else str(data_dir.parent / "nanochat-compile-cache"),
+        # the full run alone, so that wall - budget stays the full run's overhead
+        layered={"local_check": False, "short_run_steps": 0},
     )
     import torch
 

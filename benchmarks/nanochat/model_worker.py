@@ -41,16 +41,22 @@ def _answer(fd: int, **message) -> None:
     os.write(fd, (json.dumps(message) + "\n").encode())
 
 
-def load_model(device: str):
-    """Import ``model.py`` from the current directory, build the model and load its weights."""
-    import torch
-
+def import_model():
+    """Import the current directory's ``model.py`` as module ``model``; it must define ``build_model``."""
     spec = importlib.util.spec_from_file_location("model", os.path.abspath("model.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules["model"] = module
     spec.loader.exec_module(module)
     if not hasattr(module, "build_model"):
         raise AttributeError("model.py defines no build_model(config) -> torch.nn.Module")
+    return module
+
+
+def load_model(device: str):
+    """Import ``model.py`` from the current directory, build the model and load its weights."""
+    import torch
+
+    module = import_model()
     with open("config.json") as handle:
         config = json.load(handle)
     model = module.build_model(config)

@@ -5,9 +5,10 @@ as a child, and watches the step reports the child sends on a pipe, timestamping
 with this process's clock. The first ``untimed_steps`` steps are not timed; from the end of
 the last untimed step, ``budget_s`` seconds later it tells the child to stop; start-up
 beyond ``free_startup_s`` (the untimed phase could otherwise hide training) is taken off
-that budget. It kills the
-child when it overstays: past ``startup_limit_s`` before the timed phase, past
-``finish_limit_s`` after the budget, or after more than one step beyond the stop. The
+that budget. A job with ``max_steps`` (the short run of the layered checks) is told to
+stop after that many steps instead, and its verdict carries the loss each step reported.
+It kills the child when it overstays: past ``startup_limit_s`` before the timed phase, past
+``finish_limit_s`` after the stop, or after more than one step beyond the stop. The
 verdict is one JSON line on stdout carrying the job's nonce (the child cannot write there:
 this process is undumpable and the child's output goes to a log file).
 """
@@ -23,7 +24,12 @@ import sys
 import time
 import uuid
 
-from evolve.benchmarks.nanochat.client import CONFIG_ENV, CONTROL_FD_ENV, REPORT_FD_ENV
+from evolve.benchmarks.nanochat.client import (
+    CONFIG_ENV,
+    CONFIG_KEYS,
+    CONTROL_FD_ENV,
+    REPORT_FD_ENV,
+)
 from evolve.benchmarks.nanochat.procutil import (
     SAFE_PATH,
     kill_group,
@@ -55,6 +61,8 @@ class Watch:
         self.stop_sent_at: float | None = None
         self.steps_after_stop = 0
         self.notes: dict[str, float] = {}
+        self.max_steps: int | None = job.get("max_steps")
+        self.losses: list[float | None] = []  # per step, kept for a job with max_steps only
         self.violations: list[dict] = []
         self.verdict: tuple[str, str] | None = (
             None  # (status, reason) when the harness ended the run
@@ -69,6 +77,8 @@ class Watch:
                 self.tokens += int(parts[1])
                 if self.timed_from is not None:
                     self.timed_tokens += int(parts[1])
+            if self.max_steps is not None and len(self.losses) < self.max_steps:
+                self.losses.append(_number(parts[2]) if len(parts) >= 3 else None)
             self.last_step_at = now
             if self.stop_sent_at is not None:
                 self.steps_after_stop += 1
@@ -92,12 +102,11 @@ class Watch:
     def deadline(self) -> float:
         """When the harness must act next (stop signal or kill)."""
         job = self.job
+        if self.stop_sent_at is not None:
+            return self.stop_sent_at + job["finish_limit_s"]
         if self.timed_from is None:
             return self.start + job["startup_limit_s"]
-        stop_at = self.timed_from + max(0.0, job["budget_s"] - self.charged_s())
-        if self.stop_sent_at is None:
-            return stop_at
-        return stop_at + job["finish_limit_s"]
+        return self.timed_from + max(0.0, job["budget_s"] - self.charged_s())
 
     def check(self, now: float) -> str | None:
         """'stop' to send the stop byte, 'kill' with ``verdict`` set, or None."""
@@ -110,8 +119,21 @@ class Watch:
                 "kept training after the harness said stop (budget overrun)",
             )
             return "kill"
+        if (
+            self.stop_sent_at is None
+            and self.max_steps is not None
+            and self.steps >= self.max_steps
+        ):
+            return "stop"
         if now < self.deadline():
             return None
+        if self.stop_sent_at is not None:
+            self.verdict = (
+                "timeout",
+                f"still running {self.job['finish_limit_s']}s after the harness said stop "
+                "(budget overrun: stop at Clock.step() returning False, then save)",
+            )
+            return "kill"
         if self.timed_from is None:
             self.verdict = (
                 "timeout",
@@ -119,14 +141,15 @@ class Watch:
                 f"{self.job['startup_limit_s']}s of starting (startup limit)",
             )
             return "kill"
-        if self.stop_sent_at is None:
-            return "stop"
-        self.verdict = (
-            "timeout",
-            f"still running {self.job['finish_limit_s']}s after the {self.job['budget_s']}s "
-            "budget ended (budget overrun: stop at Clock.step() returning False, then save)",
-        )
-        return "kill"
+        return "stop"
+
+
+def _number(text: str) -> float | None:
+    """A reported loss ('nan' and 'inf' included), or None when it is no number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def feed(watch: Watch, buffer: bytes, stamp: float) -> bytes:
@@ -141,21 +164,7 @@ def supervise(job: dict) -> dict:
     """Run the candidate per ``job`` and return the verdict (without the nonce)."""
     report_r, report_w = os.pipe()
     control_r, control_w = os.pipe()
-    config = {
-        k: job[k]
-        for k in (
-            "budget_s",
-            "untimed_steps",
-            "seq_len",
-            "vocab_size",
-            "bos_id",
-            "device",
-            "seed",
-            "train_dir",
-            "checkpoint_dir",
-            "forbidden",
-        )
-    }
+    config = {k: job[k] for k in CONFIG_KEYS}
     tag = uuid.uuid4().hex
     env = dict(os.environ)
     env.update(
@@ -237,6 +246,10 @@ def supervise(job: dict) -> dict:
         "log_tail": tail(LOG_FILE),
         "leftover": leftover,
     }
+    if watch.max_steps is not None:
+        # Reported by the candidate: a short run that lies about its loss only passes a
+        # quick check; the full run that follows is scored by the harness's scorer anyway.
+        result["losses"] = watch.losses
     if watch.verdict is not None:
         result["status"], result["reason"] = watch.verdict
     elif leftover:

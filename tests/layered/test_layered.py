@@ -142,3 +142,15 @@ def test_loss_band_and_tensor_comparison_edges():
     assert "~0" in compare_tensors(
         {"x": [[1.0, 2.0]], "loss": 2.0, "c": 0.1}, ref, zero_keys=("c",)
     )
+
+
+def test_upper_keys_may_vanish_but_not_explode():
+    ref = {"grad": 2.0, "loss": 2.0}
+    vanished = {"grad": 0.0, "loss": 2.0}
+    assert "within" in compare_tensors(vanished, ref)
+    assert compare_tensors(vanished, ref, upper_keys=("grad",)) is None
+    exploded = compare_tensors({"grad": 2e4, "loss": 2.0}, ref, upper_keys=("grad",))
+    assert "grad has scale 2e+04" in exploded and "at most x10" in exploded
+    assert "non-finite" in compare_tensors(
+        {"grad": math.nan, "loss": 2.0}, ref, upper_keys=("grad",)
+    )

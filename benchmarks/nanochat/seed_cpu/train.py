@@ -103,7 +103,7 @@ while True:
         )
     if not math.isfinite(loss.item()):
         raise SystemExit(f"loss is {loss.item()} at step {step}; training diverged")
-    if not clock.step(tokens=GRAD_ACCUM * x.numel()):
+    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):
         break
 
 if device == "cuda":

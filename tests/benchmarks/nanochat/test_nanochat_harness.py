@@ -14,7 +14,9 @@ from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 
 SEED = Path(prepare.__file__).parent / "seed_cpu"
-TRAIN_STEP = "    if not clock.step(tokens=GRAD_ACCUM * x.numel()):\n        break\n"
+TRAIN_STEP = (
+    "    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):\n        break\n"
+)
 
 
 def fitness(data_dir: Path, **overrides) -> NanochatFitness:

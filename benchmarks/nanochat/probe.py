@@ -1,0 +1,190 @@
+"""The harness's process of the local check: the candidate's fresh model on fixed training rows.
+
+Reads its job (one JSON line) from stdin. Takes the first packed rows of the training split
+as fixed inputs, makes a second batch whose first rows get another future
+(``scorer.causality_batch``), and starts ``probe_worker``, the guarded child that runs the
+candidate's code and returns the fresh model's logits for both batches through shared
+memory and its gradient norms on a pipe. This process never imports candidate code: it
+computes the loss, log-probabilities and the causality number from the logits itself and
+prints them as one JSON line carrying the job's nonce (the child's output goes to a log
+file, and this process is undumpable). The harness's fitness compares them with the seed's
+(``evolve.layered``).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import select
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from evolve.benchmarks.nanochat.client import CONFIG_ENV, CONFIG_KEYS
+from evolve.benchmarks.nanochat.probe_worker import PROBE_ENV
+from evolve.benchmarks.nanochat.procutil import (
+    SAFE_PATH,
+    kill_group,
+    make_undumpable,
+    reap_tree,
+    tail,
+)
+from evolve.benchmarks.nanochat.scorer import (
+    EvalFailure,
+    causality_batch,
+    causality_report,
+    eval_rows,
+)
+from evolve.benchmarks.nanochat.supervisor import LEFTOVER_GRACE_S, TREE_ENV
+
+LOG_FILE = "probe.log"
+ROWS = 4  # rows of each batch: the causality batch gives two of them another future
+SPARE = 2  # further rows whose tokens make those futures
+CHECK_SEED = 1234
+SLICE = (16, 64)  # the log-probabilities reported: 16 positions spread over the row, 64 tokens
+
+
+def _answer(answer_fd: int, report_fd: int, limit_s: float) -> dict:
+    """The child's one JSON line (or its failure), and no forbidden access reported meanwhile."""
+    deadline, buffer = time.monotonic() + limit_s, b""
+    while b"\n" not in buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([answer_fd], [], [], remaining)[0]:
+            raise EvalFailure("timeout", f"the model was not built and run within {limit_s:.0f}s")
+        chunk = os.read(answer_fd, 1 << 16)
+        if not chunk:
+            break
+        buffer = (buffer + chunk)[-(1 << 20) :]
+    while select.select([report_fd], [], [], 0)[0]:
+        chunk = os.read(report_fd, 1 << 16)
+        if not chunk:
+            break
+        if b"violation " in chunk:
+            raise EvalFailure(
+                "rejected", f"read forbidden data: {chunk.decode(errors='replace')[:300]}"
+            )
+    if b"\n" not in buffer:
+        raise EvalFailure(
+            "error", "the probe's worker exited without an answer:\n" + tail(LOG_FILE)
+        )
+    try:
+        message = json.loads(buffer.split(b"\n", 1)[0])
+    except ValueError as exc:
+        raise EvalFailure("error", "the probe's worker answered garbage") from exc
+    if not isinstance(message, dict) or "error" in message:
+        error = message.get("error") if isinstance(message, dict) else message
+        raise EvalFailure("error", f"{str(error)[:2000]}\n{tail(LOG_FILE, 2000)}")
+    return message
+
+
+def _number(message: dict, key: str) -> float:
+    value = message.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EvalFailure("error", f"the probe's worker gave no number {key!r}")
+    return float(value)
+
+
+def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
+    """Run the child on ``inputs`` (2 batches of rows); its answer and the logits, copied out."""
+    seq, vocab = job["seq_len"], job["vocab_size"]
+    in_bytes = inputs.size * 4
+    size = in_bytes + 2 * ROWS * seq * vocab * 4
+    io_fd = os.memfd_create("nanochat-probe")
+    os.ftruncate(io_fd, size)
+    io = mmap.mmap(io_fd, size)
+    io[:in_bytes] = inputs.astype(np.int32).tobytes()
+    answer_r, answer_w = os.pipe()
+    report_r, report_w = os.pipe()
+    spec = {
+        "answer_fd": answer_w,
+        "report_fd": report_w,
+        "io_fd": io_fd,
+        "io_bytes": size,
+        "rows": ROWS,
+        "seq_len": seq,
+        "vocab_size": vocab,
+        "device": job["device"],
+        "entry": job["entry"],
+    }
+    tag = uuid.uuid4().hex
+    env = dict(os.environ)
+    env.update(
+        {
+            TREE_ENV: tag,
+            PROBE_ENV: json.dumps(spec),
+            CONFIG_ENV: json.dumps({k: job[k] for k in CONFIG_KEYS}),
+        }
+    )
+    with open(LOG_FILE, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.probe_worker"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            pass_fds=(answer_w, report_w, io_fd),
+            start_new_session=True,
+        )
+    for fd in (answer_w, report_w):
+        os.close(fd)
+    try:
+        message = _answer(answer_r, report_r, job["limit_s"])
+    finally:
+        kill_group(proc)
+        leftover = reap_tree(f"{TREE_ENV}={tag}".encode(), LEFTOVER_GRACE_S)
+    if leftover:
+        raise EvalFailure(
+            "rejected",
+            f"the training program left {len(leftover)} process(es) running (killed): "
+            + "; ".join(leftover[:3]),
+        )
+    # Our own copy: the child can no longer change it.
+    logits = (
+        np.frombuffer(io, dtype=np.float32, offset=in_bytes).reshape(2, ROWS, seq, vocab).copy()
+    )
+    return message, logits
+
+
+def probe(job: dict) -> dict:
+    """The named values of the candidate's fresh model on the fixed rows; raises EvalFailure."""
+    import torch
+
+    seq = job["seq_len"]
+    rows = eval_rows(Path(job["train_dir"]), seq, ROWS, spare=SPARE)
+    first = rows[:ROWS]
+    check, cuts = causality_batch(first, rows[ROWS:], np.random.default_rng(CHECK_SEED))
+    message, logits = run_model(job, np.stack([first, check]))
+    logits = torch.from_numpy(logits)
+    log_probs = torch.log_softmax(logits[0], dim=-1)
+    targets = torch.from_numpy(first[:, 1:]).unsqueeze(-1)
+    positions, tokens = SLICE
+    causal = causality_report(logits[0], logits[1], cuts)
+    values = {
+        "loss": float(-log_probs.gather(-1, targets).mean()),
+        "log_probs": log_probs[:, :: max(1, seq // positions)][:, :positions, :tokens].tolist(),
+        "grad_norm_vocab": _number(message, "grad_norm_vocab"),
+        "grad_norm_body": _number(message, "grad_norm_body"),
+        "causality": max(causal["max_prefix_diff"], causal["max_row_diff"]),
+    }
+    return {"values": values, "params": _number(message, "params"), "config": message.get("config")}
+
+
+def main() -> None:
+    make_undumpable()
+    job = json.loads(sys.stdin.buffer.readline())
+    nonce = job.pop("nonce")
+    try:
+        result = {"status": "ok", **probe(job)}
+    except EvalFailure as failure:
+        result = {"status": failure.status, "reason": failure.reason}
+    result["log_tail"] = tail(LOG_FILE, 1500)
+    sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

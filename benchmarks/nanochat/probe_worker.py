@@ -1,0 +1,136 @@
+"""The local check's child that runs candidate code: the fresh model's logits and gradient norms, nothing else.
+
+Started by ``probe`` inside the sandbox, in the candidate's folder, with the guard installed
+before any candidate code runs. It imports ``model.py`` as the scorer's worker does, then
+runs the candidate's ``train.py`` only until it calls ``build_model(config)``: the model just
+built is kept and the program is stopped there (no optimizer step, no torch.compile). Then,
+eagerly and in eval mode: one forward and backward on the first fixed batch for the gradient
+norms, and a forward of each batch whose float32 logits go into the shared memory ``probe``
+reads. The answer is one JSON line on a pipe; this process's output goes to a log file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import mmap
+import os
+import runpy
+import sys
+
+from evolve.benchmarks.nanochat import guard
+from evolve.benchmarks.nanochat.client import CONFIG_ENV
+from evolve.benchmarks.nanochat.model_worker import import_model
+
+PROBE_ENV = "NANOCHAT_PROBE"
+
+
+class _Built(BaseException):
+    """Stops ``train.py`` once its model exists (a BaseException: ``except Exception`` lets it through)."""
+
+
+def build_from_training_program(entry: str):
+    """Run ``entry`` until it calls ``model.build_model(config)``; return that model and config."""
+    module = import_model()
+    build, built = module.build_model, {}
+
+    def intercept(config):
+        try:
+            model = build(config)
+            config = json.loads(json.dumps(config))  # what train.py would save as config.json
+        except Exception as exc:
+            built["failure"] = f"{type(exc).__name__}: {exc}"
+            raise
+        built.update(model=model, config=config)
+        raise _Built
+
+    module.build_model = intercept  # `from model import build_model` in train.py gets this one
+    sys.argv = [entry]
+    try:
+        runpy.run_path(entry, run_name="__main__")
+    except BaseException as exc:  # _Built, or train.py failed or exited before building
+        if "failure" in built:
+            raise RuntimeError(f"build_model(config) failed: {built['failure']}") from None
+        if "model" not in built:
+            raise RuntimeError(
+                f"train.py stopped before it called build_model(config) "
+                f"({type(exc).__name__}: {exc}); the local check builds the model there"
+            ) from None
+    if "model" not in built:
+        raise RuntimeError(
+            "train.py ended without calling build_model(config) from model.py; the local check "
+            "(and the scorer) build the model with it"
+        )
+    return built["model"], built["config"]
+
+
+def grad_norms(model, vocab_size: int) -> dict[str, float]:
+    """Gradient norms by role: tensors with a vocabulary-sized dimension (embeddings, head) and the rest.
+
+    Grouped by role, not by name or shape, so that a candidate that renames, adds or removes
+    layers gives the same two numbers to compare with the seed's.
+    """
+    squares = {"grad_norm_vocab": 0.0, "grad_norm_body": 0.0}
+    for param in model.parameters():
+        if param.grad is not None:
+            group = "grad_norm_vocab" if vocab_size in param.shape else "grad_norm_body"
+            squares[group] += float(param.grad.detach().float().pow(2).sum())
+    return {name: math.sqrt(total) for name, total in squares.items()}
+
+
+def measure(model, spec: dict, io: mmap.mmap) -> dict:
+    """Gradient norms of the first batch's loss; both batches' logits written into ``io``."""
+    import torch
+    import torch.nn.functional as F
+
+    rows, seq, vocab, device = spec["rows"], spec["seq_len"], spec["vocab_size"], spec["device"]
+    count = 2 * rows * (seq + 1)
+    tokens = torch.frombuffer(io, dtype=torch.int32, count=count).view(2, rows, seq + 1)
+    tokens = tokens.long().to(device)
+    out = torch.frombuffer(io, dtype=torch.float32, count=2 * rows * seq * vocab, offset=count * 4)
+    out = out.view(2, rows, seq, vocab)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.startswith("cuda")
+        else contextlib.nullcontext()
+    )
+
+    def logits_of(inputs):
+        with autocast:
+            logits = model(inputs)
+        if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (rows, seq, vocab):
+            got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+            raise ValueError(
+                f"model(inputs) must return logits of shape {(rows, seq, vocab)}, got {got}"
+            )
+        return logits.float()
+
+    model = model.to(device).eval()
+    first = tokens[0]
+    loss = F.cross_entropy(logits_of(first[:, :-1]).reshape(-1, vocab), first[:, 1:].reshape(-1))
+    loss.backward()
+    norms = grad_norms(model, vocab)
+    with torch.no_grad():
+        for index in range(2):
+            out[index].copy_(logits_of(tokens[index, :, :-1]).cpu())
+    params = sum(p.numel() for p in model.parameters())
+    return {**norms, "params": params}
+
+
+def main() -> None:
+    spec = json.loads(os.environ[PROBE_ENV])
+    config = json.loads(os.environ[CONFIG_ENV])
+    guard.install(config.get("forbidden", []), spec["report_fd"])
+    sys.path.insert(0, os.getcwd())
+    io = mmap.mmap(spec["io_fd"], spec["io_bytes"])
+    try:
+        model, model_config = build_from_training_program(spec["entry"])
+        answer = {"ok": True, "config": model_config, **measure(model, spec, io)}
+    except BaseException as exc:  # the candidate's code failed: tell the probe why
+        answer = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+    os.write(spec["answer_fd"], (json.dumps(answer) + "\n").encode())
+
+
+if __name__ == "__main__":
+    main()

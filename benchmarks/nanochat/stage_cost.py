@@ -1,0 +1,85 @@
+"""What the quick stages cost next to a full evaluation: the seed's local check, short run and full run, timed.
+
+Each stage runs the seed program once through the real harness (sandbox, probe, supervisor,
+scorer), as a search's evaluation does, and its wall time is printed as one JSON line.
+These numbers set the defaults of ``stages.SHORT_RUN_STEPS`` (see the README).
+
+    python -m evolve.benchmarks.nanochat.stage_cost                      # CPU scale
+    python -m evolve.benchmarks.nanochat.stage_cost --scale nanochat --dataset stdlib \\
+        --steps 30 --skip-full                                      # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from evolve.benchmarks.nanochat import stages
+from evolve.benchmarks.nanochat.fitness import NanochatFitness
+
+from evolve.fitness import EvalContext, write_files
+from evolve.types import Evaluation
+
+
+def timed(what, *args) -> tuple[float, object]:
+    start = time.monotonic()
+    result = what(*args)
+    return time.monotonic() - start, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scale", default="cpu", help="cpu | nanochat | auto")
+    parser.add_argument("--dataset", help="prepared dataset (default: the scale's)")
+    parser.add_argument(
+        "--data-dir", help="where datasets live (default: $EVOLVE_DATA_DIR or ~/.cache)"
+    )
+    parser.add_argument("--eval-tokens", type=int, help="0 = all the validation split holds")
+    parser.add_argument("--steps", type=int, default=20, help="steps of the short run")
+    parser.add_argument("--seeds", type=int, default=2, help="evaluation seeds of each stage")
+    parser.add_argument("--skip-full", action="store_true", help="time the quick stages only")
+    args = parser.parse_args(argv)
+    fitness = NanochatFitness(
+        scale=args.scale,
+        data_dir=args.data_dir,
+        dataset=args.dataset,
+        eval_tokens=args.eval_tokens,
+        layered={"local_check": False, "short_run_steps": 0},
+    )
+    seed_files = {p.name: p.read_text() for p in fitness.scale.seed_dir.glob("*.py")}
+    root = Path(tempfile.mkdtemp(prefix="nanochat-stage-cost-"))
+    try:
+        for seed in range(args.seeds):
+            work = root / f"seed{seed}"
+            write_files(seed_files, work)
+            ctx = EvalContext(
+                seed=seed, scratch=root, gpu="0" if fitness.scale.device == "cuda" else None
+            )
+            local_s, values = timed(stages.LocalProbe(fitness), work, ctx)
+            short_s, losses = timed(stages.ShortTraining(fitness), work, ctx, args.steps)
+            row = {"scale": fitness.scale.name, "seed": seed, "local_check_s": round(local_s, 2),
+                   f"short_run_{args.steps}_steps_s": round(short_s, 2)}  # fmt: skip
+            for name, result in (("local_check", values), ("short_run", losses)):
+                if isinstance(result, Evaluation):
+                    row[f"{name}_error"] = result.artifacts.get("error")
+            if isinstance(losses, list):
+                row["short_run_last_loss"] = round(losses[-1], 4)
+            if not args.skip_full:
+                full_s, ev = timed(fitness.evaluate, work, ctx)
+                row.update(
+                    full_s=round(full_s, 2), val_bpb=ev.fitness, steps=ev.metrics.get("steps")
+                )
+            print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""The nanochat fitness's quick stages before the full run: a local check and a short training run.
+
+``evolve.layered`` runs the comparisons in the harness's own process; the numbers come from
+the same kind of sandboxed harness processes as the full run's, with the training data only:
+``probe`` (with its child ``probe_worker``) for the local check, and the training
+``supervisor`` with a step limit for the short run. Which stages run is the ``layered``
+config node (``LayeredSettings``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evolve.benchmarks.nanochat import verdict
+from evolve.benchmarks.nanochat.scales import Scale
+
+from evolve.fitness import EvalContext, Stage
+from evolve.layered import LocalCheck, ShortRun, cascade
+from evolve.types import EvalStatus, Evaluation
+
+if TYPE_CHECKING:
+    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+
+# The short run's steps when the config leaves them unset, from what a short run costs next
+# to a full run (README, "Quick stages"): on one GPU ~12%, checked past the seed's 20-step
+# warm-up; on the CPU scale ~20%, for candidates that the built-in operators rarely break.
+SHORT_RUN_STEPS = {"nanochat": 30, "cpu": 0}
+CALIBRATION_SEEDS = (0, 1, 2)
+GRADIENTS = ("grad_norm_vocab", "grad_norm_body")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayeredSettings:
+    """The ``layered`` config node: the quick stages that run before the full run.
+
+    Attributes:
+        local_check: run the local check (the fresh model on fixed training rows).
+        short_run_steps: steps of the short run (0: none).
+    """
+
+    local_check: bool = True
+    short_run_steps: int = 0
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any] | None, scale: Scale) -> LayeredSettings:
+        """From the config node; ``short_run_steps`` unset or null means the scale's default."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown nanochat layered settings {unknown}; known: {sorted(known)}")
+        steps = values.get("short_run_steps")
+        steps = SHORT_RUN_STEPS.get(scale.name, 0) if steps is None else int(steps)
+        if steps < 0:
+            raise ValueError(
+                f"layered.short_run_steps must be 0 (no short run) or more, got {steps}"
+            )
+        return cls(local_check=bool(values.get("local_check", True)), short_run_steps=steps)
+
+    def describe(self) -> str:
+        steps = (
+            f"a short run of {self.short_run_steps} steps"
+            if self.short_run_steps
+            else "no short run"
+        )
+        return f"{'a local check' if self.local_check else 'no local check'}, {steps}"
+
+
+@dataclass(frozen=True)
+class LocalProbe:
+    """The local check's probe: the named values of the candidate's fresh model, or a failed Evaluation."""
+
+    fitness: NanochatFitness
+
+    def __call__(self, workdir: Path, ctx: EvalContext) -> dict | Evaluation:
+        scale = self.fitness.scale
+        job = {
+            **self.fitness.program_settings(workdir, ctx),
+            "entry": "train.py",
+            "limit_s": scale.startup_limit_s,
+        }
+        result = self.fitness.run_harness("probe", workdir, ctx, job, limit_s=probe_limit_s(scale))
+        if isinstance(result, Evaluation):
+            return result
+        if result["status"] != "ok":
+            return verdict.failed(result, probe_log=result.get("log_tail", ""))
+        return result["values"]
+
+
+@dataclass(frozen=True)
+class ShortTraining:
+    """The short run's trainer: the loss of each of the first ``steps`` steps, or a failed Evaluation."""
+
+    fitness: NanochatFitness
+
+    def __call__(self, workdir: Path, ctx: EvalContext, steps: int) -> list[float] | Evaluation:
+        try:
+            result = self.fitness.train(workdir, ctx, max_steps=steps)
+        finally:
+            shutil.rmtree(Path(workdir) / "checkpoint", ignore_errors=True)
+        if isinstance(result, Evaluation):
+            return result
+        train_log = result.get("log_tail", "")
+        losses = result.get("losses") or []
+        if result["status"] != "ok":
+            return verdict.failed(result, train_log=train_log, losses=str(losses))
+        if None in losses:
+            return Evaluation(
+                status=EvalStatus.INVALID,
+                artifacts={
+                    "train_log": train_log,
+                    "error": f"train.py reported no loss at step {losses.index(None)}: pass it as "
+                    "clock.step(tokens=..., loss=loss.item())",
+                },
+            )
+        return losses
+
+
+def probe_limit_s(scale: Scale) -> float:
+    """Wall limit of the local check's sandbox."""
+    return scale.startup_limit_s + 30.0
+
+
+def build(fitness: NanochatFitness, settings: LayeredSettings) -> list[Stage]:
+    """The fitness's stages: the quick checks ``settings`` asks for, then the full run."""
+    seed_files = {
+        path.name: path.read_text() for path in sorted(fitness.scale.seed_dir.glob("*.py"))
+    }
+    checks: list[LocalCheck | ShortRun] = []
+    if settings.local_check:
+        checks.append(
+            LocalCheck(
+                probe=LocalProbe(fitness),
+                seed_files=seed_files,
+                zero_keys=("causality",),
+                zero_atol=fitness.scale.causal_atol,
+                upper_keys=GRADIENTS,
+            )
+        )
+    if settings.short_run_steps:
+        checks.append(
+            ShortRun(
+                train=ShortTraining(fitness),
+                seed_files=seed_files,
+                steps=settings.short_run_steps,
+                seeds=CALIBRATION_SEEDS,
+            )
+        )
+    return cascade(*checks, full=Stage(name="full", run=fitness.evaluate))
+
+
+def time_limit_s(scale: Scale, settings: LayeredSettings) -> float:
+    """The most the quick stages add to one evaluation (the first in a process also measures the seed)."""
+    local = 2 * probe_limit_s(scale) if settings.local_check else 0.0
+    short = (len(CALIBRATION_SEEDS) + 1) * scale.train_limit_s if settings.short_run_steps else 0.0
+    return local + short

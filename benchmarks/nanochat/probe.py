@@ -29,8 +29,8 @@ from evolve.benchmarks.nanochat.probe_worker import PROBE_ENV
 from evolve.benchmarks.nanochat.procutil import (
     SAFE_PATH,
     kill_group,
-    make_undumpable,
     reap_tree,
+    serve_job,
     tail,
 )
 from evolve.benchmarks.nanochat.scorer import (
@@ -173,18 +173,14 @@ def probe(job: dict) -> dict:
     return {"values": values, "params": _number(message, "params"), "config": message.get("config")}
 
 
-def main() -> None:
-    make_undumpable()
-    job = json.loads(sys.stdin.buffer.readline())
-    nonce = job.pop("nonce")
+def answer(job: dict) -> dict:
+    """The probe's verdict on ``job``: the values, or the failure; the worker's log either way."""
     try:
         result = {"status": "ok", **probe(job)}
     except EvalFailure as failure:
         result = {"status": failure.status, "reason": failure.reason}
-    result["log_tail"] = tail(LOG_FILE, 1500)
-    sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")
-    sys.stdout.flush()
+    return result | {"log_tail": tail(LOG_FILE, 1500)}
 
 
 if __name__ == "__main__":
-    main()
+    serve_job(answer)

@@ -1,14 +1,16 @@
-"""Small process helpers shared by the harness's supervisor and scorer."""
+"""Small process helpers shared by the harness's processes (supervisor, scorer, probe)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PR_SET_DUMPABLE = 4
@@ -21,6 +23,20 @@ def make_undumpable() -> None:
     """Forbid same-user processes (the candidate) to ptrace this one or open its /proc fds."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def serve_job(run: Callable[[dict], dict]) -> None:
+    """A harness process's whole life: read its job, answer ``run(job)``, both as JSON lines.
+
+    The job arrives on stdin with a nonce; the answer goes to stdout carrying it, so the
+    fitness can tell it from anything else printed there. The process is made undumpable
+    first: the candidate (same user) can neither read the nonce from its memory nor its fds.
+    """
+    make_undumpable()
+    job = json.loads(sys.stdin.buffer.readline())
+    nonce = job.pop("nonce")
+    sys.stdout.write(json.dumps({"nonce": nonce, **run(job)}) + "\n")
+    sys.stdout.flush()
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from evolve.benchmarks.nanochat.bpb import BpbSums, batch_sums
 from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, WORKER_ENV
 from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.procutil import SAFE_PATH, kill_group, make_undumpable, tail
+from evolve.benchmarks.nanochat.procutil import SAFE_PATH, kill_group, serve_job, tail
 from evolve.benchmarks.nanochat.tokens import Split
 
 LOG_FILE = "worker.log"
@@ -283,21 +283,17 @@ def causality_report(first, check, cuts: list[int]) -> dict:
     return {"max_prefix_diff": prefix, "max_row_diff": rows}
 
 
-def main() -> None:
-    make_undumpable()
-    job = json.loads(sys.stdin.buffer.readline())
-    nonce = job.pop("nonce")
+def answer(job: dict) -> dict:
+    """The scorer's verdict on ``job``: the sums, or the failure with the worker's log."""
     try:
-        result = {"status": "ok", **evaluate(job)}
+        return {"status": "ok", **evaluate(job)}
     except EvalFailure as failure:
-        result = {
+        return {
             "status": failure.status,
             "reason": failure.reason,
             "worker_log": tail(LOG_FILE, 1500),
         }
-    sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main()
+    serve_job(answer)

@@ -33,8 +33,8 @@ from evolve.benchmarks.nanochat.client import (
 from evolve.benchmarks.nanochat.procutil import (
     SAFE_PATH,
     kill_group,
-    make_undumpable,
     reap_tree,
+    serve_job,
     tail,
 )
 
@@ -268,14 +268,5 @@ def supervise(job: dict) -> dict:
     return result
 
 
-def main() -> None:
-    make_undumpable()
-    job = json.loads(sys.stdin.buffer.readline())
-    nonce = job.pop("nonce")
-    result = supervise(job)
-    sys.stdout.write(json.dumps({"nonce": nonce, **result}) + "\n")
-    sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    serve_job(supervise)

@@ -22,7 +22,6 @@ compared with an incumbent). With ``seeds: 1`` none of this runs.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -30,7 +29,7 @@ from typing import Any
 
 from evolve.fitness import Samples, calibrate, improvement_pvalue, mean_interval, pooled_sd
 from evolve.store import Store
-from evolve.types import Direction, EvalStatus, Evaluation, Objective
+from evolve.types import Direction, Evaluation, Objective
 
 REEVALUATION = "reevaluation"
 STATE_KEY = "noise"
@@ -318,25 +317,7 @@ class NoiseJudge:
 
 def reevaluations(store: Store, candidate_id: str) -> list[Evaluation]:
     """The candidate's stored re-evaluation rows, oldest first."""
-    rows = store.conn.execute(
-        "SELECT status, fitness, metrics, descriptors, artifacts, stage, wall_s, seeds, hardware "
-        "FROM evaluations WHERE candidate=? AND stage=? ORDER BY id",
-        (candidate_id, REEVALUATION),
-    ).fetchall()
-    return [
-        Evaluation(
-            status=EvalStatus(row[0]),
-            fitness=row[1],
-            metrics=json.loads(row[2]),
-            descriptors=json.loads(row[3]),
-            artifacts=json.loads(row[4]),
-            stage=row[5],
-            wall_s=row[6],
-            seeds=tuple(json.loads(row[7])),
-            hardware=row[8] or "",
-        )
-        for row in rows
-    ]
+    return store.evaluations_at(candidate_id, REEVALUATION)
 
 
 def make_calibration(seed_id: str, samples: Sequence[Evaluation]) -> Calibration:

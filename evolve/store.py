@@ -12,7 +12,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -427,23 +427,18 @@ class Store:
     def evaluation(self, candidate_id: str) -> Evaluation | None:
         """The latest evaluation of a candidate, or None."""
         row = self.conn.execute(
-            "SELECT status, fitness, metrics, descriptors, artifacts, stage, wall_s, seeds, hardware "
-            "FROM evaluations WHERE candidate=? ORDER BY id DESC LIMIT 1",
+            f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE candidate=? ORDER BY id DESC LIMIT 1",
             (candidate_id,),
         ).fetchone()
-        if row is None:
-            return None
-        return Evaluation(
-            status=EvalStatus(row[0]),
-            fitness=row[1],
-            metrics=json.loads(row[2]),
-            descriptors=json.loads(row[3]),
-            artifacts=json.loads(row[4]),
-            stage=row[5],
-            wall_s=row[6],
-            seeds=tuple(json.loads(row[7])),
-            hardware=row[8] or "",
-        )
+        return None if row is None else _evaluation_of(row)
+
+    def evaluations_at(self, candidate_id: str, stage: str) -> list[Evaluation]:
+        """A candidate's evaluations of one ``stage``, oldest first."""
+        rows = self.conn.execute(
+            f"SELECT {_EVALUATION_COLUMNS} FROM evaluations WHERE candidate=? AND stage=? ORDER BY id",
+            (candidate_id, stage),
+        ).fetchall()
+        return [_evaluation_of(row) for row in rows]
 
     def recent_failures(self, parent_ids: list[str], limit: int = 5) -> list[str]:
         """Why recent children of these parents failed or were rejected, newest first."""
@@ -526,3 +521,23 @@ class Store:
         for label, sql in checks.items():
             problems += [f"{label}: {row[0]}" for row in self.conn.execute(sql)]
         return problems
+
+
+_EVALUATION_COLUMNS = (
+    "status, fitness, metrics, descriptors, artifacts, stage, wall_s, seeds, hardware"
+)
+
+
+def _evaluation_of(row: Sequence[Any]) -> Evaluation:
+    """An ``Evaluation`` from a row of ``_EVALUATION_COLUMNS``."""
+    return Evaluation(
+        status=EvalStatus(row[0]),
+        fitness=row[1],
+        metrics=json.loads(row[2]),
+        descriptors=json.loads(row[3]),
+        artifacts=json.loads(row[4]),
+        stage=row[5],
+        wall_s=row[6],
+        seeds=tuple(json.loads(row[7])),
+        hardware=row[8] or "",
+    )

@@ -24,6 +24,8 @@ from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed
 from evolve.fitness import EvalContext, Stage, one_sided_pvalue
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
+ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)
+
 
 def decide(losses: list[float], target: float, alpha: float) -> tuple[bool, float]:
     """(passed, p-value) of the one-sided t-test that the mean loss is below ``target``.
@@ -73,7 +75,7 @@ class SpeedrunFitness:
         eval_seq_len: int = 1024,
         eval_batch_size: int = 16,
         n_seeds: int = 3,
-        alpha: float = 0.01,
+        alpha: float = ALPHA,
         reach: float = 0.05,
         nproc_per_node: int = 1,
         run_timeout_s: float = 600.0,

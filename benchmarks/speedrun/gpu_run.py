@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
-from evolve.benchmarks.speedrun.fitness import SpeedrunFitness, verdict
+from evolve.benchmarks.speedrun.fitness import ALPHA, SpeedrunFitness, verdict
 from evolve.benchmarks.speedrun.prepare_text import prepare
 from evolve.benchmarks.speedrun.runner import RunRecord
 
@@ -206,12 +206,12 @@ def seeds_part(
     records = f.run_seeds(SEED_DIR, args.seeds, ctx)
     for r in records:
         save_log(out, f"seed-{r.seed}", r)
-    return seeds_report(records, steps, args.target)
+    return seeds_report(records, steps, args.target, f.alpha)
 
 
-def seeds_report(records: list[RunRecord], steps: int, target: float) -> dict:
+def seeds_report(records: list[RunRecord], steps: int, target: float, alpha: float = ALPHA) -> dict:
     """The harness's verdict over ``records``, each run's time to target, the mean loss curve."""
-    judged = verdict(records, target, alpha=0.01)
+    judged = verdict(records, target, alpha)
     ok = [r for r in records if r.ok]
     seeds: dict = {
         "steps": steps,

@@ -44,7 +44,10 @@ class Archive:
         descriptors: the grid's axes; none gives a single cell per island.
         islands: number of islands (>= 1).
         sampler: ``uniform`` over an island's elites or ``rank`` (better elites more likely).
-        qd_offset: subtracted from each elite's oriented objective in ``qd_score``.
+        qd_offset: the baseline of ``qd_score``, in oriented units (larger is better); None
+            means the seed program's. Each elite adds how far it is above it (never below 0),
+            so the QD score grows with coverage and quality whether the objective is
+            maximised or minimised.
     """
 
     def __init__(
@@ -55,7 +58,7 @@ class Archive:
         descriptors: Sequence[Descriptor] = (),
         islands: int = 1,
         sampler: str = "rank",
-        qd_offset: float = 0.0,
+        qd_offset: float | None = None,
     ) -> None:
         if islands < 1:
             raise ValueError(f"archive.islands must be >= 1, got {islands}")
@@ -69,6 +72,7 @@ class Archive:
         self.islands = islands
         self.sampler = sampler
         self.qd_offset = qd_offset
+        self._seed_value: float | None = None
         self.cells_per_island = (
             math.prod(d.bins for d in self.descriptors) if self.descriptors else 1
         )
@@ -190,10 +194,15 @@ class Archive:
         """Coverage (filled cells over all cells, across islands), QD score and best value."""
         filled = sum(len(grid) for grid in self._grid)
         coverage = filled / (self.cells_per_island * self.islands)
-        qd_score = sum(
-            self.objective.oriented(elite.value) - self.qd_offset
-            for grid in self._grid
-            for elite in grid.values()
+        offset = self._qd_baseline()
+        qd_score = (
+            sum(
+                max(0.0, self.objective.oriented(elite.value) - offset)
+                for grid in self._grid
+                for elite in grid.values()
+            )
+            if offset is not None
+            else 0.0
         )
         best = self.best()
         return {
@@ -201,6 +210,17 @@ class Archive:
             "qd_score": qd_score,
             "best": best[1] if best else float("nan"),
         }
+
+    def _qd_baseline(self) -> float | None:
+        """``qd_offset``, or the seed program's oriented objective (None before it is evaluated)."""
+        if self.qd_offset is not None:
+            return self.qd_offset
+        if self._seed_value is None:
+            seed = self.store.seed_evaluation()
+            if seed is None or not seed.ok:
+                return None
+            self._seed_value = self.objective.oriented(seed.fitness)
+        return self._seed_value
 
     def record_stats(self, *, evaluated: int, failures: int, cost: float) -> None:
         """Append one row to the ``stats`` time series (call inside a store transaction)."""

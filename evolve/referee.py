@@ -3,13 +3,15 @@
 The statistics live in ``evolve.noise``; this module is the part of the loop that asks for
 more samples. The search gives it a way to evaluate a candidate once more with its k-th
 extra seed, and hands it every finished evaluation: ``calibrate`` for the seed program
-(``noise.seeds`` samples, each stored at once so a killed run does not measure it again),
+(``noise.seeds`` samples, side by side on the evaluation slots, each stored at once so a
+killed run does not measure it again),
 ``settle`` for a challenger (more samples while its one-sided test against the cell's
 incumbent is close, per ``noise.schedule``). The calibration becomes the archive's judge.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -35,6 +37,7 @@ class Referee:
         settings: the run's ``noise`` settings (enabled).
         reevaluate: evaluates a candidate with its k-th extra seed.
         sample_seed: the evaluation seed of a candidate's k-th extra sample.
+        slots: evaluation slots the seed's calibration samples may use at once.
     """
 
     def __init__(
@@ -45,47 +48,67 @@ class Referee:
         settings: noise_aware.NoiseSettings,
         reevaluate: Reevaluate,
         sample_seed: Callable[[Candidate, int], int],
+        slots: int = 1,
     ) -> None:
         self.store = store
         self.archive = archive
         self.settings = settings
         self.reevaluate = reevaluate
         self.sample_seed = sample_seed
+        self.slots = max(1, slots)
         self.calibration: noise_aware.Calibration | None = None
 
     async def calibrate(self, candidate: Candidate, first: Evaluation) -> Evaluation:
-        """Evaluate the seed program with ``noise.seeds`` seeds; return its verdict."""
+        """Evaluate the seed program with ``noise.seeds`` seeds; return its verdict.
+
+        The extra samples run side by side, one per evaluation slot (the workers have not
+        started yet), in waves; a failed sample stops the waves after it.
+        """
         stored = {s.seeds: s for s in noise_aware.reevaluations(self.store, candidate.id)}
-        samples = [first]
+        samples = {0: first}
+        missing = []
         for k in range(1, self.settings.seeds):
             sample = stored.get((self.sample_seed(candidate, k),))
             if sample is None:
-                log.info(
-                    "calibrating noise: seed program, seed %d of %d", k + 1, self.settings.seeds
-                )
-                sample = await self.reevaluate(0, candidate, k)
-                with self.store.transaction():
-                    self.store.add_evaluation(
-                        candidate.id, replace(sample, stage=noise_aware.REEVALUATION)
-                    )
-            samples.append(sample)
-            if not sample.ok:
+                missing.append(k)
+            else:
+                samples[k] = sample
+        for start in range(0, len(missing), self.slots):
+            if not all(s.ok for s in samples.values()):
                 break
-        if all(s.ok for s in samples):
-            self._use(noise_aware.make_calibration(candidate.id, samples))
+            wave = missing[start : start + self.slots]
+            log.info(
+                "calibrating noise: seed program, seed(s) %s of %d",
+                ", ".join(str(k + 1) for k in wave),
+                self.settings.seeds,
+            )
+            results = await asyncio.gather(
+                *(self._calibration_sample(slot, candidate, k) for slot, k in enumerate(wave))
+            )
+            samples.update(zip(wave, results, strict=True))
+        ordered = [samples[k] for k in sorted(samples)]
+        if all(s.ok for s in ordered):
+            self._use(noise_aware.make_calibration(candidate.id, ordered))
             log.info(
                 "noise: %s = %.6g +/- %.3g (sd over %d seeds)",
                 self.archive.objective.name,
                 self.calibration.fitness.mean,
                 self.calibration.fitness.sd,
-                len(samples),
+                len(ordered),
             )
         return noise_aware.summarize(
-            samples,
+            ordered,
             calibration=self.calibration or noise_aware.make_calibration(candidate.id, [first]),
             settings=self.settings,
             own_calibration=True,
         )
+
+    async def _calibration_sample(self, slot: int, candidate: Candidate, k: int) -> Evaluation:
+        """The seed program's k-th extra sample, stored as soon as it is measured."""
+        sample = await self.reevaluate(slot, candidate, k)
+        with self.store.transaction():
+            self.store.add_evaluation(candidate.id, replace(sample, stage=noise_aware.REEVALUATION))
+        return sample
 
     def load(self) -> None:
         """Take the calibration a resumed run stored with its seed program."""

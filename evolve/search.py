@@ -136,6 +136,7 @@ class Search:
                 settings=noise,
                 reevaluate=self._reevaluate,
                 sample_seed=self._sample_seed,
+                slots=backend.slots,
             )
             if noise is not None and noise.enabled
             else None

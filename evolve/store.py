@@ -432,6 +432,11 @@ class Store:
         ).fetchone()
         return None if row is None else _evaluation_of(row)
 
+    def seed_evaluation(self) -> Evaluation | None:
+        """The latest evaluation of the seed program (the candidate with seq 0), or None."""
+        row = self.conn.execute("SELECT id FROM candidates WHERE seq=0").fetchone()
+        return None if row is None else self.evaluation(row[0])
+
     def evaluations_at(self, candidate_id: str, stage: str) -> list[Evaluation]:
         """A candidate's evaluations of one ``stage``, oldest first."""
         rows = self.conn.execute(

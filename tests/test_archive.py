@@ -56,12 +56,23 @@ def test_minimisation_prefers_smaller_values(tmp_path):
 
 
 def test_islands_keep_separate_grids_and_stats(tmp_path):
-    store, archive = make(tmp_path, islands=2)
+    store, archive = make(tmp_path, islands=2, qd_offset=0.0)
     add(store, archive, 0, 1.0, 0.1, island=0)
     assert add(store, archive, 1, 0.5, 0.1, island=1).status == AddStatus.NEW
     stats = archive.stats()
     assert stats["coverage"] == pytest.approx(2 / 8) and stats["qd_score"] == pytest.approx(1.5)
     assert archive.migrant_for(1) == archive.elites(0)[0][2].candidate_id
+
+
+def test_qd_score_counts_gains_over_the_seed_and_never_falls_when_minimising(tmp_path):
+    store, archive = make(tmp_path, direction=Direction.MINIMIZE)
+    scores = []
+    for seq, (fitness, d) in enumerate([(2.0, 0.1), (2.5, 0.4), (1.5, 0.6), (1.8, 0.1), (3.0, 0.9)]):
+        add(store, archive, seq, fitness, d)
+        scores.append(archive.stats()["qd_score"])
+    # seed 2.0; a worse new cell (2.5) adds nothing; 1.5 adds 0.5; 1.8 replaces the seed's cell: +0.2
+    assert scores == pytest.approx([0.0, 0.0, 0.5, 0.7, 0.7])
+    assert archive.stats()["coverage"] == pytest.approx(4 / 4)
 
 
 def test_elites_survive_reopening(tmp_path):

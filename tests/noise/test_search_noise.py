@@ -148,6 +148,21 @@ def test_a_budget_resumed_noisy_run_matches_an_uninterrupted_one(tmp_path):
     assert rows(split) == rows(full)
 
 
+def test_calibration_samples_run_side_by_side_on_the_slots(tmp_path):
+    runner.run(noisy_cfg(3, workers=2, sleep_s=0.5), tmp_path)
+    store = Store(tmp_path / "archive.db", readonly=True)
+    cal = Calibration.from_json(store.get_state(STATE_KEY))
+    extra = store.conn.execute(
+        "SELECT created_at - wall_s, created_at FROM evaluations WHERE candidate=? AND stage=?",
+        (cal.seed_id, REEVALUATION),
+    ).fetchall()
+    store.close()
+    assert cal.fitness.n == SEEDS and len(extra) == SEEDS - 1
+    spans = sorted(extra)
+    overlaps = sum(later[0] < earlier[1] for earlier, later in zip(spans[:-1], spans[1:], strict=True))
+    assert overlaps == (SEEDS - 1) // 2  # waves of two samples, one per slot, one after the other
+
+
 def test_bad_noise_settings_are_config_errors(tmp_path):
     cfg = noisy_cfg(5)
     cfg["noise"]["alpha"] = 2.0

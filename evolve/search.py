@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from evolve import noise as noise_aware
 from evolve.archive import Archive
@@ -33,6 +34,7 @@ from evolve.referee import Referee
 from evolve.store import Store
 from evolve.types import (
     AddResult,
+    AddStatus,
     Candidate,
     CandidateStatus,
     EvalStatus,
@@ -285,6 +287,8 @@ class Search:
             self.emitter.tell(rejected.arm, None)
             self.store.set_state("bandit", self.emitter.state.to_json())
         self._move(None, CandidateStatus.REJECTED)
+        source = "" if rejected.reason.startswith(proposal.operator) else f"{rejected.arm}: "
+        log.info("#%d refused before evaluation: %s%s", seq, source, rejected.reason[:200])
 
     # --- the seed ----------------------------------------------------------------------------------
 
@@ -435,7 +439,11 @@ class Search:
             samples: list[Evaluation] = []
             if self.referee is not None:
                 evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
-            self._record(candidate, evaluation, samples)
+            best_before = self.archive.best()
+            result = self._record(candidate, evaluation, samples)
+            best = self.archive.best()
+            new_best = best is not None and best[0] == candidate.id and best != best_before
+            log.info("%s", evaluation_line(candidate, evaluation, result, self.archive, new_best))
             self._refresh_bar()
             await self._notify()
 
@@ -458,13 +466,16 @@ class Search:
                 candidate.status,
             )
             await self._queue.put(candidate)
-        with tqdm(
-            total=self.settings.max_candidates,
-            initial=self._evaluated(),
-            desc=self.benchmark.name,
-            disable=not self.settings.progress,
-            dynamic_ncols=True,
-        ) as bar:
+        with (
+            logging_redirect_tqdm(),
+            tqdm(
+                total=self.settings.max_candidates,
+                initial=self._evaluated(),
+                desc=self.benchmark.name,
+                disable=not self.settings.progress,
+                dynamic_ncols=True,
+            ) as bar,
+        ):
             self._bar = bar
             self._refresh_bar()
             workers = [
@@ -494,3 +505,27 @@ class Search:
             "SELECT id FROM candidates WHERE operator=? ORDER BY seq LIMIT 1", (SEED_OPERATOR,)
         ).fetchone()
         return row[0]
+
+
+def evaluation_line(
+    candidate: Candidate,
+    evaluation: Evaluation,
+    result: AddResult | None,
+    archive: Archive,
+    new_best: bool,
+) -> str:
+    """One log line per finished evaluation: which candidate, its verdict, and what the archive did."""
+    source = f"{candidate.operator}/{candidate.model}" if candidate.model else candidate.operator
+    wall = f"{evaluation.wall_s:.1f}" if evaluation.wall_s < 10 else f"{evaluation.wall_s:.0f}"
+    head = f"#{candidate.seq} {source} (island {candidate.island}, {wall} s)"
+    if not evaluation.ok:
+        error = str(evaluation.artifacts.get("error") or "").strip().splitlines()
+        return f"{head}: {evaluation.status}: {error[0][:200] if error else 'no error message'}"
+    outcome = {
+        AddStatus.NEW: "fills a new cell",
+        AddStatus.IMPROVE_EXISTING: "improves its cell",
+    }.get(result.status if result else AddStatus.NOT_ADDED, "not kept")
+    samples = evaluation.metrics.get("fitness_n", 1)
+    mean = f" (mean of {samples} seeds)" if samples > 1 else ""
+    verdict = f"{archive.objective.name} = {evaluation.fitness:.6g}{mean}, {outcome}"
+    return f"{head}: {verdict}{', NEW BEST' if new_best else ''}: {candidate.description[:120]}"

@@ -1,5 +1,6 @@
 """The search loop end to end on the toy fitness: budgets, dedup, failures, resume, determinism."""
 
+import logging
 import os
 import random
 import signal
@@ -45,6 +46,29 @@ def test_a_crashing_harness_is_recorded_and_the_run_goes_on(tmp_path):
     failed = store.conn.execute("SELECT id FROM candidates WHERE status='failed' LIMIT 1").fetchone()[0]
     artifacts = store.evaluation(failed).artifacts
     assert "harness bug" in artifacts["error"] and "Traceback" in artifacts["traceback"]
+
+
+def test_every_evaluation_is_logged_with_its_verdict(tmp_path, caplog):
+    cfg = composed(["search.max_candidates=30", "search.workers=1"])
+    with caplog.at_level(logging.INFO, logger="evolve"):
+        summary = runner.run(cfg, tmp_path / "ok")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("#")]
+    store = Store(tmp_path / "ok" / "archive.db", readonly=True)
+    for seq, status in store.conn.execute("SELECT seq, status FROM candidates WHERE seq > 0"):
+        (line,) = [line for line in lines if line.startswith(f"#{seq} ")]
+        assert ("refused before evaluation" in line) == (status == "rejected"), line
+    store.close()
+    bests = [line for line in lines if "NEW BEST" in line]
+    assert bests and f"score = {summary.best:.6g}, " in bests[-1]
+
+    caplog.clear()
+    cfg = composed(["search.max_candidates=4", "search.workers=1"])
+    cfg["benchmark"]["fitness"]["_target_"] = "tests.fixtures.toy.Crashing"
+    with caplog.at_level(logging.INFO, logger="evolve"):
+        runner.run(cfg, tmp_path / "crashing")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("#")]
+    failed = [line for line in lines if "refused before evaluation" not in line]
+    assert len(failed) == 3 and all(": error: RuntimeError: harness bug" in m for m in failed)
 
 
 def test_a_seed_that_fails_its_own_evaluation_stops_the_run_with_the_reason(tmp_path):

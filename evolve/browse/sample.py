@@ -133,13 +133,14 @@ def write_sample_archive(
                 )
                 if seq % 10 == 9:
                     filled = [v for grid in elites for v in grid.values()]
+                    seed_value = next(iter(fitness.values()))  # as Archive.stats: gains over the seed
                     store.add_stats(
                         evaluated=evaluated,
                         failures=failures,
                         cost=cost,
                         best=max((v for _, v in filled), default=float("nan")),
                         coverage=len(filled) / (64 * islands),
-                        qd_score=sum(v for _, v in filled),
+                        qd_score=sum(max(0.0, v - seed_value) for _, v in filled),
                     )
                 seq += 1
     store.finish_run(run_id, status="finished", reason="budget reached")

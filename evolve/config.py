@@ -181,7 +181,10 @@ def search_settings(cfg: Mapping[str, Any]) -> SearchSettings:
     """SearchSettings from the ``search`` node plus the run seed; unknown keys are errors."""
     values = {k: v for k, v in cfg["search"].items() if k != "workers"}
     values["seed"] = int(cfg.get("seed", 0))
-    return _dataclass_from(SearchSettings, values, "search")
+    try:
+        return _dataclass_from(SearchSettings, values, "search")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def workers(cfg: Mapping[str, Any]) -> int | None:

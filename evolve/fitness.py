@@ -190,11 +190,41 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
         if not result.ok:
             break
     assert result is not None
+    if result.ok:
+        result = _with_declared_descriptors(fitness, result)
     return replace(
         result,
         wall_s=time.monotonic() - start,
         seeds=result.seeds or (ctx.seed,),
         hardware=ctx.hardware,
+    )
+
+
+def _with_declared_descriptors(fitness: Fitness, result: Evaluation) -> Evaluation:
+    """``result``, or an ERROR when it lacks a finite value for a descriptor the fitness declares.
+
+    The archive places a candidate by every declared descriptor, so an OK evaluation without
+    one cannot be recorded; failing it here keeps the run going and names the fix.
+    """
+    values = result.descriptors
+    missing = [
+        d.name
+        for d in fitness.descriptors
+        if not isinstance(values.get(d.name), int | float) or not math.isfinite(values[d.name])
+    ]
+    if not missing:
+        return result
+    declared = ", ".join(d.name for d in fitness.descriptors)
+    return replace(
+        result,
+        status=EvalStatus.ERROR,
+        fitness=None,
+        artifacts={
+            **result.artifacts,
+            "error": f"the fitness {type(fitness).__name__} returned no finite value for descriptor(s) "
+            f"{missing} (it declares {declared}; got {dict(values)}): fix its evaluate() to fill "
+            "Evaluation.descriptors",
+        },
     )
 
 

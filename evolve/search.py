@@ -66,6 +66,27 @@ class SearchSettings:
     migration_interval: int = 25
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.max_candidates, int) or self.max_candidates < 1:
+            problems.append(
+                f"search.max_candidates must be a positive integer, got {self.max_candidates!r}"
+            )
+        if self.max_wall_s is not None and not self.max_wall_s > 0:
+            problems.append(
+                f"search.max_wall_s must be positive seconds or null, got {self.max_wall_s!r}"
+            )
+        if not isinstance(self.lookahead, int) or self.lookahead < 0:
+            problems.append(
+                f"search.lookahead must be 0 or a positive integer, got {self.lookahead!r}"
+            )
+        if not isinstance(self.migration_interval, int) or self.migration_interval < 0:
+            problems.append(
+                f"search.migration_interval must be 0 (no migration) or a positive integer, got {self.migration_interval!r}"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+
 
 @dataclass(frozen=True)
 class Summary:

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from evolve import runner
+from evolve.config import ConfigError
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvolveError
 from tests.conftest import REPO, composed
@@ -69,6 +70,40 @@ def test_every_evaluation_is_logged_with_its_verdict(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("#")]
     failed = [line for line in lines if "refused before evaluation" not in line]
     assert len(failed) == 3 and all(": error: RuntimeError: harness bug" in m for m in failed)
+
+
+def test_an_evaluation_without_a_declared_descriptor_fails_alone_and_the_run_goes_on(tmp_path):
+    cfg = composed(["search.max_candidates=5", "search.workers=1"])
+    cfg["benchmark"]["fitness"]["_target_"] = "tests.fixtures.toy.MissingDescriptor"
+    summary = runner.run(cfg, tmp_path / "children")
+    assert summary.evaluated == 5 and summary.failures == 4
+    store = Store(tmp_path / "children" / "archive.db", readonly=True)
+    assert store.integrity_problems() == []
+    errors = [
+        store.evaluation(cid).artifacts["error"]
+        for (cid,) in store.conn.execute("SELECT id FROM candidates WHERE status='failed'")
+    ]
+    store.close()
+    assert len(errors) == 4 and all("descriptor(s) ['b']" in e and "fix its evaluate()" in e for e in errors)
+
+    cfg["benchmark"]["fitness"]["seed_too"] = True
+    with pytest.raises(EvolveError, match=r"(?s)fails its own evaluation.*descriptor\(s\) \['b'\]"):
+        runner.run(cfg, tmp_path / "seed")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("search.lookahead=-1", "search.lookahead must be 0 or a positive integer"),
+        ("search.max_candidates=0", "search.max_candidates must be a positive integer"),
+        ("search.max_wall_s=0", "search.max_wall_s must be positive seconds or null"),
+        ("search.migration_interval=-5", "search.migration_interval must be 0"),
+    ],
+)
+def test_impossible_search_budgets_are_config_errors(tmp_path, override, message):
+    with pytest.raises(ConfigError, match=message):
+        runner.run(composed([override]), tmp_path)
+    assert not (tmp_path / "archive.db").exists()
 
 
 def test_a_seed_that_fails_its_own_evaluation_stops_the_run_with_the_reason(tmp_path):

@@ -45,9 +45,9 @@ class Archive:
         islands: number of islands (>= 1).
         sampler: ``uniform`` over an island's elites or ``rank`` (better elites more likely).
         qd_offset: the baseline of ``qd_score``, in oriented units (larger is better); None
-            means the seed program's. Each elite adds how far it is above it (never below 0),
-            so the QD score grows with coverage and quality whether the objective is
-            maximised or minimised.
+            means the seed program's. Each elite adds how far it is above it (0 if not), so
+            the QD score never falls as cells fill, whether the objective is maximised or
+            minimised; it rises with each elite that beats the baseline.
     """
 
     def __init__(

@@ -36,14 +36,14 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
         if resumed:
             store = Store(run_dir / "archive.db")
             try:
-                first = store.first_run()
+                latest = store.latest_run()
             finally:
                 store.close()
-            if first is None:
+            if latest is None:
                 raise EvolveError(
                     f"{run_dir}/archive.db holds no run yet; start a new run instead of resuming"
                 )
-            cfg = merge_resumed(json.loads(first["config"]), overrides)
+            cfg = merge_resumed(json.loads(latest["config"]), overrides)
         else:
             cfg = with_benchmark_search_defaults(cfg, overrides)
         summary = runner.run(cfg, run_dir, resumed=resumed)

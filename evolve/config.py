@@ -74,14 +74,18 @@ def new_run_dir(resume: str | None, benchmark: str) -> str:
     if resume:
         return str(Path(resume).expanduser().resolve())
     stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    return str(Path("archives") / benchmark / stamp)
+    path, number = Path("archives") / benchmark / stamp, 1
+    while path.exists():  # a run started in the same second: the next free name
+        number += 1
+        path = Path("archives") / benchmark / f"{stamp}-{number}"
+    return str(path)
 
 
 # ./evolve_configs is on Hydra's search path for users' own configs; its absence is normal.
 warnings.filterwarnings("ignore", message=r".*path=evolve_configs is not available")
 
 if not OmegaConf.has_resolver("evolve_run_dir"):
-    OmegaConf.register_new_resolver("evolve_run_dir", new_run_dir)
+    OmegaConf.register_new_resolver("evolve_run_dir", new_run_dir, use_cache=True)
 
 
 # --- targets --------------------------------------------------------------------------------------

@@ -64,11 +64,11 @@ class Referee:
         The extra samples run side by side, one per evaluation slot (the workers have not
         started yet), in waves; a failed sample stops the waves after it.
         """
-        stored = {s.seeds: s for s in noise_aware.reevaluations(self.store, candidate.id)}
+        stored = {s.seeds[0]: s for s in noise_aware.reevaluations(self.store, candidate.id) if s.seeds}
         samples = {0: first}
         missing = []
         for k in range(1, self.settings.seeds):
-            sample = stored.get((self.sample_seed(candidate, k),))
+            sample = stored.get(self.sample_seed(candidate, k))
             if sample is None:
                 missing.append(k)
             else:
@@ -106,6 +106,8 @@ class Referee:
     async def _calibration_sample(self, slot: int, candidate: Candidate, k: int) -> Evaluation:
         """The seed program's k-th extra sample, stored as soon as it is measured."""
         sample = await self.reevaluate(slot, candidate, k)
+        # keyed by its first seed on resume: a fitness may report several seeds, a failure none
+        sample = replace(sample, seeds=sample.seeds or (self.sample_seed(candidate, k),))
         with self.store.transaction():
             self.store.add_evaluation(candidate.id, replace(sample, stage=noise_aware.REEVALUATION))
         return sample

@@ -6,9 +6,11 @@ import asyncio
 import json
 import logging
 import platform
+import time
 from pathlib import Path
 from typing import Any
 
+from evolve import runlock
 from evolve.archive import Archive
 from evolve.backends import LocalBackend
 from evolve.config import ConfigError, build_benchmark, search_settings, workers
@@ -21,6 +23,7 @@ from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.plots import write_plots
 from evolve.search import Search, Summary
 from evolve.store import Store
+from evolve.types import EvolveError
 
 log = logging.getLogger("evolve")
 
@@ -81,13 +84,29 @@ def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary
     backend = make_backend(
         cfg, benchmark
     )  # a backend that cannot start fails before anything is written
-    run_dir.mkdir(parents=True, exist_ok=True)
-    store = Store(run_dir / "archive.db")
     try:
-        return _search(cfg, run_dir, store, backend, benchmark, settings, resumed=resumed)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with runlock.hold(run_dir):
+            store = Store(run_dir / "archive.db")
+            try:
+                if not resumed:
+                    _check_unused(store, run_dir)
+                return _search(cfg, run_dir, store, backend, benchmark, settings, resumed=resumed)
+            finally:
+                store.close()
     finally:
         backend.close()
-        store.close()
+
+
+def _check_unused(store: Store, run_dir: Path) -> None:
+    """A new run refuses an archive that already holds one (``resume=`` continues it instead)."""
+    first = store.first_run()
+    if first is not None:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(first["started_at"]))
+        raise EvolveError(
+            f"{run_dir} already holds a run (started {started}); continue it with resume={run_dir}, "
+            "or start a new run in another directory (hydra.run.dir=...)"
+        )
 
 
 def _search(

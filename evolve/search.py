@@ -57,7 +57,12 @@ class HarnessChanged(EvolveError):
 
 @dataclass(frozen=True, kw_only=True)
 class SearchSettings:
-    """Budgets and concurrency of one run (the ``search`` config group)."""
+    """Budgets and concurrency of one run (the ``search`` config group).
+
+    ``max_wall_s`` counts proposing time: from the seed program's verdict (its evaluation and
+    noise calibration are not counted), and anew on each resume; evaluations in flight when it
+    runs out still finish.
+    """
 
     max_candidates: int = 100
     max_wall_s: float | None = None
@@ -475,8 +480,8 @@ class Search:
         self._check_started_harness()
         self.emitter.state = type(self.emitter.state).from_json(self.store.get_state("bandit"))
         self._load_counts()
-        start = time.monotonic()
         await self._ensure_seed()
+        start = time.monotonic()  # search.max_wall_s counts proposing time, after the seed
         if self.referee is not None and self.referee.calibration is None:
             self.referee.load()
         seed_eval = self.store.evaluation(self._seed_id())

@@ -267,7 +267,15 @@ class Store:
             )
 
     def first_run(self) -> dict[str, Any] | None:
-        cursor = self.conn.execute("SELECT * FROM runs ORDER BY id LIMIT 1")
+        """The row of the run that started this archive, or None."""
+        return self._run_row("ORDER BY id LIMIT 1")
+
+    def latest_run(self) -> dict[str, Any] | None:
+        """The row of the latest start or resume, whose config carries the budgets last given."""
+        return self._run_row("ORDER BY id DESC LIMIT 1")
+
+    def _run_row(self, order: str) -> dict[str, Any] | None:
+        cursor = self.conn.execute(f"SELECT * FROM runs {order}")
         names = [c[0] for c in cursor.description]
         rows = [dict(zip(names, row, strict=True)) for row in cursor]
         return rows[0] if rows else None

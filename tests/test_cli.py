@@ -84,6 +84,20 @@ def test_resume_refuses_a_different_benchmark(tmp_path):
     assert result.returncode != 0 and "cannot change" in result.stderr
 
 
+def test_a_plain_resume_keeps_the_budget_given_at_the_last_resume(tmp_path):
+    assert evolve_cli("search.max_candidates=3", "search.progress=false", f"hydra.run.dir={tmp_path}").returncode == 0
+    raised = evolve_cli(f"resume={tmp_path}", "search.max_candidates=5", "search.progress=false")
+    assert raised.returncode == 0 and "reached search.max_candidates=5" in raised.stdout
+    again = evolve_cli(f"resume={tmp_path}", "search.progress=false")
+    assert again.returncode == 0 and "reached search.max_candidates=5): 5 evaluated" in again.stdout
+
+
+def test_a_new_run_in_a_used_directory_is_refused_with_the_resume_command(tmp_path):
+    assert evolve_cli(*FAST, f"hydra.run.dir={tmp_path}").returncode == 0
+    result = evolve_cli(*FAST, f"hydra.run.dir={tmp_path}", "seed=5")
+    assert result.returncode != 0 and f"continue it with resume={tmp_path}" in result.stderr
+
+
 def test_a_non_editable_install_runs_from_another_directory(tmp_path):
     target = tmp_path / "site"
     subprocess.run(

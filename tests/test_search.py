@@ -7,11 +7,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from evolve import runner
-from evolve.config import ConfigError
+from evolve import runlock, runner
+from evolve.config import ConfigError, new_run_dir
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvolveError
 from tests.conftest import REPO, composed
@@ -205,3 +206,28 @@ def test_kill_9_then_resume_reproduces_the_uninterrupted_sequence(tmp_path):
         kill_at_random(interrupted, rng, *budget)
     finish(interrupted, *budget)
     assert sequence(interrupted) == sequence(tmp_path / "straight")
+
+
+def test_one_writer_per_run_directory(tmp_path):
+    cfg = composed(["search.max_candidates=3", "search.workers=1"])
+    runner.run(cfg, tmp_path)
+    with pytest.raises(EvolveError, match="already holds a run .*continue it with resume="):
+        runner.run(cfg, tmp_path)  # a new run into a finished run's directory
+    busy = pytest.raises(runlock.RunDirectoryBusy, match=f"in use by evolve pid {os.getpid()}")
+    with runlock.hold(tmp_path), busy:  # the lock as a running search holds it
+        runner.run(composed(["search.max_candidates=6"]), tmp_path, resumed=True)
+    summary = runner.run(composed(["search.max_candidates=6"]), tmp_path, resumed=True)
+    assert summary.evaluated == 6
+    store = Store(tmp_path / "archive.db", readonly=True)
+    evaluated = "SELECT COUNT(*) FROM candidates WHERE status IN ('done', 'failed')"
+    assert store.integrity_problems() == [] and store.conn.execute(evaluated).fetchone()[0] == 6
+    store.close()
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = Path(new_run_dir(None, "toy"))
+    first.mkdir(parents=True)
+    second = Path(new_run_dir(None, "toy"))
+    assert second != first and second.parent == first.parent
+    assert second.name.startswith(first.name[:16])

@@ -163,6 +163,13 @@ def test_calibration_samples_run_side_by_side_on_the_slots(tmp_path):
     assert overlaps == (SEEDS - 1) // 2  # waves of two samples, one per slot, one after the other
 
 
+def test_the_wall_clock_budget_starts_after_the_seeds_calibration(tmp_path):
+    cfg = noisy_cfg(20, sleep_s=0.3)  # the calibration alone takes SEEDS x 0.3 s
+    cfg["search"]["max_wall_s"] = 0.2
+    summary = runner.run(cfg, tmp_path)
+    assert summary.reason == "reached search.max_wall_s=0.2" and summary.evaluated >= 2
+
+
 def test_bad_noise_settings_are_config_errors(tmp_path):
     cfg = noisy_cfg(5)
     cfg["noise"]["alpha"] = 2.0

@@ -17,7 +17,7 @@ from typing import Any
 from evolve.archive import Archive, parent_from_store
 from evolve.fitness import Benchmark
 from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
-from evolve.types import AddResult, AddStatus, EdgeRole, Proposal
+from evolve.types import AddResult, AddStatus, EdgeRole, EvolveError, Proposal
 
 SELECTIONS = ("bandit", "weights")
 
@@ -153,7 +153,14 @@ class Emitter:
             seq=seq,
         )
         try:
-            proposal = await operator.propose(request)
+            try:
+                proposal = await operator.propose(request)
+            except (OperatorRejected, EvolveError):
+                raise
+            except Exception as exc:  # e.g. a parent whose text an operator cannot read
+                raise OperatorRejected(
+                    f"{operator.name} failed on its parents: {type(exc).__name__}: {exc}"
+                ) from exc
         except OperatorRejected as rejected:
             role = EdgeRole.CROSSOVER if operator.arity > 1 else EdgeRole.MUTATION
             rejected.arm = key

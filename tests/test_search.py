@@ -231,3 +231,21 @@ def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, mon
     second = Path(new_run_dir(None, "toy"))
     assert second != first and second.parent == first.parent
     assert second.name.startswith(first.name[:16])
+
+
+def test_a_parent_that_an_operator_cannot_read_is_a_rejection_not_a_crash(tmp_path):
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    # blocks unreadable by the tweak operator: a START marker that is never closed
+    (seed / "params.py").write_text("# EVOLVE-BLOCK-START\nA = 1.0\nB = 4\nC = 0.5\n")
+    cfg = composed(["search.max_candidates=4", "search.workers=1"])
+    cfg["benchmark"]["seed"] = str(seed)
+    summary = runner.run(cfg, tmp_path / "run")
+    assert summary.evaluated == 1 and summary.reason.startswith("50 proposals in a row were rejected")
+    store = Store(tmp_path / "run" / "archive.db", readonly=True)
+    reasons = [
+        store.evaluation(cid).artifacts["error"]
+        for (cid,) in store.conn.execute("SELECT id FROM candidates WHERE status='rejected'")
+    ]
+    store.close()
+    assert any("tweak failed on its parents: EditError" in r for r in reasons), reasons

@@ -88,8 +88,16 @@ def replace_blocks(text: str, bodies: list[str]) -> str:
 
 
 def check_file_edit(path: str, old: str, new: str) -> None:
-    """Raise EditError when ``new`` changes ``old`` outside its EVOLVE-BLOCKs."""
+    """Raise EditError when ``new`` changes ``old`` outside its EVOLVE-BLOCKs.
+
+    A file without blocks is editable as a whole, but may not gain block markers: operators
+    read a candidate's blocks, and a half-written marker would make it unreadable to them.
+    """
     if not blocks(old):
+        if START in new or END in new:
+            raise EditError(
+                f"{path}: the edit adds EVOLVE-BLOCK markers to a file that has none; edit the code only"
+            )
         return
     try:
         before, after = outside(old), outside(new)

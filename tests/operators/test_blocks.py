@@ -44,6 +44,15 @@ def test_file_without_blocks_is_editable_as_a_whole():
     check_edit({"a.py": "x = 1\n"}, {"a.py": "y = 2\n"}, lambda p: True)
 
 
+@pytest.mark.parametrize(
+    "marked",
+    ["# EVOLVE-BLOCK-START\nx = 2\n", "# EVOLVE-BLOCK-START\nx = 2\n# EVOLVE-BLOCK-END\n"],
+)
+def test_a_file_without_blocks_may_not_gain_markers(marked):
+    with pytest.raises(EditError, match="adds EVOLVE-BLOCK markers to a file that has none"):
+        check_edit({"a.py": "x = 1\n"}, {"a.py": marked}, lambda p: True)
+
+
 def test_normalized_hash_ignores_comments_and_blank_lines_but_not_indentation():
     a = {"m.py": "x = 1  # one\nif x:\n    y = 2\n"}
     assert normalized_hash(a) == normalized_hash({"m.py": "x = 1\n\n# note\nif x:\n    y = 2\n"})

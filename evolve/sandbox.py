@@ -347,22 +347,28 @@ def run(
         os.close(report_r)
         raise
     os.close(report_w)
-    report = _read_report(report_r)
-    ns = report.pop("ns", None)
-    ns_fd = _hold_namespace(proc.pid, ns)
-    if ns_fd is None:
-        ns = None  # an id no longer held may already name another sandbox's namespace
-    _warn_once(report)
-    if stdin is not None:
-        threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
-    out, err, timed_out, truncated = _read_capped(
-        proc, start + limits.timeout_s, limits.output_bytes
-    )
-    if not timed_out:
-        try:
-            proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+    ns: str | None = None
+    try:
+        report = _read_report(report_r)
+        ns = report.pop("ns", None)
+        ns_fd = _hold_namespace(proc.pid, ns)
+        if ns_fd is None:
+            ns = None  # an id no longer held may already name another sandbox's namespace
+        _warn_once(report)
+        if stdin is not None:
+            threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
+        out, err, timed_out, truncated = _read_capped(
+            proc, start + limits.timeout_s, limits.output_bytes
+        )
+        if not timed_out:
+            try:
+                proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    except BaseException:  # this process is being stopped (SIGTERM, Ctrl-C): take the tree along
+        _kill_all(proc.pid, marker, ns)
+        proc.wait()
+        raise
     if timed_out:
         _signal_tree(proc.pid, marker, ns, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):

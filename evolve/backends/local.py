@@ -11,14 +11,19 @@ replaced.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
+import signal
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
 from evolve.backends.base import HARNESS_GRACE_S, Job, run_job
 from evolve.fitness import Fitness
 from evolve.types import EvalStatus, Evaluation
+
+STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxed processes
 
 
 def visible_gpus() -> list[str]:
@@ -55,9 +60,13 @@ def gpu_groups(gpus_per_eval: int, workers: int | None) -> list[str | None]:
 
 
 def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
-    """A slot's worker: evaluate each job received on ``conn`` until the driver hangs up."""
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    """A slot's worker: evaluate each job received on ``conn`` until the driver hangs up.
+
+    Ctrl-C is the driver's to handle; SIGTERM (the driver discarding this worker) unwinds the
+    job, so the sandbox kills the candidate's process tree and the job's folders are removed.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     while True:
         try:
             job = conn.recv()
@@ -66,7 +75,28 @@ def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
         conn.send(run_job(fitness, job, gpu))
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 # --- driver side ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _gpus_inherited(gpu: str | None) -> Iterator[None]:
+    """Within the block, this process's CUDA_VISIBLE_DEVICES is ``gpu`` (unchanged when None)."""
+    if gpu is None:
+        yield
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 class _Worker:
@@ -75,7 +105,8 @@ class _Worker:
     def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}")
-        self.process.start()
+        with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
+            self.process.start()
         child.close()
 
     async def call(self, job: Job, timeout_s: float) -> Evaluation:
@@ -91,8 +122,12 @@ class _Worker:
         return self.conn.recv()  # EOFError when the worker died instead of answering
 
     def kill(self) -> None:
-        self.process.kill()
-        self.process.join()
+        """Stop the worker: SIGTERM lets it clean up its sandbox; SIGKILL if it does not exit."""
+        self.process.terminate()
+        self.process.join(STOP_GRACE_S)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
         self.conn.close()
 
 

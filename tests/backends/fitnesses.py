@@ -202,3 +202,26 @@ class GpuProbe(Traced):
             "candidate_cuda_visible_devices": child.stdout.strip() or child.tail(500),
         }
         return replace(scored, metrics=metrics, artifacts=artifacts)
+
+
+class Outlasting:
+    """Runs a sandboxed sleeper tagged ``tag`` that outlives the driver's deadline, and reports its GPU env."""
+
+    objective = Objective(name="score", direction=Direction.MAXIMIZE)
+    descriptors = ()
+    visible_at_import = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        if self.tag == "report":
+            seen = {"at_import": type(self).visible_at_import, "at_eval": os.environ.get("CUDA_VISIBLE_DEVICES")}
+            return Evaluation(status=EvalStatus.OK, fitness=0.0, artifacts={"seen": json.dumps(seen)})
+        result = run_sandboxed(
+            [sys.executable, "-c", f"import time; time.sleep(120)  # {self.tag}"],
+            cwd=workdir,
+            limits=Limits(timeout_s=300),
+            env=ctx.env(),
+        )
+        return sandbox_failure(result) or Evaluation(status=EvalStatus.OK, fitness=1.0)

@@ -168,6 +168,19 @@ def test_the_budget_stops_calls_before_they_can_exceed_it(scripted, store) -> No
     )
 
 
+def test_the_budget_counts_the_answer_cap_that_llm_params_sends(scripted, store) -> None:
+    scripted_provider.register_price(input_per_token=0.0, output_per_token=1e-6)
+    scripted.queue("priced", {"answer": "long", "tokens_out": 180_000})
+    client = LLMClient(
+        settings(model=scripted_provider.PRICED, max_cost_usd=0.05, max_tokens=100, params={"max_tokens": 200_000}),
+        store=store,
+    )
+    assert client.worst_case_cost(scripted_provider.PRICED, MESSAGES) >= 200_000 * 1e-6
+    with pytest.raises(BudgetExceeded, match="could cost up to"):
+        run(client.complete(scripted_provider.PRICED, MESSAGES, sample=0, prompt_hash="p"))
+    assert scripted.requests == [] and client.spent() == 0
+
+
 def test_a_zero_budget_allows_no_call(scripted, store) -> None:
     client = LLMClient(settings(max_cost_usd=0), store=store)
     with pytest.raises(BudgetExceeded):

@@ -68,13 +68,13 @@ class LLMClient:
     # --- budget ------------------------------------------------------------------------------------
 
     def worst_case_cost(self, model: str, messages: Messages) -> float:
-        """The most one call could cost: its prompt plus ``max_tokens`` of answer (0 if unpriced)."""
+        """The most one call could cost: its prompt plus the answer cap as sent (0 if unpriced)."""
         lit = litellm()
         try:
             tokens_in = int(lit.token_counter(model=model, messages=list(messages)))
         except Exception:
             tokens_in = sum(len(str(m.get("content", ""))) for m in messages) // 3
-        tokens_out = self.settings.max_tokens
+        tokens_out = self.settings.answer_cap()
         if self.settings.pricing is not None:
             return self.settings.pricing.cost(tokens_in, tokens_out)
         try:

@@ -80,6 +80,12 @@ class LLMSettings:
         """The parameters that shape an answer (part of the response cache key)."""
         return {"temperature": self.temperature, "max_tokens": self.max_tokens, **dict(self.params)}
 
+    def answer_cap(self) -> int:
+        """The most answer tokens a call may get, as sent (``llm.params`` may raise ``max_tokens``)."""
+        sent = self.sampling()
+        caps = [sent.get(key) for key in ("max_tokens", "max_completion_tokens")]
+        return max(int(cap) for cap in caps if cap is not None)
+
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> LLMSettings:
         """Build from the ``llm`` group (a plain mapping); unknown keys are an error."""

@@ -31,8 +31,8 @@ class Literal:
 
 def literals(code: str) -> list[Literal]:
     """Numeric literals (ints and floats, no complex) of a piece of Python code, in order."""
-    offsets = [0]
-    for line in code.splitlines(keepends=True):
+    offsets = [0]  # lines as the tokenizer counts them: split at "\n" only (not at form feeds)
+    for line in io.StringIO(code).readlines():
         offsets.append(offsets[-1] + len(line))
     found = []
     try:

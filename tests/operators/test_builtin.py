@@ -37,6 +37,16 @@ def test_literals_skip_strings_and_find_floats_and_ints():
     assert [lit.text for lit in literals('A = 1\nB = 2.5e-3\nC = "7"\n')] == ["1", "2.5e-3"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    ["# tunables \x0c page break\nWIDTH = 100\nHEIGHT = 250\n", "A = 1\u2028B = 2\nC = 3\n", "X = 1\r\nY = 22\r\n"],
+    ids=["form-feed", "line-separator", "crlf"],
+)
+def test_literal_offsets_hold_past_characters_that_split_lines_for_python_but_not_the_tokenizer(body):
+    found = literals(body)
+    assert found and all(body[lit.start : lit.end] == lit.text for lit in found)
+
+
 def test_perturb_keeps_types_and_powers_of_two():
     rng = random.Random(1)
     for _ in range(200):

@@ -235,6 +235,17 @@ def test_offline_replay_from_another_archive(scripted, store, tmp_path) -> None:
     assert len(scripted.requests) == 1
 
 
+def test_online_replay_serves_only_answers_to_the_same_prompt(scripted, store, tmp_path) -> None:
+    scripted.queue("m", "answer to the first prompt", "a fresh answer")
+    run(LLMClient(settings(), store=store).complete("scripted/m", MESSAGES, sample=0, prompt_hash="p"))
+    client = LLMClient(settings(replay_from=str(tmp_path / "archive.db")), store=Store(tmp_path / "online.db"))
+    same = run(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p"))
+    assert same.text == "answer to the first prompt" and same.cached and len(scripted.requests) == 1
+    other = [{"role": "user", "content": "a different prompt"}]
+    changed = run(client.complete("scripted/m", other, sample=0, prompt_hash="q"))
+    assert changed.text == "a fresh answer" and not changed.cached and len(scripted.requests) == 2
+
+
 def test_settings_reject_what_they_do_not_know() -> None:
     with pytest.raises(LLMConfigError, match="unknown llm settings"):
         LLMSettings.from_config({"model": "x/y", "temprature": 0.2})

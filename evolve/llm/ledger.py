@@ -117,10 +117,11 @@ class Ledger:
     def lookup(self, key: str, *, same_request: bool = False) -> Recorded | None:
         """The first successful answer recorded for ``key``: in this archive, else the replay archive.
 
-        With ``same_request``, an answer recorded for the same model, parameters and sample
-        index but a different prompt also counts (offline replay, where measured numbers
-        in the prompt differ from the recorded run's). The replay archive is always
-        searched that way: replaying a run means serving each proposal its recorded answer.
+        With ``same_request`` (offline replay), an answer recorded for the same model,
+        parameters and sample index but a different prompt also counts: measured numbers in
+        the prompt differ from the recorded run's, and replaying a run means serving each
+        proposal its recorded answer. Online, only the exact request matches, in either
+        archive: a changed prompt gets a new call, never another prompt's answer.
         """
         columns = "SELECT id, response, tokens_in, tokens_out FROM llm_calls "
         ok = "AND error IS NULL AND response IS NOT NULL ORDER BY id LIMIT 1"
@@ -135,7 +136,7 @@ class Ledger:
             (self.store.conn, "archive", [exact, loose] if same_request else [exact])
         ]
         if self._replay is not None:
-            sources.append((self._replay, str(self.replay_path), [exact, loose]))
+            sources.append((self._replay, str(self.replay_path), [exact, loose] if same_request else [exact]))
         for conn, source, queries in sources:
             for sql, args in queries:
                 row = conn.execute(sql, args).fetchone()

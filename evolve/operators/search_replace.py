@@ -83,6 +83,18 @@ def _path_hint(lines: Sequence[str], known: Sequence[str]) -> str | None:
     return None
 
 
+def _divider(candidates: list[int], lines: list[str]) -> int | None:
+    """The divider among the ======= lines of a block: the only one, or the only unindented one.
+
+    Code inside a SEARCH or REPLACE section may hold such lines (a heading underline in a
+    docstring); they are told apart from the divider by their indentation.
+    """
+    if len(candidates) == 1:
+        return candidates[0]
+    flush = [j for j in candidates if not lines[j][:1].isspace()]
+    return flush[0] if len(flush) == 1 else None
+
+
 def parse_search_replace(
     answer: str, known_paths: Sequence[str] = ()
 ) -> tuple[list[SearchReplace], list[str]]:
@@ -102,21 +114,27 @@ def parse_search_replace(
             continue
         start = i
         hint = _path_hint(lines[since:start], known_paths)
-        divider = _next_marker(lines, start + 1, _DIVIDER)
-        if divider is None or _SEARCH.match(lines[divider]):
-            problems.append(
-                f"block {len(found) + len(problems) + 1}: SEARCH without a ======= divider line"
-            )
-            i = start + 1 if divider is None else divider
-            since = i
-            continue
-        end = _next_marker(lines, divider + 1, _REPLACE)
+        number = len(found) + len(problems) + 1
+        end = _next_marker(lines, start + 1, _REPLACE)
+        stop = len(lines) if end is None else end
+        dividers = [j for j in range(start + 1, stop) if _DIVIDER.match(lines[j])]
         if end is None or _SEARCH.match(lines[end]):
+            what = "no closing >>>>>>> REPLACE line" if dividers else "SEARCH without a ======= divider line"
+            problems.append(f"block {number}: {what}")
+            i = since = start + 1 if end is None else end
+            continue
+        divider = _divider(dividers, lines)
+        if divider is None:
             problems.append(
-                f"block {len(found) + len(problems) + 1}: no closing >>>>>>> REPLACE line"
+                f"block {number}: "
+                + (
+                    "SEARCH without a ======= divider line"
+                    if not dividers
+                    else "several ======= lines between SEARCH and REPLACE; put the divider at the "
+                    "start of its line and indent any ======= line of the code"
+                )
             )
-            i = divider + 1 if end is None else end
-            since = i
+            i = since = end + 1
             continue
         search = _strip_fence_lines(lines[start + 1 : divider])
         replace = _strip_fence_lines(lines[divider + 1 : end])

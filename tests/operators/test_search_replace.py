@@ -120,6 +120,19 @@ def test_unterminated_blocks_are_reported() -> None:
     assert not blocks and "divider" in problems[0]
 
 
+def test_an_indented_heading_underline_in_the_code_is_not_the_divider() -> None:
+    program = 'def solve(n):\n    """Solve it.\n\n    Notes\n    =======\n    greedy\n    """\n    return n * 2\n'
+    answer = block('    Notes\n    =======\n    greedy\n    """\n    return n * 2', '    Notes\n    =======\n    greedy\n    """\n    return n * 3')
+    result = apply_search_replace({"main.py": program}, answer, everything)
+    assert result.applied == 1 and not result.problems
+    assert result.files["main.py"] == program.replace("n * 2", "n * 3")
+
+
+def test_several_unindented_dividers_are_refused_as_ambiguous() -> None:
+    blocks, problems = parse_search_replace(block("x = 1\n=======\ny = 2", "x = 3"))
+    assert not blocks and "several ======= lines" in problems[0]
+
+
 def test_the_file_named_before_a_block_is_used() -> None:
     files = {"a.py": "v = 1\n", "b.py": "v = 1\n"}
     answer = "### File: `b.py`\n" + block("v = 1", "v = 2")

@@ -181,22 +181,21 @@ class Rewrite(LLMOperator):
     ) -> dict[str, str]:
         base = dict(parents[0].candidate.files)
         editable = sorted(p for p in base if request.benchmark.is_editable(p))
+        if parse_search_replace(answer, list(base))[0]:  # SEARCH/REPLACE blocks, fenced or not
+            return apply_blocks(base, answer, request)
         code_blocks = fenced_blocks(answer)
         if not code_blocks:
-            if parse_search_replace(answer, list(base))[
-                0
-            ]:  # the model answered with blocks: take them
-                return apply_blocks(base, answer, request)
             raise OperatorRejected(
                 "the answer has no fenced code block with a new file", answer=answer
             )
         files = dict(base)
         unnamed = [code for hint, code in code_blocks if _match(hint, base) is None]
-        named = [
-            (_match(hint, base), code)
-            for hint, code in code_blocks
-            if _match(hint, base) is not None
-        ]
+        longest: dict[str, str] = {}  # a file named twice: the whole file, not a snippet of it
+        for hint, code in code_blocks:
+            path = _match(hint, base)
+            if path is not None and len(code) > len(longest.get(path, "")):
+                longest[path] = code
+        named = list(longest.items())
         if not named and len(editable) == 1 and unnamed:
             named = [(editable[0], max(unnamed, key=len))]
         if not named:

@@ -253,6 +253,26 @@ def test_rewrite_accepts_search_replace_blocks_too(scripted, client, tmp_path) -
     assert "0.09" in proposal.files["main.py"]
 
 
+def test_rewrite_takes_fenced_search_replace_blocks_as_blocks(scripted, client, tmp_path) -> None:
+    scripted.queue("m", "I make them bigger.\n\nmain.py\n```python\n" + GOOD.strip() + "\n```\n")
+    proposal = propose(
+        Rewrite(client=client, model="scripted/m"), request(tmp_path, [parent(FILES)])
+    )
+    assert "0.09" in proposal.files["main.py"] and "SEARCH" not in proposal.files["main.py"]
+
+
+def test_rewrite_of_a_file_named_twice_takes_the_whole_file_not_the_snippet(
+    scripted, client, tmp_path
+) -> None:
+    new = PROGRAM.replace("    return [0.05] * n", "    return [0.07] * n")
+    snippet = "    return [0.07] * n\n"
+    scripted.queue("m", f"main.py\n```python\n{new}```\n\nThe key change in main.py:\n```python\n{snippet}```\n")
+    proposal = propose(
+        Rewrite(client=client, model="scripted/m"), request(tmp_path, [parent(FILES)])
+    )
+    assert proposal.files["main.py"] == new
+
+
 def test_templates_render_strictly() -> None:
     with pytest.raises(jinja2.UndefinedError, match="objective"):
         render("system.md.j2", direction="higher is better", editable=["main.py"])

@@ -85,3 +85,9 @@ def test_commands_must_be_configured_and_executable() -> None:
 def test_offline_replay_needs_no_key(monkeypatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert check(model="openai/gpt-4o-mini", offline=True) == []
+
+
+def test_offline_replay_needs_no_command_program() -> None:
+    assert check(model="command/me", commands={"me": "/no/such/binary --flag"}, offline=True) == []
+    with pytest.raises(PreflightError, match="set llm.commands.me="):
+        check(model="command/me", offline=True)  # the model must still name a configured command

@@ -35,7 +35,7 @@ async def preflight(settings: LLMSettings, *, probe_timeout_s: float = 5.0) -> l
     warnings: list[str] = []
     for model, _weight in settings.models:
         if model.startswith("command/"):
-            _check_command(model, settings)
+            _check_command(model, settings, runnable=not settings.offline)
             continue
         try:
             _name, provider, _key, default_base = lit.get_llm_provider(
@@ -90,7 +90,8 @@ def _priced(model: str) -> bool:
     return cost_in + cost_out > 0
 
 
-def _check_command(model: str, settings: LLMSettings) -> None:
+def _check_command(model: str, settings: LLMSettings, *, runnable: bool) -> None:
+    """The model names a configured command; with ``runnable``, its program exists too."""
     name = model.split("/", 1)[1]
     argv = settings.commands.get(name)
     if argv is None:
@@ -100,7 +101,7 @@ def _check_command(model: str, settings: LLMSettings) -> None:
             f"set llm.commands.{name}='<command line reading the prompt on stdin>'"
         )
     program = argv[0]
-    if not (shutil.which(program) or (Path(program).is_file() and os.access(program, os.X_OK))):
+    if runnable and not (shutil.which(program) or (Path(program).is_file() and os.access(program, os.X_OK))):
         raise PreflightError(
             f"llm.commands.{name}: {program!r} is not an executable on PATH or a path to one; fix the command line"
         )

@@ -64,7 +64,9 @@ class Referee:
         The extra samples run side by side, one per evaluation slot (the workers have not
         started yet), in waves; a failed sample stops the waves after it.
         """
-        stored = {s.seeds[0]: s for s in noise_aware.reevaluations(self.store, candidate.id) if s.seeds}
+        stored = {
+            s.seeds[0]: s for s in noise_aware.reevaluations(self.store, candidate.id) if s.seeds
+        }
         samples = {0: first}
         missing = []
         for k in range(1, self.settings.seeds):
@@ -131,10 +133,7 @@ class Referee:
         assert isinstance(judge, noise_aware.NoiseJudge)
         if not first.ok:
             return first, []
-        try:
-            elite = self.archive.incumbent(candidate.island, self.archive.cell_of(first))
-        except KeyError:  # missing descriptors: the archive reports it when the result is added
-            return first, []
+        elite = self.archive.incumbent(candidate.island, self.archive.cell_of(first))
         samples, p = [first], None
         while elite is None and len(samples) < self.settings.new_cell_seeds and samples[-1].ok:
             samples.append(await self.reevaluate(slot, candidate, len(samples)))

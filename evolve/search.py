@@ -469,7 +469,12 @@ class Search:
             result = self._record(candidate, evaluation, samples)
             best = self.archive.best()
             new_best = best is not None and best[0] == candidate.id and best != best_before
-            log.info("%s", evaluation_line(candidate, evaluation, result, self.archive, new_best))
+            log.info(
+                "%s",
+                evaluation_line(
+                    candidate, evaluation, result, self.archive.objective.name, new_best
+                ),
+            )
             self._refresh_bar()
             await self._notify()
 
@@ -484,7 +489,7 @@ class Search:
         start = time.monotonic()  # search.max_wall_s counts proposing time, after the seed
         if self.referee is not None and self.referee.calibration is None:
             self.referee.load()
-        seed_eval = self.store.evaluation(self._seed_id())
+        seed_eval = self.store.seed_evaluation()
         for candidate in self.store.pending():
             log.info(
                 "re-queueing %s (it was %s when the last run stopped)",
@@ -526,18 +531,19 @@ class Search:
             seed_fitness=seed_eval.fitness if seed_eval else None,
         )
 
-    def _seed_id(self) -> str:
-        row = self.store.conn.execute(
-            "SELECT id FROM candidates WHERE operator=? ORDER BY seq LIMIT 1", (SEED_OPERATOR,)
-        ).fetchone()
-        return row[0]
+
+OUTCOMES = {
+    AddStatus.NEW: "fills a new cell",
+    AddStatus.IMPROVE_EXISTING: "improves its cell",
+    AddStatus.NOT_ADDED: "not kept",
+}
 
 
 def evaluation_line(
     candidate: Candidate,
     evaluation: Evaluation,
     result: AddResult | None,
-    archive: Archive,
+    objective: str,
     new_best: bool,
 ) -> str:
     """One log line per finished evaluation: which candidate, its verdict, and what the archive did."""
@@ -547,11 +553,8 @@ def evaluation_line(
     if not evaluation.ok:
         error = str(evaluation.artifacts.get("error") or "").strip().splitlines()
         return f"{head}: {evaluation.status}: {error[0][:200] if error else 'no error message'}"
-    outcome = {
-        AddStatus.NEW: "fills a new cell",
-        AddStatus.IMPROVE_EXISTING: "improves its cell",
-    }.get(result.status if result else AddStatus.NOT_ADDED, "not kept")
+    outcome = OUTCOMES[result.status if result else AddStatus.NOT_ADDED]
     samples = evaluation.metrics.get("fitness_n", 1)
     mean = f" (mean of {samples} seeds)" if samples > 1 else ""
-    verdict = f"{archive.objective.name} = {evaluation.fitness:.6g}{mean}, {outcome}"
+    verdict = f"{objective} = {evaluation.fitness:.6g}{mean}, {outcome}"
     return f"{head}: {verdict}{', NEW BEST' if new_best else ''}: {candidate.description[:120]}"

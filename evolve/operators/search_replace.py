@@ -114,27 +114,23 @@ def parse_search_replace(
             continue
         start = i
         hint = _path_hint(lines[since:start], known_paths)
-        number = len(found) + len(problems) + 1
         end = _next_marker(lines, start + 1, _REPLACE)
+        closed = end is not None and not _SEARCH.match(lines[end])
         stop = len(lines) if end is None else end
         dividers = [j for j in range(start + 1, stop) if _DIVIDER.match(lines[j])]
-        if end is None or _SEARCH.match(lines[end]):
-            what = "no closing >>>>>>> REPLACE line" if dividers else "SEARCH without a ======= divider line"
-            problems.append(f"block {number}: {what}")
-            i = since = start + 1 if end is None else end
-            continue
-        divider = _divider(dividers, lines)
-        if divider is None:
-            problems.append(
-                f"block {number}: "
-                + (
-                    "SEARCH without a ======= divider line"
-                    if not dividers
-                    else "several ======= lines between SEARCH and REPLACE; put the divider at the "
+        divider = _divider(dividers, lines) if closed else None
+        if end is None or divider is None:
+            if not dividers:
+                what = "SEARCH without a ======= divider line"
+            elif not closed:
+                what = "no closing >>>>>>> REPLACE line"
+            else:
+                what = (
+                    "several ======= lines between SEARCH and REPLACE; put the divider at the "
                     "start of its line and indent any ======= line of the code"
                 )
-            )
-            i = since = end + 1
+            problems.append(f"block {len(found) + len(problems) + 1}: {what}")
+            i = since = end + 1 if closed else (start + 1 if end is None else end)
             continue
         search = _strip_fence_lines(lines[start + 1 : divider])
         replace = _strip_fence_lines(lines[divider + 1 : end])

@@ -1,17 +1,17 @@
-"""Linux isolation for sandboxed commands: namespaces, Landlock, read-only binds, no capabilities.
+"""Linux isolation for sandboxed commands: namespaces, private layers, Landlock, no capabilities.
 
 ``plan()`` runs in the parent and resolves a ``Policy`` into paths and flags; ``apply()``
 runs in the child between fork and exec and reports, key by key, what it really applied.
 Each protection degrades on its own when the platform refuses it, and the report says so
-(values starting with ``NOT``); ``Policy(strict=True)`` refuses to run instead.
+(values starting with ``NOT``); ``Policy(strict=True)`` refuses to run instead. Landlock
+lives in ``evolve.landlock``, private layers and the keyring filter in ``evolve.channels``.
 
-Facts used (Linux man pages and the kernel's Landlock documentation):
-- ``unshare(CLONE_NEWNET)`` needs CAP_SYS_ADMIN; unprivileged users get it inside a new user
-  namespace (``CLONE_NEWUSER``) that maps only their own uid and gid.
-- Landlock (Linux >= 5.13) restricts filesystem access of the calling thread and its
-  descendants; ABI 4 adds TCP bind/connect, ABI 6 scopes signals and abstract unix sockets.
-  A Landlocked process cannot ptrace (nor read ``/proc/<pid>/environ`` of) processes outside
-  its domain, nor change its mounts.
+Facts used (Linux man pages):
+- ``unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC)`` needs CAP_SYS_ADMIN; unprivileged
+  users get it inside a new user namespace (``CLONE_NEWUSER``) mapping only their own ids.
+- An IPC namespace has its own System V IPC objects and POSIX message queues
+  (``ipc_namespaces(7)``); a network namespace has its own abstract unix socket names
+  (``unix(7)``).
 - A process whose capability bounding set is empty gains no capability at execve, even as root.
 """
 
@@ -31,23 +31,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-_libc = ctypes.CDLL(None, use_errno=True)
+from evolve import channels, landlock
+from evolve.channels import check as _check
+from evolve.channels import libc as _libc
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWIPC = 0x08000000
+SCRATCH = ("/tmp", "/var/tmp")  # shared scratch folders given a private layer
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
 MS_REC, MS_PRIVATE = 16384, 1 << 18
 _KEEP_MOUNT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # ST_* -> MS_*
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
-LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1
-FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1, 2, 4, 8
-FS_REFER, FS_TRUNCATE = 1 << 13, 1 << 14
-FS_ABI1_ALL = (1 << 13) - 1  # execute .. make_sym
-FS_READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-FS_FILE_ONLY = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE
-NET_TCP = 1 | 2  # bind | connect
-SCOPE_ALL = 1 | 2  # abstract unix sockets | signals
 DEFAULT_DEVICES = (
     "/dev/null",
     "/dev/zero",
@@ -61,15 +56,6 @@ NOT = "NOT "  # report values that start with this name a protection that was no
 
 class IsolationError(RuntimeError):
     """A protection that ``Policy(strict=True)`` asked for could not be applied."""
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +82,19 @@ class Policy:
         private_shm: give the command an empty, writable tmpfs on ``/dev/shm`` of its own
             (NCCL and DataLoader workers need it; it vanishes with the command). Needs a
             mount namespace; without one /dev/shm stays read-only unless listed in ``writable``.
+        private_tmp: lay a private writable layer over ``/tmp`` and ``/var/tmp`` (overlayfs
+            on a tmpfs of the command's own): the host's files there stay readable, what the
+            command writes or binds there (files, unix sockets) vanishes with it. The working
+            directory and ``writable`` paths beneath them are bound back, so writes reach them.
+        private_ipc: an IPC namespace of its own: System V shared memory, semaphores and
+            message queues and POSIX message queues die with the command.
+        private_keyrings: refuse the kernel keyring calls (``add_key``, ``request_key``,
+            ``keyctl``) by seccomp: the user keyring is shared by every process of a uid.
+        shared_caches: harness-written cache folders (e.g. a warmed compile cache) the
+            command reads through a private writable layer: its own writes land in the layer
+            and vanish, so no candidate leaves anything there for the next one. Point the
+            tool at the folder yourself (``TRITON_CACHE_DIR`` ...). Without a mount
+            namespace the folder is only protected by Landlock (read-only).
         strict: raise ``IsolationError`` instead of running when any protection is missing.
     """
 
@@ -108,10 +107,20 @@ class Policy:
     drop_caps: bool = True
     private_home: bool = True
     private_shm: bool = True
+    private_tmp: bool = True
+    private_ipc: bool = True
+    private_keyrings: bool = True
+    shared_caches: Sequence[str | Path] = ()
     strict: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("writable", "readonly", "hidden", "devices"):  # hashable, picklable
+        for name in (
+            "writable",
+            "readonly",
+            "hidden",
+            "devices",
+            "shared_caches",
+        ):  # hashable, picklable
             object.__setattr__(self, name, tuple(str(p) for p in getattr(self, name)))
 
 
@@ -126,42 +135,9 @@ class Plan:
     hidden: tuple[str, ...]
     blank: str  # the unreadable empty file bound over hidden files
     abi: int
-
-
-def landlock_abi() -> int:
-    """The Landlock ABI version this kernel offers to this process (0 when unavailable)."""
-    version = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
-    return max(int(version), 0)
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _read_rules(hidden: Sequence[str]) -> tuple[tuple[str, bool, int], ...]:
-    """Read grants covering the whole tree except ``hidden``: siblings along each path to it.
-
-    Each directory on the way to a hidden path may be listed (Python's import system lists
-    every ``sys.path`` entry), which lets the command see the *names* under it, hidden ones
-    included, but never read a hidden file.
-    """
-    rules: list[tuple[str, bool, int]] = []
-
-    def walk(directory: str) -> None:
-        rules.append((directory, True, FS_READ_DIR))
-        with contextlib.suppress(OSError), os.scandir(directory) as entries:
-            for entry in entries:
-                real = os.path.realpath(entry.path)
-                if any(_within(real, h) for h in hidden):
-                    continue  # hidden itself, or a link into it
-                if any(_within(h, real) for h in hidden):
-                    if entry.is_dir(follow_symlinks=False):
-                        walk(entry.path)
-                    continue  # a link to an ancestor of a hidden path cannot be granted
-                rules.append((entry.path, entry.is_dir(), FS_READ))
-
-    walk("/")
-    return tuple(rules)
+    scratch: tuple[str, ...] = ()  # folders given a private writable layer (/tmp, /var/tmp)
+    rebind: tuple[str, ...] = ()  # writable folders beneath them, bound back over the layer
+    caches: tuple[str, ...] = ()  # shared caches given a private writable layer
 
 
 def plan(policy: Policy, workdir: Path) -> Plan:
@@ -170,21 +146,27 @@ def plan(policy: Policy, workdir: Path) -> Plan:
     devices = sorted({path for pattern in policy.devices for path in glob.glob(pattern)})
     rules = tuple((p, os.path.isdir(p)) for p in [*writable, *devices] if os.path.exists(p))
     hidden = [os.path.realpath(p) for p in policy.hidden]
+    scratch = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in SCRATCH if os.path.isdir(p)):
+        if policy.private_tmp and not any(channels.within(path, w) for w in writable):
+            scratch.append(path)  # a writable path that holds the whole folder keeps the host's
+    rebind = [w for w in writable if any(channels.within(w, s) for s in scratch)]
     return Plan(
         policy=policy,
         write_rules=rules,
-        read_rules=_read_rules(hidden) if hidden else None,
+        read_rules=landlock.read_rules(hidden) if hidden else None,
         readonly=tuple(os.path.realpath(p) for p in policy.readonly if os.path.exists(p)),
         hidden=tuple(p for p in hidden if os.path.exists(p)),
         blank=_blank_file() if any(os.path.isfile(p) for p in hidden) else "",
-        abi=landlock_abi(),
+        abi=landlock.abi(),
+        scratch=tuple(scratch),
+        rebind=tuple(p for p in rebind if os.path.exists(p) and p not in scratch),
+        caches=tuple(
+            path
+            for path in map(os.path.realpath, policy.shared_caches)
+            if os.path.isdir(path) and path not in writable
+        ),
     )
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _write(path: str, text: str) -> None:
@@ -233,43 +215,6 @@ def _guard_proc() -> bool:
     return True
 
 
-def _landlock(plan: Plan, net: bool, extra: list[str], restrict_reads: bool) -> str:
-    """Restrict this process with Landlock; return what was restricted."""
-    abi = plan.abi
-    fs = FS_ABI1_ALL | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
-    if not plan.policy.confine_writes:
-        fs &= FS_READ
-    if plan.read_rules is None or not restrict_reads:
-        fs &= ~FS_READ
-    attr = _RulesetAttr(fs, NET_TCP if net and abi >= 4 else 0, SCOPE_ALL if abi >= 6 else 0)
-    size = 8 if abi < 4 else 16 if abi < 6 else 24
-    if not (attr.fs or attr.net or attr.scoped):
-        return "nothing to restrict"
-    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
-    _check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
-    grants = [(p, d, fs) for p, d in plan.write_rules] + [(p, True, fs) for p in extra]
-    grants += [(p, d, fs & rights) for p, d, rights in (plan.read_rules or ()) if restrict_reads]
-    for path, is_dir, rights in grants:
-        allowed = rights if is_dir else rights & FS_FILE_ONLY
-        if not allowed:
-            continue
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except OSError:
-            continue  # vanished since plan(): nothing to grant
-        rule = _PathBeneath(allowed, fd)
-        result = _libc.syscall(
-            SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0
-        )
-        os.close(fd)
-        _check(0 if result == 0 else -1, f"landlock_add_rule({path})")
-    _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
-    os.close(ruleset)
-    parts = ["writes" if fs & FS_WRITE_FILE else "", "reads" if fs & FS_READ_FILE else ""]
-    parts += ["tcp" if attr.net else "", "signals+abstract sockets" if attr.scoped else ""]
-    return f"ABI {abi}: " + ", ".join(p for p in parts if p)
-
-
 def _hide(path: str, blank: str) -> None:
     """Cover ``path``: an empty read-only tmpfs over a folder, the unreadable ``blank`` over a file."""
     if os.path.isdir(path):
@@ -288,10 +233,55 @@ def _blank_file() -> str:
     return path
 
 
-def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool]:
-    """In a new mount namespace: a private /dev/shm, read-only binds and covered hidden paths.
+def _layers(plan: Plan, report: dict[str, str]) -> list[str]:
+    """Private writable layers over /tmp, /var/tmp and the shared caches; the folders layered."""
+    handles = channels.open_paths([*plan.scratch, *plan.rebind, *plan.caches])
+    layered, problems = [], []
+    try:
+        for path in plan.scratch:
+            try:
+                channels.private_layer(path, handles[path])
+                for inner in [p for p in plan.rebind if channels.within(p, path)]:
+                    try:
+                        channels.rebind(inner, handles[inner])
+                    except (OSError, KeyError):
+                        channels.drop_layer(path)  # the command's writes must reach ``inner``
+                        raise
+                layered.append(path)
+            except (OSError, KeyError) as exc:
+                problems.append(f"{path}: {exc}")
+        if plan.scratch:
+            report["tmp"] = (
+                f"{NOT}private: {'; '.join(problems)}"
+                if problems
+                else f"private writable layer over {', '.join(layered)} (the host's files readable beneath)"
+            )
+        kinds = []
+        for path in plan.caches:
+            try:
+                channels.private_layer(path, handles[path])
+                layered.append(path)
+                kinds.append("a private writable layer")
+            except (OSError, KeyError):
+                with contextlib.suppress(OSError):
+                    _bind_readonly(path)
+                    kinds.append("read-only")
+        if plan.caches:
+            report["shared_caches"] = (
+                f"{len(plan.caches)} shared cache(s) behind {', '.join(sorted(set(kinds)))}"
+                if len(kinds) == len(plan.caches)
+                else f"{NOT}protected: {len(plan.caches) - len(kinds)} shared cache(s) not layered"
+            )
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+    return layered
 
-    Returns (shm is private, every hidden path is covered).
+
+def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
+    """In a new mount namespace: private /dev/shm, /tmp and caches, read-only binds, hidden paths.
+
+    Returns (shm is private, every hidden path is covered, the folders given a private layer).
     """
     shm = False
     with contextlib.suppress(OSError):
@@ -302,6 +292,7 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool]:
                 _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", flags, b"mode=1777"), "mount /dev/shm"
             )
             report["shm"], shm = "private tmpfs on /dev/shm", True
+    layered = _layers(plan, report)
     done = []
     with contextlib.suppress(OSError):
         for path in plan.readonly:
@@ -323,18 +314,17 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool]:
             covered += 1
     if plan.hidden and covered == len(plan.hidden):
         report["hidden"] = f"{covered} path(s) covered by empty mounts"
-    return shm, bool(plan.hidden) and covered == len(plan.hidden)
+    return shm, bool(plan.hidden) and covered == len(plan.hidden), layered
 
 
 def apply(plan: Plan) -> dict[str, str]:
     """Isolate the calling process (a child before exec); return what was and was not applied."""
     policy, report = plan.policy, {}
-    mounts = (
-        bool(plan.readonly)
-        or bool(plan.hidden)
-        or (policy.private_shm and os.path.isdir("/dev/shm"))
+    mounts = any((plan.readonly, plan.hidden, plan.scratch, plan.caches)) or (
+        policy.private_shm and os.path.isdir("/dev/shm")
     )
     flags = (0 if policy.network else CLONE_NEWNET) | (CLONE_NEWNS if mounts else 0)
+    flags |= CLONE_NEWIPC if policy.private_ipc else 0
     namespaces = ""
     if flags:
         try:
@@ -352,9 +342,30 @@ def apply(plan: Plan) -> dict[str, str]:
         report["ns"] = os.readlink(
             "/proc/self/ns/mnt" if flags & CLONE_NEWNS else "/proc/self/ns/net"
         )
-    shm, hidden_by_mounts = (
-        _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else (False, False)
+    report["ipc"] = (
+        "own IPC namespace: System V shared memory, semaphores, message queues and POSIX queues"
+        if namespaces and flags & CLONE_NEWIPC
+        else "the host's (policy.private_ipc=False)"
+        if not policy.private_ipc
+        else f"{NOT}private (no IPC namespace)"
     )
+    shm, hidden_by_mounts, layered = (
+        _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else (False, False, [])
+    )
+    if plan.scratch and "tmp" not in report:
+        report["tmp"] = (
+            f"{NOT}private (no mount namespace); writes there refused by Landlock if any"
+        )
+    elif not plan.scratch:
+        report["tmp"] = (
+            "the host's (policy.private_tmp=False)"
+            if not policy.private_tmp
+            else "the host's (listed in Policy.writable)"
+        )
+    if plan.caches and "shared_caches" not in report:
+        report["shared_caches"] = (
+            f"{NOT}layered (no mount namespace); writes refused by Landlock if any"
+        )
     proc_guarded = bool(flags & CLONE_NEWNS and namespaces) and _guard_proc()
     if plan.readonly and "readonly" not in report:
         report["readonly"] = f"{NOT}enforced (no mount namespace); checked after the run"
@@ -365,6 +376,13 @@ def apply(plan: Plan) -> dict[str, str]:
             else f"{NOT}private (no mount namespace); list /dev/shm in Policy.writable for NCCL"
         )
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    if policy.private_keyrings:
+        try:
+            report["keyrings"] = channels.refuse_keyrings()
+        except OSError as exc:
+            report["keyrings"] = f"{NOT}refused: {exc}"
+    else:
+        report["keyrings"] = "reachable (policy.private_keyrings=False)"
     tcp_by_landlock = not policy.network and not namespaces
     if plan.abi:
         try:
@@ -375,9 +393,16 @@ def apply(plan: Plan) -> dict[str, str]:
             # With /proc/sys read-only and sysrq-trigger covered, all of /proc may be written
             # (grandchildren included); without a mount namespace, only the command's own.
             own = ["/proc" if proc_guarded else "/proc/self", *(["/dev/shm"] if shm else [])]
+            own += layered  # private layers: what is written there vanishes with the command
             # Hidden paths covered by mounts need no Landlock read rules, which CUDA does not
             # survive (cuInit fails with error 304 under them; seen on an H200, 2026-11-29).
-            restricted = _landlock(plan, tcp_by_landlock, own, restrict_reads=not hidden_by_mounts)
+            writes = [*plan.write_rules, *((p, True) for p in own)]
+            restricted = landlock.restrict(
+                plan.abi,
+                writes if policy.confine_writes else None,
+                None if hidden_by_mounts else plan.read_rules,
+                tcp=tcp_by_landlock,
+            )
         except OSError as exc:
             restricted = f"{NOT}applied: {exc}"
     else:
@@ -390,6 +415,21 @@ def apply(plan: Plan) -> dict[str, str]:
             if landlocked and "tcp" in restricted
             else f"{NOT}isolated: no network namespace (run as root or enable user namespaces) nor Landlock >= 4"
         )
+    isolated_net = bool(namespaces) and not policy.network
+    scopes = ["own network namespace"] if isolated_net else []
+    scopes += ["Landlock scope"] if "abstract sockets" in restricted else []
+    report["abstract_sockets"] = (
+        f"scoped to the command: {' and '.join(scopes)}" if scopes else f"{NOT}scoped"
+    )
+    report["unix_sockets"] = (
+        "made under /tmp or /var/tmp: private; elsewhere only in writable paths; sockets "
+        "outside them (e.g. /run) stay reachable where file permissions allow"
+        if plan.scratch and not report["tmp"].startswith(NOT)
+        else "made only in writable paths (Landlock); sockets outside them stay reachable "
+        "where file permissions allow"
+        if landlocked and "writes" in restricted
+        else f"{NOT}confined: Landlock unavailable"
+    )
     if policy.confine_writes:
         report["writes"] = (
             f"confined to the workdir and {len(plan.write_rules) - 1} more path(s)"

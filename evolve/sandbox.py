@@ -67,6 +67,24 @@ SECRET_PATTERN = re.compile(
 KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES",
             "LD_LIBRARY_PATH", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
             "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS", "TERM")  # fmt: skip
+# With Policy.private_home: variables pointing at fresh folders in the workdir (under .sandbox),
+# so that no cache a tool writes is shared with the next candidate. PYTHONPYCACHEPREFIX is
+# left alone: it would make every evaluation recompile the bytecode of every library it
+# imports; Python's __pycache__ folders outside the workdir are unwritable under Landlock.
+PRIVATE_DIRS = {
+    "HOME": "home",
+    "TMPDIR": "tmp",
+    "XDG_CACHE_HOME": "home/.cache",
+    "XDG_CONFIG_HOME": "home/.config",
+    "XDG_DATA_HOME": "home/.local/share",
+    "XDG_STATE_HOME": "home/.local/state",
+    "XDG_RUNTIME_DIR": "run",
+    "TRITON_CACHE_DIR": "home/.cache/triton",
+    "TORCHINDUCTOR_CACHE_DIR": "home/.cache/inductor",
+    "TORCH_EXTENSIONS_DIR": "home/.cache/torch_extensions",
+    "CUDA_CACHE_PATH": "home/.cache/nv",
+    "MPLCONFIGDIR": "home/.config/matplotlib",
+}
 MARKER_VAR = "EVOLVE_SANDBOX_ID"
 GRACE_S = 1.0
 DRAIN_S = 0.5
@@ -129,9 +147,18 @@ class Result:
         return self.returncode == 0 and not self.timed_out
 
     def tail(self, chars: int = 4000) -> str:
-        """The last ``chars`` characters of stderr then stdout, for artifacts."""
+        """The last whole lines of stderr then stdout within ``chars`` characters, for artifacts.
+
+        When lines were left out, a first line says how many characters; a single last line
+        longer than ``chars`` keeps its end.
+        """
         text = (self.stderr.strip() + "\n" + self.stdout.strip()).strip()
-        return text[-chars:]
+        if len(text) <= chars:
+            return text
+        kept = text[-chars:]
+        if text[-chars - 1] != "\n" and "\n" in kept:  # drop the partial first line
+            kept = kept.split("\n", 1)[1]
+        return f"[... {len(text) - len(kept)} earlier characters cut]\n{kept}"
 
 
 def scrub_env(env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -276,9 +303,10 @@ def _warn_once(report: Mapping[str, str]) -> None:
 def _environment(
     workdir: Path, policy: Policy, env: Mapping[str, str] | None, tag: str
 ) -> dict[str, str]:
+    """The command's environment: scrubbed, HOME, TMPDIR and caches in the workdir, ``env`` on top."""
     base = scrub_env(os.environ)
     if policy.private_home:
-        for name, var in (("home", "HOME"), ("tmp", "TMPDIR")):
+        for var, name in PRIVATE_DIRS.items():
             path = workdir / ".sandbox" / name
             path.mkdir(parents=True, exist_ok=True)
             base[var] = str(path)
@@ -351,6 +379,11 @@ def run(
     try:
         report = _read_report(report_r)
         ns = report.pop("ns", None)
+        report["home"] = (
+            "HOME, TMPDIR, XDG and compile caches in the workdir"
+            if policy.private_home
+            else "the caller's HOME and caches (policy.private_home=False)"
+        )
         ns_fd = _hold_namespace(proc.pid, ns)
         if ns_fd is None:
             ns = None  # an id no longer held may already name another sandbox's namespace

@@ -310,42 +310,86 @@ def test_cpu_time_limit_stops_a_busy_loop(tmp_path: Path) -> None:
     assert result.returncode == -signal.SIGXCPU and not result.timed_out
 
 
+NOBODY = 65534
+
+
+def as_nobody(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run ``argv`` as user nobody (uid and gid 65534, no groups), capturing text output."""
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        argv = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
+    else:
+        kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def python_for_nobody(package_copy: Path) -> str:
+    """An interpreter that user nobody can start and that imports the sandbox from ``package_copy``.
+
+    The test's own interpreter may live where nobody cannot read (a virtualenv under /root):
+    then its standard library is out of reach. Any other Python >= 3.10 on the machine will
+    do, since the sandbox needs only the standard library. Skips when there is none.
+    """
+    shutil.copytree(Path(__file__).parents[1] / "evolve", package_copy / "evolve")
+    for path in [package_copy, *package_copy.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    probe = (
+        f"import os, sys; sys.path.insert(0, {str(package_copy)!r}); import evolve.sandbox; "
+        "assert os.access(sys.executable, os.X_OK), 'cannot run its own sys.executable'"
+    )
+    tried = {}
+    for exe in dict.fromkeys(
+        [PY, sys._base_executable, shutil.which("python3"), "/usr/bin/python3"]
+    ):
+        if not exe or not os.path.exists(exe):
+            continue
+        try:
+            out = as_nobody([exe, "-s", "-c", probe], cwd="/")
+        except OSError as exc:
+            tried[exe] = str(exc)
+            continue
+        if out.returncode == 0:
+            return exe
+        errors = [line for line in out.stderr.splitlines() if "Error" in line]
+        tried[exe] = (errors or [f"exit status {out.returncode}"])[-1]
+    pytest.skip(
+        f"no Python interpreter that user nobody can run with its standard library: {tried}"
+    )
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a sandbox as another user")
 def test_unprivileged_user_gets_process_limit_and_isolation() -> None:
     """Runs the sandbox as 'nobody': RLIMIT_NPROC binds, namespaces come from a user namespace."""
-    workdir = Path(tempfile.mkdtemp(prefix="evolve-nobody-"))
-    os.chown(workdir, 65534, 65534)
-    inner = textwrap.dedent("""
-        import json, os, sys
-        from pathlib import Path
-        from evolve.sandbox import Limits, run
-        code = '''
-        import os, time
-        made = 0
-        try:
-            for _ in range(40):
-                if os.fork() == 0:
-                    time.sleep(1000)
-                made += 1
-        except OSError:
-            pass
-        print(made)
-        '''
-        exe = next(p for p in (sys.executable, '/usr/bin/python3', '/bin/false') if os.access(p, os.X_OK))
-        result = run([exe, '-c', code], cwd=Path(sys.argv[1]), limits=Limits(timeout_s=10, processes=10))
-        print(json.dumps({'made': int(result.stdout), 'leftover': result.leftover, 'isolation': result.isolation}))
-    """)
-    setpriv = shutil.which("setpriv")  # keeps root's access to the interpreter's path until exec
-    as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"] if setpriv else []
+    root = Path(tempfile.mkdtemp(prefix="evolve-nobody-"))
     try:
-        out = subprocess.run(
-            [*as_nobody, PY, "-c", inner, str(workdir)], cwd="/", capture_output=True, text=True, timeout=60,
-            **({} if setpriv else {"user": 65534, "group": 65534, "extra_groups": []}),
-        )  # fmt: skip
-    except PermissionError:
-        pytest.skip(f"user nobody cannot execute {PY}")
+        root.chmod(0o755)
+        workdir = root / "work"
+        workdir.mkdir()
+        os.chown(workdir, NOBODY, NOBODY)
+        exe = python_for_nobody(root / "lib")
+        inner = textwrap.dedent("""
+            import json, os, sys
+            from pathlib import Path
+            sys.path.insert(0, sys.argv[1])
+            from evolve.sandbox import Limits, run
+            code = '''
+            import os, time
+            made = 0
+            try:
+                for _ in range(40):
+                    if os.fork() == 0:
+                        time.sleep(1000)
+                    made += 1
+            except OSError:
+                pass
+            print(made)
+            '''
+            result = run([sys.executable, '-c', code], cwd=Path(sys.argv[2]), limits=Limits(timeout_s=10, processes=10))
+            print(json.dumps({'made': int(result.stdout), 'leftover': result.leftover, 'isolation': result.isolation}))
+        """)
+        out = as_nobody([exe, "-s", "-c", inner, str(root / "lib"), str(workdir)], cwd="/")
     finally:
-        subprocess.run(["rm", "-rf", str(workdir)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
     assert seen["made"] < 10 and seen["leftover"] == seen["made"]

@@ -1,0 +1,133 @@
+"""Close the channels one evaluation could leave for the next: private layers, keyrings refused.
+
+Runs in the sandboxed child between fork and exec, inside the mount namespace that
+``evolve.isolation`` created. Facts used (Linux man pages and the kernel's documentation):
+- overlayfs (``Documentation/filesystems/overlayfs.rst``) merges a read-only lower folder
+  with a writable upper one; every write lands in the upper folder. With the upper folder
+  on a tmpfs of the command's own, nothing it writes there outlives its mount namespace.
+  Unprivileged mounts of overlayfs inside a user namespace need Linux >= 5.11.
+- ``mount(2)`` accepts ``/proc/self/fd/N`` as a path, so a folder opened before it was
+  covered can still be bound or layered afterwards.
+- Kernel keyrings (``keyrings(7)``): the user keyring is shared by every process of a uid
+  (per user namespace), and a session keyring is inherited across fork and exec; seccomp
+  (``seccomp(2)``) can refuse the three system calls that reach them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+from collections.abc import Sequence
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+MS_BIND, MS_REC, MNT_DETACH = 4096, 16384, 2
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+RET_ALLOW, RET_ERRNO, EPERM = 0x7FFF0000, 0x00050000, 1
+LD_ABS_W, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06  # classic BPF opcodes
+X32_BIT = 0x40000000
+# machine -> (AUDIT_ARCH_*, numbers of add_key, request_key, keyctl) from the kernel's tables
+KEY_SYSCALLS = {
+    "x86_64": (0xC000003E, (248, 249, 250)),
+    "aarch64": (0xC00000B7, (217, 218, 219)),
+}
+KEYCTL_JOIN_SESSION_KEYRING, SYS_KEYCTL = 1, {"x86_64": 250, "aarch64": 219}
+
+
+def check(result: int, what: str) -> None:
+    """Raise ``OSError`` naming ``what`` when a libc call returned non-zero."""
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None
+) -> None:
+    encoded = [s.encode() if s is not None else None for s in (source, target, fstype, data)]
+    check(libc.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]), f"mount {target}")
+
+
+def open_paths(paths: Sequence[str]) -> dict[str, int]:
+    """O_PATH handles on ``paths`` (those that exist), to reach them once they are covered."""
+    handles = {}
+    for path in paths:
+        try:
+            handles[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
+    return handles
+
+
+def private_layer(target: str, lower: int) -> None:
+    """Lay a private writable layer over ``target``; ``lower`` is a handle on what it shows beneath.
+
+    A tmpfs is mounted on ``target`` first to hold the layer's upper and work folders; the
+    overlay then covers that tmpfs, so the command sees the merged view and nothing else.
+    """
+    _mount("tmpfs", target, "tmpfs", 0, "mode=0755")
+    try:
+        os.mkdir(os.path.join(target, "upper"), 0o1777)
+        os.mkdir(os.path.join(target, "work"), 0o700)
+        stage = os.open(target, os.O_PATH | os.O_CLOEXEC)
+        try:
+            options = (
+                f"lowerdir=/proc/self/fd/{lower},upperdir=/proc/self/fd/{stage}/upper,"
+                f"workdir=/proc/self/fd/{stage}/work"
+            )
+            try:
+                _mount("overlay", target, "overlay", 0, options)
+            except OSError:  # inside a user namespace the layer's metadata needs user xattrs
+                _mount("overlay", target, "overlay", 0, options + ",userxattr")
+        finally:
+            os.close(stage)
+    except OSError:
+        libc.umount2(target.encode(), MNT_DETACH)  # show the host's folder again
+        raise
+
+
+def drop_layer(target: str) -> None:
+    """Take a private layer (and whatever was bound into it) off ``target`` again."""
+    for _ in range(2):  # the overlay, then the tmpfs beneath it
+        libc.umount2(target.encode(), MNT_DETACH)
+
+
+def rebind(target: str, handle: int) -> None:
+    """Bind the folder behind ``handle`` (opened before ``target`` was covered) back onto ``target``."""
+    _mount(f"/proc/self/fd/{handle}", target, None, MS_BIND | MS_REC, None)
+
+
+def within(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies beneath it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def refuse_keyrings() -> str:
+    """Refuse add_key, request_key and keyctl (and every non-native ABI) by seccomp; say what was done.
+
+    Falls back to a fresh session keyring of the command's own where this machine's system
+    call numbers are not known (then the user keyring stays shared: the report says NOT).
+    Needs no-new-privileges set first.
+    """
+    machine = platform.machine()
+    if machine not in KEY_SYSCALLS:
+        keyctl = SYS_KEYCTL.get(machine)
+        joined = keyctl is not None and libc.syscall(keyctl, KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
+        where = "a session keyring of its own" if joined else "the inherited session keyring"
+        return f"NOT refused on {machine}: {where}; the user keyring is shared"
+    arch, numbers = KEY_SYSCALLS[machine]
+    deny = RET_ERRNO | EPERM
+    program = [(LD_ABS_W, 0, 0, 4), (JEQ_K, 1, 0, arch), (RET_K, 0, 0, deny), (LD_ABS_W, 0, 0, 0)]
+    if machine == "x86_64":  # the x32 ABI reaches the same calls with this bit set
+        program += [(JGE_K, 0, 1, X32_BIT), (RET_K, 0, 0, deny)]
+    for number in numbers:
+        program += [(JEQ_K, 0, 1, number), (RET_K, 0, 0, deny)]
+    program.append((RET_K, 0, 0, RET_ALLOW))
+    code = b"".join(struct.pack("HBBI", *op) for op in program)
+    filters = ctypes.create_string_buffer(code, len(code))
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(filters))
+    buffer = ctypes.create_string_buffer(fprog, len(fprog))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, buffer, 0, 0), "seccomp filter")
+    return "unreachable: add_key, request_key and keyctl refused (seccomp)"

@@ -314,6 +314,9 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
             covered += 1
     if plan.hidden and covered == len(plan.hidden):
         report["hidden"] = f"{covered} path(s) covered by empty mounts"
+    # The working directory was entered before these mounts; enter it again through them, or
+    # relative paths would bypass the read-only binds and ``..`` would reach the host's /tmp.
+    os.chdir(os.getcwd())
     return shm, bool(plan.hidden) and covered == len(plan.hidden), layered
 
 
@@ -393,7 +396,9 @@ def apply(plan: Plan) -> dict[str, str]:
             # With /proc/sys read-only and sysrq-trigger covered, all of /proc may be written
             # (grandchildren included); without a mount namespace, only the command's own.
             own = ["/proc" if proc_guarded else "/proc/self", *(["/dev/shm"] if shm else [])]
-            own += layered  # private layers: what is written there vanishes with the command
+            # Shared caches behind private layers stay writable (compilers write their caches);
+            # /tmp and /var/tmp stay unwritable as before: their layer guards hosts without Landlock.
+            own += [path for path in layered if path in plan.caches]
             # Hidden paths covered by mounts need no Landlock read rules, which CUDA does not
             # survive (cuInit fails with error 304 under them; seen on an H200, 2026-11-29).
             writes = [*plan.write_rules, *((p, True) for p in own)]

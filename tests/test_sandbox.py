@@ -703,3 +703,19 @@ def test_a_grandchild_may_write_its_own_proc_entries(tmp_path):
     )
     result = run([sys.executable, "-c", code], cwd=tmp_path, limits=Limits(timeout_s=20))
     assert "written" in result.stdout, result.stderr
+
+
+def test_output_tail_keeps_whole_lines_and_says_what_was_cut() -> None:
+    lines = [f"line {i:04d} " + "x" * 40 for i in range(100)]
+    result = Result(
+        returncode=0, stdout="\n".join(lines), stderr="", wall_s=0, timed_out=False, truncated=False
+    )
+    tail = result.tail(1000)
+    head, *kept = tail.split("\n")
+    assert kept == lines[-len(kept) :] and 15 <= len(kept) <= 20  # whole lines only
+    cut = len("\n".join(lines)) - len("\n".join(kept))
+    assert head == f"[... {cut} earlier characters cut]"
+    assert result.tail(10**6) == "\n".join(lines)  # short output: unchanged, no marker
+    exact = "\n".join(lines[-3:])
+    dropped = len("\n".join(lines)) - len(exact)  # a cut at a line boundary keeps that line
+    assert result.tail(len(exact)) == f"[... {dropped} earlier characters cut]\n{exact}"

@@ -1,0 +1,293 @@
+"""No channel carries a token from one evaluation to the next (issue 15, must-show 2).
+
+Evaluation A (a sandboxed program) writes a random token through one channel and, where the
+channel works inside one evaluation, reads it back itself (which proves the reader is right);
+evaluation B, a fresh sandbox run under the policy the benchmarks use, tries to read it.
+A and B each get a fresh working directory, removed afterwards, as ``run_job`` does. Where
+this platform cannot close a channel, the test skips with ``isolation_report()``'s NOT line.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from evolve.isolation import NOT
+from evolve.sandbox import Limits, Policy, Result, isolation_report, run
+
+PRELUDE = """
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+TOKEN, NAME, KEY, OTHER = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+HOSTHOME = sys.argv[5]
+
+def got(data):
+    print('got:' + (data.decode(errors='replace') if isinstance(data, bytes) else str(data)), flush=True)
+
+def attempt(what, fn):
+    try:
+        fn()
+    except Exception as exc:
+        print(what, 'failed:', type(exc).__name__, exc, flush=True)
+
+def put_file(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, 'w').write(TOKEN)
+
+def get_file(path):
+    got(open(path).read())
+
+def daemon(serve):
+    '''Fork a daemon (new session, double fork) that serves TOKEN until killed.'''
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            server = serve()
+            os.write(w, b'ready')
+            while True:
+                conn, _ = server.accept()
+                conn.sendall(TOKEN.encode())
+                conn.close()
+        os._exit(0)
+    os.read(r, 5)
+
+def fetch(family, address):
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        sock.connect(address)
+        got(sock.recv(64))
+
+def keyctl(*args):
+    return libc.syscall(250 if os.uname().machine == 'x86_64' else 219, *args)
+"""
+
+# channel -> (writer, reader); both run after PRELUDE; OTHER is the path A's workdir had.
+CHANNELS = {
+    "sysv_shm": (
+        "sid = libc.shmget(KEY, 64, 0o1666); assert sid >= 0, ctypes.get_errno()\n"
+        "ctypes.memmove(libc.shmat(sid, None, 0), TOKEN.encode(), len(TOKEN))",
+        "sid = libc.shmget(KEY, 0, 0); assert sid >= 0, ctypes.get_errno()\n"
+        "got(ctypes.string_at(libc.shmat(sid, None, 0), len(TOKEN)))",
+    ),
+    "sysv_msg": (
+        "qid = libc.msgget(KEY, 0o1666); assert qid >= 0, ctypes.get_errno()\n"
+        "msg = ctypes.create_string_buffer(ctypes.c_long(1).value.to_bytes(8, 'little') + TOKEN.encode(), 72)\n"
+        "assert libc.msgsnd(qid, msg, 64, 0) == 0, ctypes.get_errno()",
+        "qid = libc.msgget(KEY, 0); assert qid >= 0, ctypes.get_errno()\n"
+        "buf = ctypes.create_string_buffer(72)\n"
+        "n = libc.msgrcv(qid, buf, 64, ctypes.c_long(0), 0o4000); assert n > 0, ctypes.get_errno()\n"
+        "libc.msgsnd(qid, buf, 64, 0)\n"
+        "got(buf.raw[8:8 + len(TOKEN)])",
+    ),
+    "sysv_sem": (
+        "sem = libc.semget(KEY, 1, 0o1666); assert sem >= 0, ctypes.get_errno()\n"
+        "assert libc.semctl(sem, 0, 16, int(TOKEN)) == 0, ctypes.get_errno()",
+        "sem = libc.semget(KEY, 1, 0); assert sem >= 0, ctypes.get_errno()\n"
+        "got(libc.semctl(sem, 0, 12))",
+    ),
+    "posix_mqueue": (
+        "q = libc.mq_open(('/' + NAME).encode(), 0o102, 0o600, None); assert q >= 0, ctypes.get_errno()\n"
+        "assert libc.mq_send(q, TOKEN.encode(), len(TOKEN), 0) == 0, ctypes.get_errno()",
+        "q = libc.mq_open(('/' + NAME).encode(), 0o4002, 0o600, None); assert q >= 0, ctypes.get_errno()\n"
+        "buf = ctypes.create_string_buffer(1 << 14)\n"
+        "n = libc.mq_receive(q, buf, 1 << 14, None); assert n > 0, ctypes.get_errno()\n"
+        "libc.mq_send(q, buf.raw[:n], n, 0)\n"
+        "got(buf.raw[:n])",
+    ),
+    "dev_shm": ("put_file('/dev/shm/' + NAME)", "get_file('/dev/shm/' + NAME)"),
+    "tmp": ("put_file('/tmp/' + NAME)", "get_file('/tmp/' + NAME)"),
+    "var_tmp": ("put_file('/var/tmp/' + NAME)", "get_file('/var/tmp/' + NAME)"),
+    "home": (
+        "put_file(os.environ['HOME'] + '/' + NAME)",
+        "attempt('own', lambda: get_file(os.environ['HOME'] + '/' + NAME))\n"
+        "get_file(OTHER + '/.sandbox/home/' + NAME)",
+    ),
+    "caches": (
+        "for var in ('XDG_CACHE_HOME', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR'):\n"
+        "    put_file(os.environ[var] + '/' + NAME)\n"
+        "put_file(os.path.expanduser('~/.cache/' + NAME))\n"
+        "put_file(os.path.expanduser('~/.triton/cache/' + NAME))",
+        "for var in ('XDG_CACHE_HOME', 'TRITON_CACHE_DIR', 'TORCHINDUCTOR_CACHE_DIR'):\n"
+        "    attempt(var, lambda: get_file(os.environ[var] + '/' + NAME))\n"
+        "for sub in ('.cache', '.triton/cache', '.cache/triton', '.cache/inductor'):\n"
+        "    attempt(sub, lambda: get_file(os.path.expanduser('~/' + sub + '/' + NAME)))\n"
+        "    attempt(sub, lambda: get_file(OTHER + '/.sandbox/home/' + sub + '/' + NAME))",
+    ),
+    "host_home_cache": (
+        "put_file(HOSTHOME + '/.cache/' + NAME)",
+        "get_file(HOSTHOME + '/.cache/' + NAME)",
+    ),
+    "next_to_workdir": (
+        "put_file(os.path.dirname(os.getcwd()) + '/' + NAME)",
+        "get_file(os.path.dirname(OTHER) + '/' + NAME)",
+    ),
+    "abstract_socket": (
+        "def serve():\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.bind('\\0' + NAME); s.listen(8); return s\n"
+        "daemon(serve)",
+        "fetch(socket.AF_UNIX, '\\0' + NAME)",
+    ),
+    "path_socket": (
+        "def serve():\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "    try:\n"
+        "        s.bind('/tmp/' + NAME)\n"
+        "    except OSError:\n"
+        "        s.bind(os.getcwd() + '/' + NAME)\n"
+        "    s.listen(8); return s\n"
+        "daemon(serve)",
+        "attempt('tmp', lambda: fetch(socket.AF_UNIX, '/tmp/' + NAME))\n"
+        "attempt('own', lambda: fetch(socket.AF_UNIX, os.getcwd() + '/' + NAME))\n"
+        "fetch(socket.AF_UNIX, OTHER + '/' + NAME)",
+    ),
+    "tcp_loopback": (
+        "def serve():\n"
+        "    s = socket.create_server(('127.0.0.1', KEY % 20000 + 20000)); return s\n"
+        "daemon(serve)",
+        "fetch(socket.AF_INET, ('127.0.0.1', KEY % 20000 + 20000))",
+    ),
+    "user_keyring": (
+        "k = libc.syscall(248 if os.uname().machine == 'x86_64' else 217, b'user', NAME.encode(), TOKEN.encode(), len(TOKEN), -4)\n"
+        "assert k > 0, ctypes.get_errno()",
+        "k = keyctl(10, -4, b'user', NAME.encode(), 0); assert k > 0, ctypes.get_errno()\n"
+        "buf = ctypes.create_string_buffer(64); n = keyctl(11, k, buf, 64); got(buf.raw[:n])",
+    ),
+    "session_keyring": (
+        "k = libc.syscall(248 if os.uname().machine == 'x86_64' else 217, b'user', NAME.encode(), TOKEN.encode(), len(TOKEN), -3)\n"
+        "assert k > 0, ctypes.get_errno()",
+        "k = keyctl(10, -3, b'user', NAME.encode(), 0); assert k > 0, ctypes.get_errno()\n"
+        "buf = ctypes.create_string_buffer(64); n = keyctl(11, k, buf, 64); got(buf.raw[:n])",
+    ),
+}
+# The isolation_report() key that names the protection closing each channel.
+PROTECTION = {
+    "sysv_shm": "ipc",
+    "sysv_msg": "ipc",
+    "sysv_sem": "ipc",
+    "posix_mqueue": "ipc",
+    "dev_shm": "shm",
+    "tmp": "tmp",
+    "var_tmp": "tmp",
+    "home": "home",
+    "caches": "home",
+    "host_home_cache": "writes",
+    "next_to_workdir": "writes",
+    "abstract_socket": "abstract_sockets",
+    "path_socket": "unix_sockets",
+    "tcp_loopback": "network",
+    "user_keyring": "keyrings",
+    "session_keyring": "keyrings",
+}
+# Channels one evaluation may use inside itself (NCCL and DataLoader workers need some).
+# Not POSIX message queues: Landlock refuses creating them (nothing in the ML stack does).
+WORKS_INSIDE = {"sysv_shm", "sysv_msg", "sysv_sem", "dev_shm", "home"}
+WORKS_INSIDE |= {"caches", "abstract_socket", "path_socket", "tcp_loopback"}
+
+
+@dataclass
+class Run:
+    result: Result
+    workdir: str
+
+
+def evaluation(code: str, args: list[str], policy: Policy | None = None) -> Run:
+    """One sandboxed evaluation in a fresh workdir, removed afterwards (as ``run_job`` does)."""
+    workdir = Path(tempfile.mkdtemp(prefix="evolve-channel-"))
+    try:
+        (workdir / "main.py").write_text(PRELUDE + "\n" + textwrap.dedent(code))
+        result = run(
+            [sys.executable, "main.py", *args],
+            cwd=workdir,
+            limits=Limits(timeout_s=30),
+            policy=policy,
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return Run(result, str(workdir))
+
+
+def needs(key: str, policy: Policy | None = None) -> None:
+    value = isolation_report(policy).get(key, f"{NOT}reported")
+    if value.startswith(NOT):
+        pytest.skip(f"this platform cannot close the channel: {key}: {value}")
+
+
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_a_token_never_reaches_the_next_evaluation(channel: str) -> None:
+    needs(PROTECTION[channel])
+    writer, reader = CHANNELS[channel]
+    token = str(secrets.randbelow(30000) + 1000) if channel == "sysv_sem" else secrets.token_hex(8)
+    name, key = f"evolve-channel-{secrets.token_hex(6)}", secrets.randbelow(1 << 30) + 1
+    args = [token, name, str(key), "", os.path.expanduser("~")]
+    a = evaluation(f"attempt('write', lambda: exec({writer!r}, globals()))\nexec({reader!r})", args)
+    if channel in WORKS_INSIDE:  # the reader is right: inside one evaluation the token arrives
+        assert f"got:{token}" in a.result.stdout, a.result.tail()
+    assert a.result.leftover == 0 or channel.endswith(("socket", "loopback")), a.result.tail()
+    args[3] = a.workdir
+    try:
+        b = evaluation(reader, args)
+    finally:  # where a channel was open, take the token out of the host again
+        for folder in ("/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~/.cache")):
+            Path(folder, name).unlink(missing_ok=True)
+    assert f"got:{token}" not in b.result.stdout, (channel, b.result.tail())
+    assert not b.result.timed_out, b.result.tail()
+
+
+def test_a_daemon_left_by_an_evaluation_is_killed() -> None:
+    """The listener a cheat leaves behind is counted and gone when ``run`` returns."""
+    writer = CHANNELS["abstract_socket"][0]
+    a = evaluation(writer, ["t", f"evolve-channel-{secrets.token_hex(6)}", "1", "", "/"])
+    assert a.result.ok and a.result.leftover >= 1, a.result.tail()
+
+
+def test_a_shared_cache_is_readable_but_never_written(tmp_path: Path) -> None:
+    """A harness-written cache (Policy.shared_caches): read by every candidate, changed by none."""
+    cache = tmp_path / "compile-cache"
+    cache.mkdir()
+    (cache / "warm.bin").write_text("from the harness")
+    policy = Policy(shared_caches=[cache])
+    needs("shared_caches", policy)
+    name, token = f"evolve-channel-{secrets.token_hex(6)}", secrets.token_hex(8)
+    writer = f"""
+        got(open({str(cache / "warm.bin")!r}).read())
+        put_file({str(cache)!r} + '/' + NAME)
+        open({str(cache / "warm.bin")!r}, 'w').write(TOKEN)
+        get_file({str(cache)!r} + '/' + NAME)
+    """
+    a = evaluation(writer, [token, name, "1", "", "/"], policy)
+    assert "got:from the harness" in a.result.stdout, a.result.tail()
+    assert f"got:{token}" in a.result.stdout, a.result.tail()  # its own writes land in its layer
+    assert sorted(p.name for p in cache.iterdir()) == ["warm.bin"]
+    assert (cache / "warm.bin").read_text() == "from the harness"
+    reader = f"get_file({str(cache)!r} + '/' + NAME)\nget_file({str(cache / 'warm.bin')!r})"
+    b = evaluation(reader, [token, name, "1", "", "/"], policy)
+    assert f"got:{token}" not in b.result.stdout, b.result.tail()
+
+
+def test_isolation_report_names_every_channel() -> None:
+    report = isolation_report()
+    assert set(PROTECTION.values()) <= set(report), sorted(set(PROTECTION.values()) - set(report))
+    assert "shared_caches" in isolation_report(Policy(shared_caches=[tempfile.gettempdir()]))
+
+
+def test_tcp_port_of_the_host_is_not_a_channel() -> None:
+    """A listener on the host's loopback (outside any sandbox) is unreachable from B."""
+    needs("network")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        b = evaluation(
+            f"attempt('tcp', lambda: fetch(socket.AF_INET, ('127.0.0.1', {port})))",
+            ["t", "n", "1", "", "/"],
+        )
+    assert "got:" not in b.result.stdout and "failed" in b.result.stdout, b.result.tail()

@@ -1,0 +1,1 @@
+"""Harness layer: what every benchmark's harness shares and candidates never see."""

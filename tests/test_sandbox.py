@@ -603,7 +603,8 @@ def test_torch_compile_works_with_private_home_and_tmpdir(tmp_path: Path) -> Non
     """
     result = candidate(tmp_path, code, limits=Limits(timeout_s=300, memory_bytes=None))
     assert result.ok and result.stdout.strip() == "1000", result.tail()
-    assert any((tmp_path / ".sandbox" / "tmp").iterdir())  # inductor's cache landed in the workdir
+    cache = tmp_path / ".sandbox" / "home" / ".cache" / "inductor"
+    assert any(cache.iterdir())  # inductor's cache landed in the workdir (TORCHINDUCTOR_CACHE_DIR)
 
 
 def _cuda_count() -> int:

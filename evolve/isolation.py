@@ -136,12 +136,18 @@ class Plan:
     blank: str  # the unreadable empty file bound over hidden files
     abi: int
     scratch: tuple[str, ...] = ()  # folders given a private writable layer (/tmp, /var/tmp)
-    rebind: tuple[str, ...] = ()  # writable folders beneath them, bound back over the layer
+    rebind: tuple[str, ...] = ()  # writable or named paths beneath them, bound back from the host
     caches: tuple[str, ...] = ()  # shared caches given a private writable layer
 
 
-def plan(policy: Policy, workdir: Path) -> Plan:
-    """Resolve ``policy`` for a command running in ``workdir`` (runs in the parent)."""
+def plan(policy: Policy, workdir: Path, named: Sequence[str] = ()) -> Plan:
+    """Resolve ``policy`` for a command running in ``workdir`` (runs in the parent).
+
+    ``named``: strings the command is given (arguments, environment values); those that are
+    existing paths under /tmp or /var/tmp are bound back from the host over the private
+    layer, like the writable paths there: a harness's unix socket reached through overlayfs
+    refuses connections, so a socket the harness names must be the host's own.
+    """
     writable = [str(workdir.resolve())] + [os.path.realpath(p) for p in policy.writable]
     devices = sorted({path for pattern in policy.devices for path in glob.glob(pattern)})
     rules = tuple((p, os.path.isdir(p)) for p in [*writable, *devices] if os.path.exists(p))
@@ -150,7 +156,12 @@ def plan(policy: Policy, workdir: Path) -> Plan:
     for path in dict.fromkeys(os.path.realpath(p) for p in SCRATCH if os.path.isdir(p)):
         if policy.private_tmp and not any(channels.within(path, w) for w in writable):
             scratch.append(path)  # a writable path that holds the whole folder keeps the host's
-    rebind = [w for w in writable if any(channels.within(w, s) for s in scratch)]
+    given = [os.path.realpath(p) for p in named if os.path.isabs(p) and os.path.exists(p)]
+    rebind: list[str] = []
+    for path in sorted({*writable, *given}, key=len):  # outermost first; inner ones ride along
+        inside = any(channels.within(path, s) and path != s for s in scratch)
+        if inside and not any(channels.within(path, r) for r in rebind):
+            rebind.append(path)
     return Plan(
         policy=policy,
         write_rules=rules,
@@ -160,7 +171,7 @@ def plan(policy: Policy, workdir: Path) -> Plan:
         blank=_blank_file() if any(os.path.isfile(p) for p in hidden) else "",
         abi=landlock.abi(),
         scratch=tuple(scratch),
-        rebind=tuple(p for p in rebind if os.path.exists(p) and p not in scratch),
+        rebind=tuple(p for p in rebind if os.path.exists(p)),
         caches=tuple(
             path
             for path in map(os.path.realpath, policy.shared_caches)

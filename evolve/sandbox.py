@@ -347,7 +347,8 @@ def run(
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
     full_env = _environment(workdir, policy, env, tag)
-    plan = isolation.plan(policy, workdir)
+    named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
+    plan = isolation.plan(policy, workdir, named)
     before = isolation.snapshot(plan.readonly)
     report_r, report_w = os.pipe()
     start = time.monotonic()

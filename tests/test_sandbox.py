@@ -720,3 +720,32 @@ def test_output_tail_keeps_whole_lines_and_says_what_was_cut() -> None:
     exact = "\n".join(lines[-3:])
     dropped = len("\n".join(lines)) - len(exact)  # a cut at a line boundary keeps that line
     assert result.tail(len(exact)) == f"[... {dropped} earlier characters cut]\n{exact}"
+
+
+def test_only_unix_sockets_the_harness_names_are_reachable_under_tmp() -> None:
+    """A socket the harness names (a clock) works; another host socket under /tmp does not."""
+    needs("tmp")
+    folder = Path(tempfile.mkdtemp(prefix="evolve-sockets-", dir="/tmp"))
+    servers = []
+    try:
+        for name in ("named", "other"):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(str(folder / name))
+            server.listen(4)
+            servers.append(server)
+        code = f"""
+            import os, socket
+            for path in (os.environ['CLOCK'], {str(folder / "other")!r}):
+                try:
+                    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(path)
+                    print('connected')
+                except OSError as exc:
+                    print('refused', exc.errno)
+        """
+        with tempfile.TemporaryDirectory() as work:
+            result = candidate(Path(work), code, env={"CLOCK": str(folder / "named")})
+        assert result.stdout.split()[:2] == ["connected", "refused"], result.tail()
+    finally:
+        for server in servers:
+            server.close()
+        shutil.rmtree(folder, ignore_errors=True)

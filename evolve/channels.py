@@ -15,15 +15,21 @@ Runs in the sandboxed child between fork and exec, inside the mount namespace th
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import os
 import platform
 import struct
+import tempfile
 from collections.abc import Sequence
 
 libc = ctypes.CDLL(None, use_errno=True)
 
-MS_BIND, MS_REC, MNT_DETACH = 4096, 16384, 2
+NOT = "NOT "  # report values that start with this name a protection that was not applied
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+MS_REC, MNT_DETACH = 16384, 2
+_KEEP_MOUNT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # ST_* -> MS_*
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 RET_ALLOW, RET_ERRNO, EPERM = 0x7FFF0000, 0x00050000, 1
 LD_ABS_W, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06  # classic BPF opcodes
@@ -97,6 +103,83 @@ def drop_layer(target: str) -> None:
 def rebind(target: str, handle: int) -> None:
     """Bind the folder behind ``handle`` (opened before ``target`` was covered) back onto ``target``."""
     _mount(f"/proc/self/fd/{handle}", target, None, MS_BIND | MS_REC, None)
+
+
+def bind_readonly(path: str) -> None:
+    """Bind ``path`` onto itself read-only, keeping its other mount flags."""
+    keep = sum(ms for st, ms in _KEEP_MOUNT_FLAGS.items() if os.statvfs(path).f_flag & st)
+    check(libc.mount(path.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | keep
+    check(libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
+
+
+def lay(
+    scratch: Sequence[str], rebinds: Sequence[str], caches: Sequence[str], report: dict[str, str]
+) -> list[str]:
+    """Private writable layers over ``scratch`` folders and shared ``caches``; the folders layered.
+
+    ``rebinds`` (paths beneath a scratch folder) are bound back from the host over the layer.
+    Reports under ``tmp`` and ``shared_caches``.
+    """
+    handles = open_paths([*scratch, *rebinds, *caches])
+    layered, problems = [], []
+    try:
+        for path in scratch:
+            try:
+                private_layer(path, handles[path])
+                for inner in [p for p in rebinds if within(p, path)]:
+                    try:
+                        rebind(inner, handles[inner])
+                    except (OSError, KeyError):
+                        drop_layer(path)  # the command's writes must reach ``inner``
+                        raise
+                layered.append(path)
+            except (OSError, KeyError) as exc:
+                problems.append(f"{path}: {exc}")
+        if scratch:
+            report["tmp"] = (
+                f"{NOT}private: {'; '.join(problems)}"
+                if problems
+                else f"private writable layer over {', '.join(layered)} (the host's files readable beneath)"
+            )
+        kinds = []
+        for path in caches:
+            try:
+                private_layer(path, handles[path])
+                layered.append(path)
+                kinds.append("a private writable layer")
+            except (OSError, KeyError):
+                with contextlib.suppress(OSError):
+                    bind_readonly(path)
+                    kinds.append("read-only")
+        if caches:
+            report["shared_caches"] = (
+                f"{len(caches)} shared cache(s) behind {', '.join(sorted(set(kinds)))}"
+                if len(kinds) == len(caches)
+                else f"{NOT}protected: {len(caches) - len(kinds)} shared cache(s) not layered"
+            )
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+    return layered
+
+
+def hide(path: str, blank: str) -> None:
+    """Cover ``path``: an empty read-only tmpfs over a folder, the unreadable ``blank`` over a file."""
+    if os.path.isdir(path):
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV
+        check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=000"), f"hide {path}")
+    else:
+        check(libc.mount(blank.encode(), path.encode(), None, MS_BIND, None), f"hide {path}")
+
+
+@functools.cache
+def blank_file() -> str:
+    """An empty file nobody may read (mode 000), bound over hidden files."""
+    handle, path = tempfile.mkstemp(prefix="evolve-hidden-")
+    os.close(handle)
+    os.chmod(path, 0)
+    return path
 
 
 def within(path: str, root: str) -> bool:

@@ -21,26 +21,24 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import functools
 import glob
 import os
 import socket
 import struct
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from evolve import channels, landlock
+from evolve.channels import NOT
 from evolve.channels import check as _check
 from evolve.channels import libc as _libc
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC = 0x08000000
 SCRATCH = ("/tmp", "/var/tmp")  # shared scratch folders given a private layer
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 MS_REC, MS_PRIVATE = 16384, 1 << 18
-_KEEP_MOUNT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # ST_* -> MS_*
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 DEFAULT_DEVICES = (
@@ -51,7 +49,6 @@ DEFAULT_DEVICES = (
     "/dev/urandom",
     "/dev/nvidia*",
 )
-NOT = "NOT "  # report values that start with this name a protection that was not applied
 
 
 class IsolationError(RuntimeError):
@@ -168,7 +165,7 @@ def plan(policy: Policy, workdir: Path, named: Sequence[str] = ()) -> Plan:
         read_rules=landlock.read_rules(hidden) if hidden else None,
         readonly=tuple(os.path.realpath(p) for p in policy.readonly if os.path.exists(p)),
         hidden=tuple(p for p in hidden if os.path.exists(p)),
-        blank=_blank_file() if any(os.path.isfile(p) for p in hidden) else "",
+        blank=channels.blank_file() if any(os.path.isfile(p) for p in hidden) else "",
         abi=landlock.abi(),
         scratch=tuple(scratch),
         rebind=tuple(p for p in rebind if os.path.exists(p)),
@@ -207,86 +204,16 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
-def _bind_readonly(path: str) -> None:
-    keep = sum(ms for st, ms in _KEEP_MOUNT_FLAGS.items() if os.statvfs(path).f_flag & st)
-    _check(_libc.mount(path.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
-    flags = MS_BIND | MS_REMOUNT | MS_RDONLY | keep
-    _check(_libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
-
-
 def _guard_proc() -> bool:
     """In the command's mount namespace: /proc/sys read-only, /proc/sysrq-trigger covered."""
     try:
-        _bind_readonly("/proc/sys")
+        channels.bind_readonly("/proc/sys")
         if os.path.exists("/proc/sysrq-trigger"):
             sysrq = b"/proc/sysrq-trigger"
             _check(_libc.mount(b"/dev/null", sysrq, None, MS_BIND, None), "cover sysrq-trigger")
     except OSError:
         return False
     return True
-
-
-def _hide(path: str, blank: str) -> None:
-    """Cover ``path``: an empty read-only tmpfs over a folder, the unreadable ``blank`` over a file."""
-    if os.path.isdir(path):
-        flags = MS_RDONLY | MS_NOSUID | MS_NODEV
-        _check(_libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=000"), f"hide {path}")
-    else:
-        _check(_libc.mount(blank.encode(), path.encode(), None, MS_BIND, None), f"hide {path}")
-
-
-@functools.cache
-def _blank_file() -> str:
-    """An empty file nobody may read (mode 000), bound over hidden files."""
-    handle, path = tempfile.mkstemp(prefix="evolve-hidden-")
-    os.close(handle)
-    os.chmod(path, 0)
-    return path
-
-
-def _layers(plan: Plan, report: dict[str, str]) -> list[str]:
-    """Private writable layers over /tmp, /var/tmp and the shared caches; the folders layered."""
-    handles = channels.open_paths([*plan.scratch, *plan.rebind, *plan.caches])
-    layered, problems = [], []
-    try:
-        for path in plan.scratch:
-            try:
-                channels.private_layer(path, handles[path])
-                for inner in [p for p in plan.rebind if channels.within(p, path)]:
-                    try:
-                        channels.rebind(inner, handles[inner])
-                    except (OSError, KeyError):
-                        channels.drop_layer(path)  # the command's writes must reach ``inner``
-                        raise
-                layered.append(path)
-            except (OSError, KeyError) as exc:
-                problems.append(f"{path}: {exc}")
-        if plan.scratch:
-            report["tmp"] = (
-                f"{NOT}private: {'; '.join(problems)}"
-                if problems
-                else f"private writable layer over {', '.join(layered)} (the host's files readable beneath)"
-            )
-        kinds = []
-        for path in plan.caches:
-            try:
-                channels.private_layer(path, handles[path])
-                layered.append(path)
-                kinds.append("a private writable layer")
-            except (OSError, KeyError):
-                with contextlib.suppress(OSError):
-                    _bind_readonly(path)
-                    kinds.append("read-only")
-        if plan.caches:
-            report["shared_caches"] = (
-                f"{len(plan.caches)} shared cache(s) behind {', '.join(sorted(set(kinds)))}"
-                if len(kinds) == len(plan.caches)
-                else f"{NOT}protected: {len(plan.caches) - len(kinds)} shared cache(s) not layered"
-            )
-    finally:
-        for handle in handles.values():
-            os.close(handle)
-    return layered
 
 
 def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
@@ -303,11 +230,11 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
                 _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", flags, b"mode=1777"), "mount /dev/shm"
             )
             report["shm"], shm = "private tmpfs on /dev/shm", True
-    layered = _layers(plan, report)
+    layered = channels.lay(plan.scratch, plan.rebind, plan.caches, report)
     done = []
     with contextlib.suppress(OSError):
         for path in plan.readonly:
-            _bind_readonly(path)
+            channels.bind_readonly(path)
             done.append(path)
     missing = len(plan.readonly) - len(done)
     if missing:
@@ -321,7 +248,7 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
     covered = 0
     with contextlib.suppress(OSError):
         for path in plan.hidden:
-            _hide(path, plan.blank)
+            channels.hide(path, plan.blank)
             covered += 1
     if plan.hidden and covered == len(plan.hidden):
         report["hidden"] = f"{covered} path(s) covered by empty mounts"

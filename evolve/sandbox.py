@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import resource
 import selectors
 import signal
@@ -57,34 +56,11 @@ from pathlib import Path
 
 from evolve import isolation
 from evolve.isolation import IsolationError, Policy
+from evolve.sandbox_env import environment, scrub_env
 
 __all__ = ["IsolationError", "Limits", "Policy", "Result", "isolation_report", "run", "scrub_env"]
 
 log = logging.getLogger(__name__)
-SECRET_PATTERN = re.compile(
-    r"(_API_KEY|_TOKEN|_SECRET|_PASSWORD|_CREDENTIALS?)$|^(AWS_|GOOGLE_APPLICATION)", re.I
-)
-KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES",
-            "LD_LIBRARY_PATH", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-            "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS", "TERM")  # fmt: skip
-# With Policy.private_home: variables pointing at fresh folders in the workdir (under .sandbox),
-# so that no cache a tool writes is shared with the next candidate. PYTHONPYCACHEPREFIX is
-# left alone: it would make every evaluation recompile the bytecode of every library it
-# imports; Python's __pycache__ folders outside the workdir are unwritable under Landlock.
-PRIVATE_DIRS = {
-    "HOME": "home",
-    "TMPDIR": "tmp",
-    "XDG_CACHE_HOME": "home/.cache",
-    "XDG_CONFIG_HOME": "home/.config",
-    "XDG_DATA_HOME": "home/.local/share",
-    "XDG_STATE_HOME": "home/.local/state",
-    "XDG_RUNTIME_DIR": "run",
-    "TRITON_CACHE_DIR": "home/.cache/triton",
-    "TORCHINDUCTOR_CACHE_DIR": "home/.cache/inductor",
-    "TORCH_EXTENSIONS_DIR": "home/.cache/torch_extensions",
-    "CUDA_CACHE_PATH": "home/.cache/nv",
-    "MPLCONFIGDIR": "home/.config/matplotlib",
-}
 MARKER_VAR = "EVOLVE_SANDBOX_ID"
 GRACE_S = 1.0
 DRAIN_S = 0.5
@@ -159,13 +135,6 @@ class Result:
         if text[-chars - 1] != "\n" and "\n" in kept:  # drop the partial first line
             kept = kept.split("\n", 1)[1]
         return f"[... {len(text) - len(kept)} earlier characters cut]\n{kept}"
-
-
-def scrub_env(env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Keep only harmless variables, drop anything that looks like a secret, add ``extra``."""
-    clean = {k: v for k, v in env.items() if k in KEEP_ENV and not SECRET_PATTERN.search(k)}
-    clean.update(extra or {})
-    return clean
 
 
 def _child_setup(limits: Limits, plan: isolation.Plan, report_fd: int) -> None:
@@ -300,19 +269,6 @@ def _warn_once(report: Mapping[str, str]) -> None:
             log.warning("sandbox %s %s (see evolve.sandbox.isolation_report())", key, value)
 
 
-def _environment(
-    workdir: Path, policy: Policy, env: Mapping[str, str] | None, tag: str
-) -> dict[str, str]:
-    """The command's environment: scrubbed, HOME, TMPDIR and caches in the workdir, ``env`` on top."""
-    base = scrub_env(os.environ)
-    if policy.private_home:
-        for var, name in PRIVATE_DIRS.items():
-            path = workdir / ".sandbox" / name
-            path.mkdir(parents=True, exist_ok=True)
-            base[var] = str(path)
-    return {**base, **(env or {}), MARKER_VAR: tag}
-
-
 def run(
     argv: Sequence[str],
     *,
@@ -346,7 +302,7 @@ def run(
     workdir = Path(cwd).resolve()
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
-    full_env = _environment(workdir, policy, env, tag)
+    full_env = {**environment(workdir, policy.private_home, env), MARKER_VAR: tag}
     named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
     plan = isolation.plan(policy, workdir, named)
     before = isolation.snapshot(plan.readonly)

@@ -37,6 +37,7 @@ from evolve.channels import libc as _libc
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC = 0x08000000
 SCRATCH = ("/tmp", "/var/tmp")  # shared scratch folders given a private layer
+HOST_SOCKETS = ("/tmp/nvidia-mps",)  # CUDA MPS's pipes: always the host's, when present
 MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
 MS_REC, MS_PRIVATE = 16384, 1 << 18
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
@@ -153,7 +154,8 @@ def plan(policy: Policy, workdir: Path, named: Sequence[str] = ()) -> Plan:
     for path in dict.fromkeys(os.path.realpath(p) for p in SCRATCH if os.path.isdir(p)):
         if policy.private_tmp and not any(channels.within(path, w) for w in writable):
             scratch.append(path)  # a writable path that holds the whole folder keeps the host's
-    given = [os.path.realpath(p) for p in named if os.path.isabs(p) and os.path.exists(p)]
+    given = [*named, *HOST_SOCKETS]
+    given = [os.path.realpath(p) for p in given if os.path.isabs(p) and os.path.exists(p)]
     rebind: list[str] = []
     for path in sorted({*writable, *given}, key=len):  # outermost first; inner ones ride along
         inside = any(channels.within(path, s) and path != s for s in scratch)

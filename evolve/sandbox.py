@@ -1,30 +1,34 @@
 """Run untrusted candidate code in a child process that cannot outlive its timeout.
 
 What it does (Linux; ``Result.isolation`` says which protections this platform applied):
-- runs the command in the given working directory (a fresh temp dir), with HOME and TMPDIR
-  pointing at fresh directories inside it, in its own session and process group;
+- runs the command in the given working directory (a fresh temp dir), with HOME, TMPDIR,
+  the XDG folders and the compile caches pointing inside it (``evolve.sandbox_env``), in
+  its own session and process group;
 - rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
 - an environment from an allow-list, minus anything that looks like a secret
   (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
 - stdout/stderr captured up to a byte cap (the rest is discarded, and said so);
-- ``evolve.isolation``: a private network namespace holding only its own loopback (as root,
-  or inside an unprivileged user namespace), else Landlock refusing TCP; a private tmpfs on
-  /dev/shm; read-only bind mounts over ``Policy.readonly`` (and a check after the run,
-  ``Result.modified``); Landlock confining writes to the workdir, ``Policy.writable`` and
-  the device nodes, hiding ``Policy.hidden``, scoping signals and abstract unix sockets, and
-  refusing ptrace and ``/proc/<pid>/environ`` of outside processes (the parent's secrets);
-  no-new-privileges and an empty capability bounding set (root keeps uid 0, no capability);
+- ``evolve.isolation``: private network and IPC namespaces (as root, or inside an
+  unprivileged user namespace), else Landlock refusing TCP; a private tmpfs on /dev/shm and
+  private writable layers over /tmp, /var/tmp and ``Policy.shared_caches``; read-only bind
+  mounts over ``Policy.readonly`` (and a check after the run, ``Result.modified``); Landlock
+  confining writes to the workdir, ``Policy.writable`` and the device nodes, hiding
+  ``Policy.hidden``, scoping signals and abstract unix sockets, and refusing ptrace and
+  ``/proc/<pid>/environ`` of outside processes (the parent's secrets); seccomp refusing the
+  kernel keyring calls; no-new-privileges and an empty capability bounding set;
 - on timeout SIGTERM to the group, SIGKILL after a grace period; then SIGKILL, until none is
   left, to every process in its session, carrying its marker variable, or inside its private
   namespace (which no descendant can leave); ``Result.leftover`` counts those still alive
   after the command itself exited (work left behind: a red flag for the fitness).
 
 What it does NOT protect against (run untrusted code on a machine you can lose):
-- reading whatever the user running evolve can read, except ``Policy.hidden``;
+- reading whatever the user running evolve can read, except ``Policy.hidden`` (including
+  the working directory of another evaluation running at the same time);
 - without Landlock (kernel < 5.13, or refused): writes anywhere the user may write, which
   for root means the whole system; without any namespace, UDP and (Landlock < 4) all network;
-- pathname unix sockets (e.g. a docker socket) that file permissions let it reach;
-- the kernel: no seccomp filter; a kernel exploit escapes everything;
+- pathname unix sockets outside /tmp (e.g. a docker socket) that file permissions let it reach;
+- ``Policy.writable`` paths, which every command given them shares;
+- the kernel: seccomp filters only the keyring calls; a kernel exploit escapes everything;
 - memory: ``Limits.memory_bytes`` caps *virtual* address space, which CUDA exhausts at once,
   so GPU programs need ``memory_bytes=None`` and then have no memory cap (no cgroup is used);
   RLIMIT_NPROC counts per user machine-wide and never binds root;
@@ -407,8 +411,10 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
 def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     """What isolation this machine applies for ``policy``: runs ``true`` once and reports.
 
-    Keys: ``network``, ``writes``, ``landlock``, ``capabilities`` (and ``readonly``,
-    ``hidden``, ``namespaces`` when relevant); values starting with "NOT" are gaps.
+    Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``home``, ``keyrings``,
+    ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
+    ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
+    starting with "NOT" are gaps.
     """
     import tempfile
 

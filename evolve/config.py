@@ -28,7 +28,6 @@ from evolve.fitness import Benchmark, Fitness
 from evolve.settings import SearchSettings
 from evolve.types import EvolveError
 
-CONFIG_MODULE = "evolve.configs"
 ALWAYS_ALLOWED = ("evolve.",)
 DENIED_MODULES = (
     "os",

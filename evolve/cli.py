@@ -13,20 +13,24 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from evolve.config import (
-    Alternative,
     ConfigError,
     FitnessBuildError,
-    RunSettings,
     alternatives,
     build_settings,
+    compose,
     merge_resumed,
+    new_run_dir,
     with_benchmark_search_defaults,
 )
+from evolve.settings import Alternative, RunSettings
 from evolve.store import Store
 from evolve.types import EvolveError
+
+if TYPE_CHECKING:
+    from evolve.search import Summary
 
 log = logging.getLogger("evolve")
 
@@ -158,8 +162,10 @@ def checked_settings(cfg: dict[str, Any], overrides: Sequence[str]) -> RunSettin
     return settings
 
 
-def start(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> tuple[dict[str, Any], bool]:
-    """The config to run (a resumed run's stored one) and whether it resumes; checks it can start.
+def start(
+    cfg: dict[str, Any], run_dir: Path, overrides: Sequence[str]
+) -> tuple[dict[str, Any], RunSettings, bool]:
+    """The config to run (a resumed run's stored one), its settings and whether it resumes.
 
     Raises:
         EvolveError: the run cannot start; the message names the fix.
@@ -178,14 +184,28 @@ def start(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> tuple[dic
         cfg = merge_resumed(json.loads(latest["config"]), overrides)
     else:
         cfg = with_benchmark_search_defaults(cfg, overrides)
-    settings = checked_settings(cfg, overrides)
+    return cfg, checked_settings(cfg, overrides), resumed
+
+
+def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> Summary:
+    """Run a search from Python, as ``python -m evolve OVERRIDES`` would; returns how it ended.
+
+    Args:
+        overrides: Hydra overrides, e.g. ``["search.max_candidates=50", "archive.islands=4"]``.
+        run_dir: where the run is written (default ``archives/<benchmark>/<time>``, or the
+            ``resume=`` directory).
+
+    Raises:
+        EvolveError: the run cannot start or stopped on an error; the message names the fix.
+    """
+    from evolve import runner
+
+    cfg = compose(overrides)
+    where = Path(run_dir or new_run_dir(cfg.get("resume"), cfg["benchmark"]["name"]))
+    cfg, settings, resumed = start(cfg, where, overrides)
     if settings.dry_run:
-        print(
-            f"dry run: the config is valid and benchmark {settings.benchmark.name} can start here "
-            f"(budget {settings.search.max_candidates} candidates); run again without dry_run=true to start"
-        )
-        sys.exit(0)
-    return cfg, resumed
+        raise ConfigError("dry_run=true only checks a config; leave it out to run from Python")
+    return runner.run(cfg, where, resumed=resumed)
 
 
 def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
@@ -194,10 +214,16 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
     from evolve.llm import LLMConfigError, PreflightError
 
     try:
-        cfg, resumed = start(cfg, run_dir, overrides)
+        cfg, settings, resumed = start(cfg, run_dir, overrides)
     except EvolveError as exc:
         log.debug("cannot start: %s", exc)
         fail_to_start(str(exc))
+    if settings.dry_run:
+        print(
+            f"dry run: the config is valid and benchmark {settings.benchmark.name} can start here "
+            f"(budget {settings.search.max_candidates} candidates); leave out dry_run=true to start"
+        )
+        return
     try:
         summary = runner.run(cfg, run_dir, resumed=resumed)
     except (

@@ -17,7 +17,6 @@ import importlib.resources
 import inspect
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from evolve.fitness import Benchmark, Fitness
 from evolve.noise import NoiseSettings
-from evolve.settings import ArchiveSettings, BuiltinWeights, EmitterSettings, SearchSettings
+from evolve.settings import (
+    Alternative,
+    ArchiveSettings,
+    BuiltinWeights,
+    EmitterSettings,
+    RunSettings,
+    SearchSettings,
+)
 from evolve.types import EvolveError
 
 ALWAYS_ALLOWED = ("evolve.",)
@@ -227,48 +233,6 @@ def workers(cfg: Mapping[str, Any]) -> int | None:
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
-class Alternative:
-    """Another way to run a benchmark where fewer GPUs are visible (its config's ``alternatives:``).
-
-    Attributes:
-        gpus: the GPUs one evaluation needs this way (it fits where at least these are visible).
-        args: the command-line arguments that replace the benchmark's choice (``benchmark=...``).
-        why: what the user gets this way, in one line.
-    """
-
-    gpus: int
-    args: tuple[str, ...]
-    why: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSettings:
-    """Everything a run is made of, typed and checked: built once from the config by ``build_settings``.
-
-    Attributes:
-        config: the resolved config as a plain dict (stored with the run, so a resume can rebuild it).
-        benchmark: the problem, its fitness instantiated.
-        search, archive, emitter, noise, builtin: the typed config groups.
-        workers: evaluations at once (``search.workers``); None: one per GPU group or CPU core.
-        backend: where evaluations run (``local`` or ``ray``).
-        alternatives: the benchmark's own answers for machines with fewer GPUs, best first.
-        dry_run: check everything, then stop before anything is written or evaluated.
-    """
-
-    config: dict[str, Any]
-    benchmark: Benchmark
-    search: SearchSettings
-    archive: ArchiveSettings
-    emitter: EmitterSettings
-    noise: NoiseSettings
-    builtin: BuiltinWeights
-    workers: int | None
-    backend: str
-    alternatives: tuple[Alternative, ...]
-    dry_run: bool
-
-
 BACKENDS = ("local", "ray")
 
 
@@ -367,6 +331,15 @@ def with_benchmark_search_defaults(cfg: dict[str, Any], overrides: Sequence[str]
     search = dict(cfg["search"])
     search.update({k: v for k, v in defaults.items() if f"search.{k}" not in given})
     return {**cfg, "search": search}
+
+
+def compose(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The resolved config of ``python -m evolve OVERRIDES``, composed without starting a Hydra app."""
+    from hydra import compose as compose_config
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="evolve.configs", version_base=None):
+        return as_dict(compose_config(config_name="config", overrides=list(overrides)))
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:

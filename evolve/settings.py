@@ -2,13 +2,18 @@
 
 Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``) and
 checks its own values, so an impossible value fails at start with a message naming the key
-and what it accepts. ``evolve.config.build_settings`` makes them from a resolved config; a
-notebook user makes them directly.
+and what it accepts; ``RunSettings`` holds them all. ``evolve.config.build_settings`` makes
+them from a resolved config; a notebook user may make them directly.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
+    from evolve.fitness import Benchmark
+    from evolve.noise import NoiseSettings
 
 SAMPLERS = ("uniform", "rank")
 SELECTIONS = ("bandit", "weights")
@@ -148,3 +153,45 @@ class BuiltinWeights:
     def as_dict(self) -> dict[str, float]:
         """``{operator name: weight}``, as ``evolve.operators.catalog.builtin_operators`` takes it."""
         return {name: float(getattr(self, name)) for name in BUILTIN_OPERATORS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alternative:
+    """Another way to run a benchmark where fewer GPUs are visible (its config's ``alternatives:``).
+
+    Attributes:
+        gpus: the GPUs one evaluation needs this way (it fits where at least these are visible).
+        args: the command-line arguments that replace the benchmark's choice (``benchmark=...``).
+        why: what the user gets this way, in one line.
+    """
+
+    gpus: int
+    args: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """Everything a run is made of, typed and checked: built once from the config by ``build_settings``.
+
+    Attributes:
+        config: the resolved config as a plain dict (stored with the run, so a resume can rebuild it).
+        benchmark: the problem, its fitness instantiated.
+        search, archive, emitter, noise, builtin: the typed config groups.
+        workers: evaluations at once (``search.workers``); None: one per GPU group or CPU core.
+        backend: where evaluations run (``local`` or ``ray``).
+        alternatives: the benchmark's own answers for machines with fewer GPUs, best first.
+        dry_run: check everything, then stop before anything is written or evaluated.
+    """
+
+    config: dict[str, Any]
+    benchmark: Benchmark
+    search: SearchSettings
+    archive: ArchiveSettings
+    emitter: EmitterSettings
+    noise: NoiseSettings
+    builtin: BuiltinWeights
+    workers: int | None
+    backend: str
+    alternatives: tuple[Alternative, ...]
+    dry_run: bool

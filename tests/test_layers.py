@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,18 @@ def test_the_graph_sees_imports_inside_functions_but_not_type_only_ones(tmp_path
         "evolve.llm.client",
         "evolve.llm",
     }
+
+
+def test_importing_evolve_starts_nothing_heavy_and_exports_its_api():
+    code = (
+        "import sys, evolve\n"
+        "heavy = ('litellm', 'torch', 'hydra', 'omegaconf', 'matplotlib', 'networkx', 'tqdm', 'datasette')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+        "print(all(hasattr(evolve, name) for name in evolve.__all__))\n"
+        "import evolve.archive, evolve.store, evolve.fitness\n"
+        "print(evolve.Archive is evolve.archive.Archive and evolve.Store is evolve.store.Store)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split("\n")[:3] == ["[]", "True", "True"]

@@ -1,7 +1,8 @@
 """evolve: open-ended evolutionary search over programs.
 
-The public API, for notebooks and scripts (``from evolve import ...``); importing it starts
-nothing and imports no model client, torch or Hydra:
+The public API, for notebooks and scripts (``from evolve import ...``). Importing the package
+starts nothing and imports none of its modules; each name below loads its own module on
+first use:
 
 - data: ``Candidate``, ``Proposal``, ``Evaluation``, ``EvalStatus``, ``Objective``,
   ``Direction``, ``Descriptor``, ``AddStatus``, ``AddResult``, ``EvolveError``;
@@ -14,30 +15,30 @@ nothing and imports no model client, torch or Hydra:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from evolve.archive import Archive
-from evolve.fitness import Benchmark, EvalContext, Fitness, Stage
-from evolve.noise import NoiseSettings
-from evolve.settings import ArchiveSettings, EmitterSettings, RunSettings, SearchSettings
-from evolve.store import Store
-from evolve.types import (
-    AddResult,
-    AddStatus,
-    Candidate,
-    Descriptor,
-    Direction,
-    EvalStatus,
-    Evaluation,
-    EvolveError,
-    Objective,
-    Proposal,
-)
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
+    from evolve.archive import Archive
+    from evolve.fitness import Benchmark, EvalContext, Fitness, Stage
+    from evolve.noise import NoiseSettings
     from evolve.search import Summary
+    from evolve.settings import ArchiveSettings, EmitterSettings, RunSettings, SearchSettings
+    from evolve.store import Store
+    from evolve.types import (
+        AddResult,
+        AddStatus,
+        Candidate,
+        Descriptor,
+        Direction,
+        EvalStatus,
+        Evaluation,
+        EvolveError,
+        Objective,
+        Proposal,
+    )
 
 __version__ = "0.1.0"
 
@@ -71,6 +72,47 @@ __all__ = [
     # running
     "run",
 ]
+
+
+# where each public name lives; ``from evolve import X`` imports only X's module
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "AddResult",
+            "AddStatus",
+            "Candidate",
+            "Descriptor",
+            "Direction",
+            "EvalStatus",
+            "Evaluation",
+            "EvolveError",
+            "Objective",
+            "Proposal",
+        ),
+        "evolve.types",
+    ),
+    "Archive": "evolve.archive",
+    "Store": "evolve.store",
+    **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.fitness"),
+    **dict.fromkeys(
+        ("ArchiveSettings", "EmitterSettings", "RunSettings", "SearchSettings"), "evolve.settings"
+    ),
+    "NoiseSettings": "evolve.noise",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use (PEP 562), so ``import evolve`` stays light."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'evolve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> Summary:

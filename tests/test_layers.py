@@ -175,7 +175,8 @@ def test_importing_evolve_starts_nothing_heavy_and_exports_its_api():
     code = (
         "import sys, evolve\n"
         "heavy = ('litellm', 'torch', 'hydra', 'omegaconf', 'matplotlib', 'networkx', 'tqdm', 'datasette')\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)), "
+        "[m for m in sys.modules if m.startswith('evolve.')])\n"
         "print(all(hasattr(evolve, name) for name in evolve.__all__))\n"
         "import evolve.archive, evolve.store, evolve.fitness\n"
         "print(evolve.Archive is evolve.archive.Archive and evolve.Store is evolve.store.Store)\n"
@@ -183,4 +184,4 @@ def test_importing_evolve_starts_nothing_heavy_and_exports_its_api():
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True, check=True
     )
-    assert result.stdout.split("\n")[:3] == ["[]", "True", "True"]
+    assert result.stdout.split("\n")[:3] == ["[] []", "True", "True"]

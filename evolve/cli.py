@@ -210,9 +210,6 @@ def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> 
 
 def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
     """Run (or resume) and print how it ended; user errors exit with a one-line message."""
-    from evolve import runner
-    from evolve.llm import LLMConfigError, PreflightError
-
     try:
         cfg, settings, resumed = start(cfg, run_dir, overrides)
     except EvolveError as exc:
@@ -224,6 +221,9 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
             f"(budget {settings.search.max_candidates} candidates); leave out dry_run=true to start"
         )
         return
+    from evolve import runner  # the loop, the operators and the model client load only now
+    from evolve.llm import LLMConfigError, PreflightError
+
     try:
         summary = runner.run(cfg, run_dir, resumed=resumed)
     except (

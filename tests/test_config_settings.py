@@ -16,7 +16,9 @@ from tests.conftest import REPO, composed
 def test_the_default_config_becomes_typed_settings():
     settings = build_settings(composed(["archive.islands=3", "emitter.discount=0.9", "seed=4"]))
     assert settings.archive == ArchiveSettings(islands=3, sampler="rank", qd_offset=None)
-    assert settings.emitter == EmitterSettings(selection="bandit", discount=0.9, exploration=0.5, inspirations=3)
+    assert settings.emitter == EmitterSettings(
+        selection="bandit", discount=0.9, exploration=0.5, inspirations=3
+    )
     assert settings.search.seed == 4 and isinstance(settings.search, SearchSettings)
     assert settings.noise == NoiseSettings()
     assert settings.builtin.as_dict() == {"tweak": 3.0, "crossover": 1.0}
@@ -27,20 +29,32 @@ def test_the_default_config_becomes_typed_settings():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("+archive.islnds=2", "unknown key(s) ['islnds'] in archive; valid keys: islands, qd_offset, sampler"),
+        (
+            "+archive.islnds=2",
+            "unknown key(s) ['islnds'] in archive; valid keys: islands, qd_offset, sampler",
+        ),
         (
             "+emitter.temperature=1",
             "unknown key(s) ['temperature'] in emitter; valid keys: discount, exploration, inspirations, selection",
         ),
-        ("+operators.builtin.mutate=1", "unknown key(s) ['mutate'] in operators.builtin; valid keys: crossover, tweak"),
+        (
+            "+operators.builtin.mutate=1",
+            "unknown key(s) ['mutate'] in operators.builtin; valid keys: crossover, tweak",
+        ),
         ("archive.islands=0", "archive.islands must be an integer >= 1, got 0"),
         ("archive.islands=1.5", "archive.islands must be an integer >= 1, got 1.5"),
         ("archive.sampler=best", "archive.sampler 'best' unknown; choose one of uniform, rank"),
-        ("emitter.selection=greedy", "emitter.selection 'greedy' unknown; choose one of bandit, weights"),
+        (
+            "emitter.selection=greedy",
+            "emitter.selection 'greedy' unknown; choose one of bandit, weights",
+        ),
         ("emitter.discount=0", "emitter.discount must lie in (0, 1], got 0"),
         ("emitter.exploration=-1", "emitter.exploration must be >= 0, got -1"),
         ("emitter.inspirations=-2", "emitter.inspirations must be an integer >= 0, got -2"),
-        ("operators.builtin.tweak=-1", "operators.builtin.tweak must be a number >= 0 (0 turns it off), got -1"),
+        (
+            "operators.builtin.tweak=-1",
+            "operators.builtin.tweak must be a number >= 0 (0 turns it off), got -1",
+        ),
         ("search.max_candidates=0", "search.max_candidates must be a positive integer, got 0"),
         ("search.workers=0", "search.workers must be 'auto' or a positive integer, got 0"),
         ("noise.alpha=2", "noise.alpha must lie in (0, 1), got 2"),
@@ -67,16 +81,24 @@ def test_settings_check_themselves_when_made_directly():
 
 
 def test_a_fitness_that_cannot_be_built_is_one_config_error():
-    with pytest.raises(ConfigError, match=r"benchmark toy: its fitness .* cannot be built here: .*unexpected keyword"):
+    with pytest.raises(
+        ConfigError,
+        match=r"benchmark toy: its fitness .* cannot be built here: .*unexpected keyword",
+    ):
         build_settings(composed([], no_such_parameter=1))
 
 
 def test_alternatives_must_have_their_three_keys():
     cfg = composed([])
     cfg["benchmark"]["alternatives"] = [{"gpus": 0, "args": "benchmark=circle_packing"}]
-    with pytest.raises(ConfigError, match=r"benchmark.alternatives\[0\] must have exactly the keys args, gpus and why"):
+    with pytest.raises(
+        ConfigError,
+        match=r"benchmark.alternatives\[0\] must have exactly the keys args, gpus and why",
+    ):
         build_settings(cfg)
-    cfg["benchmark"]["alternatives"] = [{"gpus": 0, "args": "benchmark=circle_packing seed=1", "why": "here"}]
+    cfg["benchmark"]["alternatives"] = [
+        {"gpus": 0, "args": "benchmark=circle_packing seed=1", "why": "here"}
+    ]
     assert build_settings(cfg).alternatives[0].args == ("benchmark=circle_packing", "seed=1")
 
 
@@ -86,5 +108,7 @@ def test_the_config_layer_does_not_import_the_loop():
         "loop = ('evolve.search', 'evolve.engine', 'evolve.driver', 'evolve.runner', 'evolve.backends')\n"
         "print(sorted(m for m in sys.modules if m.startswith(loop)))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "[]"

@@ -1,3 +1,130 @@
-"""evolve: open-ended evolutionary search over programs."""
+"""evolve: open-ended evolutionary search over programs.
+
+The public API, for notebooks and scripts (``from evolve import ...``). Importing the package
+starts nothing and imports none of its modules; each name below loads its own module on
+first use:
+
+- data: ``Candidate``, ``Proposal``, ``Evaluation``, ``EvalStatus``, ``Objective``,
+  ``Direction``, ``Descriptor``, ``AddStatus``, ``AddResult``, ``EvolveError``;
+- the archive and its store: ``Archive``, ``Store``;
+- the fitness contract: ``Fitness``, ``EvalContext``, ``Stage``, ``Benchmark``;
+- settings: ``SearchSettings``, ``ArchiveSettings``, ``EmitterSettings``, ``NoiseSettings``,
+  ``RunSettings``;
+- running: ``run`` (a whole search, as ``python -m evolve`` runs it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
+    from evolve.archive import Archive
+    from evolve.fitness import Benchmark, EvalContext, Fitness, Stage
+    from evolve.noise import NoiseSettings
+    from evolve.search import Summary
+    from evolve.settings import ArchiveSettings, EmitterSettings, RunSettings, SearchSettings
+    from evolve.store import Store
+    from evolve.types import (
+        AddResult,
+        AddStatus,
+        Candidate,
+        Descriptor,
+        Direction,
+        EvalStatus,
+        Evaluation,
+        EvolveError,
+        Objective,
+        Proposal,
+    )
 
 __version__ = "0.1.0"
+
+__all__ = [
+    # data
+    "AddResult",
+    "AddStatus",
+    "Candidate",
+    "Descriptor",
+    "Direction",
+    "EvalStatus",
+    "Evaluation",
+    "EvolveError",
+    "Objective",
+    "Proposal",
+    # archive and store
+    "Archive",
+    "Store",
+    # the fitness contract
+    "Benchmark",
+    "EvalContext",
+    "Fitness",
+    "Stage",
+    # settings
+    "ArchiveSettings",
+    "EmitterSettings",
+    "NoiseSettings",
+    "RunSettings",
+    "SearchSettings",
+    # the engine and the driver (the ask/tell engine's names go here)
+    # running
+    "run",
+]
+
+
+# where each public name lives; ``from evolve import X`` imports only X's module
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "AddResult",
+            "AddStatus",
+            "Candidate",
+            "Descriptor",
+            "Direction",
+            "EvalStatus",
+            "Evaluation",
+            "EvolveError",
+            "Objective",
+            "Proposal",
+        ),
+        "evolve.types",
+    ),
+    "Archive": "evolve.archive",
+    "Store": "evolve.store",
+    **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.fitness"),
+    **dict.fromkeys(
+        ("ArchiveSettings", "EmitterSettings", "RunSettings", "SearchSettings"), "evolve.settings"
+    ),
+    "NoiseSettings": "evolve.noise",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use (PEP 562), so ``import evolve`` stays light."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'evolve' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> Summary:
+    """Run a search as ``python -m evolve OVERRIDES`` would; returns how it ended.
+
+    Args:
+        overrides: Hydra overrides, e.g. ``["benchmark=circle_packing", "search.max_candidates=50"]``.
+        run_dir: where the run is written (default ``archives/<benchmark>/<time>``).
+
+    Raises:
+        EvolveError: the run cannot start or stopped on an error; the message names the fix.
+    """
+    from evolve.cli import run as run_search  # Hydra, the operators and the loop load here
+
+    return run_search(overrides, run_dir=run_dir)

@@ -1,18 +1,50 @@
-"""What ``python -m evolve`` does around a run: argument checks, resume, and a readable ending."""
+"""What ``python -m evolve`` does around a run: start checks, resume, and a readable ending.
+
+A problem found before the run starts (the config, the hardware, a resume path) ends the
+program with one message that names the fix and exit status 2, never a traceback.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from evolve.config import merge_resumed, with_benchmark_search_defaults
+from evolve.config import (
+    ConfigError,
+    FitnessBuildError,
+    alternatives,
+    build_settings,
+    compose,
+    merge_resumed,
+    new_run_dir,
+    with_benchmark_search_defaults,
+)
+from evolve.settings import Alternative, RunSettings
 from evolve.store import Store
 from evolve.types import EvolveError
 
+if TYPE_CHECKING:
+    from evolve.search import Summary
+
 log = logging.getLogger("evolve")
+
+START_ERROR = 2  # exit status of a run that could not start (the message says why)
+
+
+class HardwareError(ConfigError):
+    """The benchmark needs more GPUs than this machine shows; the message names what works here."""
+
+
+def fail_to_start(message: str) -> NoReturn:
+    """Print ``error: message`` to stderr and exit with status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(START_ERROR)
 
 
 def check_resume_argument(argv: list[str]) -> None:
@@ -21,37 +53,192 @@ def check_resume_argument(argv: list[str]) -> None:
         if arg.startswith("resume=") and arg != "resume=null":
             path = Path(arg.split("=", 1)[1]).expanduser()
             if not (path / "archive.db").is_file():
-                sys.exit(
-                    f"error: resume={path}: no archive.db there. Pass a run directory made by an earlier run, "
+                fail_to_start(
+                    f"resume={path}: no archive.db there. Pass a run directory made by an earlier run, "
                     "e.g. resume=archives/circle_packing/2026-11-29_10-00-00"
                 )
 
 
-def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
-    """Run (or resume) and print how it ended; user errors exit with a one-line message."""
+def visible_gpus() -> tuple[int, str]:
+    """How many GPUs evaluations could use here, and how that was found (for messages)."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    from evolve.backends.local import visible_gpus as gpus  # imports torch when nothing is listed
+
+    found = len(gpus())
+    if listed is not None:
+        return found, f"CUDA_VISIBLE_DEVICES={listed!r}"
+    return found, f"torch sees {found} CUDA device(s)"
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").partition("=")[0]
+
+
+def command_for(alternative: Alternative, overrides: Sequence[str]) -> str:
+    """The command line of ``alternative``: its arguments plus the user's others that still apply.
+
+    An alternative that names another benchmark (``benchmark=...``) drops the user's
+    ``benchmark.*`` overrides, which were meant for the one asked for.
+    """
+    choice = [a for a in alternative.args if _key(a) == "benchmark"]
+    extra = [a for a in alternative.args if _key(a) != "benchmark"]
+    taken = {_key(a) for a in extra}
+    kept = [
+        o
+        for o in overrides
+        if _key(o) not in taken and not (choice and _key(o).startswith("benchmark"))
+    ]
+    first = choice or [o for o in kept if _key(o) == "benchmark"]
+    rest = [o for o in kept if _key(o) != "benchmark"]
+    return shlex.join(["python", "-m", "evolve", *first, *extra, *rest])
+
+
+def check_gpus(
+    benchmark: str,
+    needed: int,
+    offered: Sequence[Alternative],
+    overrides: Sequence[str],
+    *,
+    found: tuple[int, str] | None = None,
+) -> None:
+    """Refuse a benchmark that needs more GPUs per evaluation than are visible, offering what fits.
+
+    Args:
+        benchmark: its name, for the message.
+        needed: GPUs one evaluation needs.
+        offered: the benchmark config's ``alternatives:``, best first.
+        overrides: the command line's overrides (kept in the commands offered).
+        found: (GPUs visible, how that was found); by default it is looked up.
+
+    Raises:
+        HardwareError: the message says what was found and the exact commands that work here.
+    """
+    if needed <= 0:
+        return
+    count, how = found if found is not None else visible_gpus()
+    if count >= needed:
+        return
+    seen = (
+        "none is visible" if count == 0 else f"only {count} {'is' if count == 1 else 'are'} visible"
+    )
+    head = f"benchmark {benchmark} needs {needed} GPU(s) per evaluation, but {seen} here ({how})."
+    fitting = [a for a in offered if a.gpus <= count]
+    if not fitting:
+        raise HardwareError(
+            f"{head} It has no smaller scale: run it on a machine with {needed} CUDA GPU(s) "
+            "(nvidia-smi lists them; CUDA_VISIBLE_DEVICES must not hide them)"
+        )
+    lines = [f"  {command_for(a, overrides)}\n      {a.why}" for a in fitting]
+    raise HardwareError(f"{head} What works here, best first:\n" + "\n".join(lines))
+
+
+def checked_settings(cfg: dict[str, Any], overrides: Sequence[str]) -> RunSettings:
+    """The run's typed settings, refused with the benchmark's alternatives where its GPUs are missing.
+
+    Only the local backend is checked (a Ray cluster's GPUs are its own). A fitness that
+    fails to build on a machine short of the GPUs its config names (a GPU-only benchmark
+    checks for CUDA itself) is reported as that shortage.
+
+    Raises:
+        ConfigError: the message names the fix.
+    """
+    node = cfg["benchmark"]
+    local = (cfg.get("backend") or {}).get("name", "local") == "local"
+    try:
+        settings = build_settings(cfg)
+    except FitnessBuildError:
+        if local:
+            check_gpus(
+                node.get("name", "?"),
+                int(node.get("gpus") or 0),
+                alternatives(node.get("alternatives")),
+                overrides,
+            )
+        raise
+    if local:
+        check_gpus(
+            settings.benchmark.name, settings.benchmark.gpus, settings.alternatives, overrides
+        )
+    return settings
+
+
+def start(
+    cfg: dict[str, Any], run_dir: Path, overrides: Sequence[str]
+) -> tuple[dict[str, Any], RunSettings, bool]:
+    """The config to run (a resumed run's stored one), its settings and whether it resumes.
+
+    Raises:
+        EvolveError: the run cannot start; the message names the fix.
+    """
+    resumed = bool(cfg.get("resume"))
+    if resumed:
+        store = Store(run_dir / "archive.db")
+        try:
+            latest = store.latest_run()
+        finally:
+            store.close()
+        if latest is None:
+            raise ConfigError(
+                f"{run_dir}/archive.db holds no run yet; start a new run instead of resuming"
+            )
+        cfg = merge_resumed(json.loads(latest["config"]), overrides)
+    else:
+        cfg = with_benchmark_search_defaults(cfg, overrides)
+    return cfg, checked_settings(cfg, overrides), resumed
+
+
+def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> Summary:
+    """Run a search from Python, as ``python -m evolve OVERRIDES`` would; returns how it ended.
+
+    Args:
+        overrides: Hydra overrides, e.g. ``["search.max_candidates=50", "archive.islands=4"]``.
+        run_dir: where the run is written (default ``archives/<benchmark>/<time>``, or the
+            ``resume=`` directory).
+
+    Raises:
+        EvolveError: the run cannot start or stopped on an error; the message names the fix.
+    """
     from evolve import runner
 
+    cfg = compose(overrides)
+    where = Path(run_dir or new_run_dir(cfg.get("resume"), cfg["benchmark"]["name"]))
+    cfg, settings, resumed = start(cfg, where, overrides)
+    if settings.dry_run:
+        raise ConfigError("dry_run=true only checks a config; leave it out to run from Python")
+    return runner.run(cfg, where, resumed=resumed)
+
+
+def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
+    """Run (or resume) and print how it ended; user errors exit with a one-line message."""
     try:
-        resumed = bool(cfg.get("resume"))
-        if resumed:
-            store = Store(run_dir / "archive.db")
-            try:
-                latest = store.latest_run()
-            finally:
-                store.close()
-            if latest is None:
-                raise EvolveError(
-                    f"{run_dir}/archive.db holds no run yet; start a new run instead of resuming"
-                )
-            cfg = merge_resumed(json.loads(latest["config"]), overrides)
-        else:
-            cfg = with_benchmark_search_defaults(cfg, overrides)
+        cfg, settings, resumed = start(cfg, run_dir, overrides)
+    except EvolveError as exc:
+        log.debug("cannot start: %s", exc)
+        fail_to_start(str(exc))
+    if settings.dry_run:
+        print(
+            f"dry run: the config is valid and benchmark {settings.benchmark.name} can start here "
+            f"(budget {settings.search.max_candidates} candidates); leave out dry_run=true to start"
+        )
+        return
+    from evolve import runner  # the loop, the operators and the model client load only now
+    from evolve.llm import LLMConfigError, PreflightError
+
+    try:
         summary = runner.run(cfg, run_dir, resumed=resumed)
+    except (
+        ConfigError,
+        LLMConfigError,
+        PreflightError,
+    ) as exc:  # found before anything was evaluated
+        fail_to_start(str(exc))
     except EvolveError as exc:
         log.error("%s", exc)
         sys.exit(f"error: {exc}")
     except KeyboardInterrupt:
-        sys.exit(f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}")
+        sys.exit(
+            f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}"
+        )
     print(
         f"\nrun finished ({summary.reason}): {summary.evaluated} evaluated, {summary.failures} failed\n"
         f"seed {summary.seed_fitness}  ->  best {summary.best} ({summary.best_id})\n"

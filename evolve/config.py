@@ -21,14 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from evolve.fitness import Benchmark, Fitness
-from evolve.search import SearchSettings
+from evolve.noise import NoiseSettings
+from evolve.settings import (
+    Alternative,
+    ArchiveSettings,
+    BuiltinWeights,
+    EmitterSettings,
+    RunSettings,
+    SearchSettings,
+)
 from evolve.types import EvolveError
 
-CONFIG_MODULE = "evolve.configs"
 ALWAYS_ALLOWED = ("evolve.",)
 DENIED_MODULES = (
     "os",
@@ -43,13 +51,27 @@ DENIED_MODULES = (
     "eval",
 )
 RESUME_OVERRIDABLE = (
-    "search.", "backend.", "llm.max_cost_usd", "resume", "hydra.", "progress",
-    "llm.offline", "llm.replay_from", "llm.timeout_s", "llm.retries", "llm.api_base",
+    "search.",
+    "backend.",
+    "llm.max_cost_usd",
+    "resume",
+    "hydra.",
+    "progress",
+    "dry_run",
+    "llm.offline",
+    "llm.replay_from",
+    "llm.timeout_s",
+    "llm.retries",
+    "llm.api_base",
 )
 
 
 class ConfigError(EvolveError):
     """A configuration the run cannot use; the message names the fix."""
+
+
+class FitnessBuildError(ConfigError):
+    """The benchmark's fitness refused to be built here (missing data, hardware, a bad parameter)."""
 
 
 # --- paths ----------------------------------------------------------------------------------------
@@ -140,14 +162,19 @@ def check_targets(node: Any, *, allowed: Sequence[str], key: str = "") -> None:
 # --- building -------------------------------------------------------------------------------------
 
 
-def _dataclass_from(cls: type, values: Mapping[str, Any], group: str) -> Any:
+def _dataclass_from(cls: type, values: Mapping[str, Any] | None, group: str) -> Any:
+    """``cls(**values)``; unknown keys and impossible values become a ConfigError naming the valid ones."""
+    values = dict(values or {})
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(
             f"unknown key(s) {unknown} in {group}; valid keys: {', '.join(sorted(names))}"
         )
-    return cls(**values)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> Benchmark:
@@ -158,7 +185,15 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
         raise ConfigError(
             f"benchmark config lacks {missing}; see configs/benchmark/circle_packing.yaml for the shape"
         )
-    fitness = instantiate(OmegaConf.create(dict(cfg["fitness"])), _convert_="all")
+    try:
+        fitness = instantiate(OmegaConf.create(dict(cfg["fitness"])), _convert_="all")
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        reason = str(cause) if isinstance(cause, EvolveError) else f"{cause or exc!r}"
+        raise FitnessBuildError(
+            f"benchmark {cfg['name']}: its fitness {cfg['fitness'].get('_target_')!r} cannot be built "
+            f"here: {reason}"
+        ) from None
     if not isinstance(fitness, Fitness):
         raise ConfigError(
             f"benchmark.fitness {cfg['fitness'].get('_target_')!r} does not implement the Fitness protocol "
@@ -185,10 +220,7 @@ def search_settings(cfg: Mapping[str, Any]) -> SearchSettings:
     """SearchSettings from the ``search`` node plus the run seed; unknown keys are errors."""
     values = {k: v for k, v in cfg["search"].items() if k != "workers"}
     values["seed"] = int(cfg.get("seed", 0))
-    try:
-        return _dataclass_from(SearchSettings, values, "search")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    return _dataclass_from(SearchSettings, values, "search")
 
 
 def workers(cfg: Mapping[str, Any]) -> int | None:
@@ -201,12 +233,67 @@ def workers(cfg: Mapping[str, Any]) -> int | None:
     return value
 
 
+BACKENDS = ("local", "ray")
+
+
+def alternatives(node: Any) -> tuple[Alternative, ...]:
+    """The ``benchmark.alternatives`` list: entries ``{gpus, args, why}``, best first."""
+    made = []
+    for index, entry in enumerate(node or ()):
+        where = f"benchmark.alternatives[{index}]"
+        if not isinstance(entry, Mapping) or set(entry) != {"gpus", "args", "why"}:
+            raise ConfigError(
+                f"{where} must have exactly the keys args, gpus and why; got {entry!r}"
+            )
+        gpus = entry["gpus"]
+        if not isinstance(gpus, int) or gpus < 0:
+            raise ConfigError(f"{where}.gpus must be an integer >= 0, got {gpus!r}")
+        args = entry["args"]
+        args = tuple(args.split() if isinstance(args, str) else args)
+        made.append(Alternative(gpus=gpus, args=args, why=str(entry["why"])))
+    return tuple(made)
+
+
+def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
+    """The typed settings of the run ``cfg`` describes; checks every group before the benchmark is built.
+
+    Raises:
+        ConfigError: an unknown key, an impossible value or a target that is not allowed;
+            the message names the key and what it accepts.
+    """
+    backend = (cfg.get("backend") or {}).get("name", "local")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r} unknown; available: {', '.join(BACKENDS)}")
+    try:
+        noise = NoiseSettings.from_config(cfg.get("noise"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    checked = dict(
+        config=dict(cfg),
+        search=search_settings(cfg),
+        workers=workers(cfg),
+        archive=_dataclass_from(ArchiveSettings, cfg.get("archive"), "archive"),
+        emitter=_dataclass_from(EmitterSettings, cfg.get("emitter"), "emitter"),
+        noise=noise,
+        builtin=_dataclass_from(
+            BuiltinWeights, (cfg.get("operators") or {}).get("builtin"), "operators.builtin"
+        ),
+        backend=backend,
+        alternatives=alternatives(cfg["benchmark"].get("alternatives")),
+        dry_run=bool(cfg.get("dry_run", False)),
+    )
+    benchmark = build_benchmark(cfg["benchmark"], allowed=tuple(cfg.get("allow_targets") or ()))
+    return RunSettings(benchmark=benchmark, **checked)
+
+
 def _changes_stored(stored: Any, override: str) -> bool:
     """Whether ``key=value`` asks for something other than what the stored config holds."""
     key, _, value = override.lstrip("+~").partition("=")
     wanted = yaml.safe_load(value) if value else None
     current = OmegaConf.select(stored, key, default=None)
-    if isinstance(current, Mapping | DictConfig) and "name" in current:  # a group choice such as benchmark=toy
+    if (
+        isinstance(current, Mapping | DictConfig) and "name" in current
+    ):  # a group choice such as benchmark=toy
         return current["name"] != wanted
     return current != wanted
 
@@ -220,7 +307,9 @@ def merge_resumed(stored: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     merged = OmegaConf.create(dict(stored))
     OmegaConf.set_struct(merged, False)
     refused = [
-        o for o in overrides if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o)
+        o
+        for o in overrides
+        if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o)
     ]
     if refused:
         raise ConfigError(
@@ -242,6 +331,15 @@ def with_benchmark_search_defaults(cfg: dict[str, Any], overrides: Sequence[str]
     search = dict(cfg["search"])
     search.update({k: v for k, v in defaults.items() if f"search.{k}" not in given})
     return {**cfg, "search": search}
+
+
+def compose(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The resolved config of ``python -m evolve OVERRIDES``, composed without starting a Hydra app."""
+    from hydra import compose as compose_config
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="evolve.configs", version_base=None):
+        return as_dict(compose_config(config_name="config", overrides=list(overrides)))
 
 
 def as_dict(cfg: Any) -> dict[str, Any]:

@@ -4,63 +4,37 @@ Edges point from parent to child and carry their ``role`` (mutation, crossover,
 migration, inspiration); nodes carry the candidate's seq, operator, model, status,
 island and latest fitness. A candidate's *primary* parent is its first non-inspiration
 parent (the one its operator edited); following primary parents from the best candidate
-back to the seed gives the path to the best. Credit per operator and per model counts
-what each produced and how much of the progress along that path it made.
+back to the seed gives the path to the best. (Success per operator and model:
+``plots.success_rates``.)
 
-Reads only: every function takes an open ``sqlite3.Connection`` or a ``Store``.
+Reads only, through the read model (``evolve.query``): every function takes an open
+``sqlite3.Connection`` or a ``Store``.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.store import Store
+from evolve import query
+from evolve.query import Source
+from evolve.query.candidates import brief
+from evolve.query.edges import (
+    PARENT_ROLES,
+    edge_between,
+    edges,
+    edges_from,
+    edges_into,
+    elite_ids,
+    nodes,
+    parent_ids,
+    primary_path,
+)
+from evolve.query.run import best_candidate, objective_direction
 
 if TYPE_CHECKING:
     import networkx as nx
-
-PARENT_ROLES: tuple[str, ...] = ("mutation", "crossover", "migration")
-ALL_ROLES: tuple[str, ...] = (*PARENT_ROLES, "inspiration")
-
-_NODE_SQL = (
-    "SELECT c.id, c.seq, c.operator, c.model, c.status, c.island, "
-    "(SELECT v.fitness FROM evaluations v WHERE v.candidate = c.id ORDER BY v.id DESC LIMIT 1) "
-    "FROM candidates c"
-)
-
-
-def _conn(source: sqlite3.Connection | Store) -> sqlite3.Connection:
-    return source.conn if isinstance(source, Store) else source
-
-
-def _marks(values: Iterable[Any]) -> str:
-    return ",".join("?" for _ in values)
-
-
-def objective_direction(source: sqlite3.Connection | Store) -> str:
-    """Whether the run maximises ("max") or minimises ("min") its objective.
-
-    Read from the ``objective`` state key when the run recorded it; otherwise inferred
-    from the stats time series (the best value only ever moves in the good direction);
-    "max" when nothing tells.
-    """
-    conn = _conn(source)
-    row = conn.execute("SELECT value FROM state WHERE key='objective'").fetchone()
-    if row:
-        value = json.loads(row[0])
-        direction = str(value.get("direction", "max") if isinstance(value, dict) else value).lower()
-        return "min" if direction.startswith("min") else "max"
-    first_last = conn.execute(
-        "SELECT (SELECT best FROM stats WHERE best IS NOT NULL ORDER BY id LIMIT 1), "
-        "(SELECT best FROM stats WHERE best IS NOT NULL ORDER BY id DESC LIMIT 1)"
-    ).fetchone()
-    if first_last and None not in first_last and first_last[1] < first_last[0]:
-        return "min"
-    return "max"
 
 
 def oriented(value: float, direction: str) -> float:
@@ -68,54 +42,8 @@ def oriented(value: float, direction: str) -> float:
     return value if direction == "max" else -value
 
 
-def best_candidate(source: sqlite3.Connection | Store) -> str | None:
-    """The id of the best elite over all islands (None for an archive without elites)."""
-    conn = _conn(source)
-    order = "DESC" if objective_direction(conn) == "max" else "ASC"
-    row = conn.execute(
-        f"SELECT candidate FROM elites ORDER BY objective {order}, island, cell LIMIT 1"
-    ).fetchone()
-    return row[0] if row else None
-
-
-def primary_parent(source: sqlite3.Connection | Store, candidate_id: str) -> str | None:
-    """The parent the candidate's operator edited (its first non-inspiration parent)."""
-    row = (
-        _conn(source)
-        .execute(
-            f"SELECT parent FROM edges WHERE child=? AND parent != child AND role IN ({_marks(PARENT_ROLES)}) "
-            "ORDER BY rowid LIMIT 1",
-            (candidate_id, *PARENT_ROLES),
-        )
-        .fetchone()
-    )
-    return row[0] if row else None
-
-
-def primary_path(
-    source: sqlite3.Connection | Store, candidate_id: str, *, limit: int = 100_000
-) -> list[str]:
-    """The chain of primary parents from the oldest ancestor to ``candidate_id`` (inclusive)."""
-    conn = _conn(source)
-    path, seen = [candidate_id], {candidate_id}
-    while len(path) < limit:
-        parent = primary_parent(conn, path[-1])
-        if parent is None or parent in seen:
-            break
-        path.append(parent)
-        seen.add(parent)
-    return path[::-1]
-
-
-def _add_nodes(graph: nx.DiGraph, conn: sqlite3.Connection, ids: list[str] | None) -> None:
-    if ids is None:
-        rows = conn.execute(_NODE_SQL).fetchall()
-    else:
-        rows = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            rows += conn.execute(f"{_NODE_SQL} WHERE c.id IN ({_marks(chunk)})", chunk).fetchall()
-    elites = {row[0] for row in conn.execute("SELECT DISTINCT candidate FROM elites")}
+def _add_nodes(graph: nx.DiGraph, source: Source, ids: list[str] | None) -> None:
+    elites = elite_ids(source)
     graph.add_nodes_from(
         (
             cid,
@@ -129,7 +57,7 @@ def _add_nodes(graph: nx.DiGraph, conn: sqlite3.Connection, ids: list[str] | Non
                 "elite": cid in elites,
             },
         )
-        for cid, seq, op, model, status, island, fitness in rows
+        for cid, seq, op, model, status, island, fitness in nodes(source, ids)
     )
 
 
@@ -150,27 +78,22 @@ class Lineage:
         self._best: str | None = None
 
     @classmethod
-    def load(
-        cls, source: sqlite3.Connection | Store, *, roles: Iterable[str] = PARENT_ROLES
-    ) -> Lineage:
+    def load(cls, source: Source, *, roles: Iterable[str] = PARENT_ROLES) -> Lineage:
         """The whole archive's lineage over edges of the given roles."""
-        conn = _conn(source)
-        roles = tuple(roles)
-        import networkx as nx  # imported when a graph is built: the helpers above need only SQL
+        conn = query.connection(source)
+        import networkx as nx  # imported when a graph is built
 
         graph = nx.DiGraph()
         _add_nodes(graph, conn, None)
-        edges = conn.execute(
-            f"SELECT parent, child, role, rowid FROM edges WHERE role IN ({_marks(roles)}) AND parent != child",
-            roles,
+        graph.add_edges_from(
+            (p, c, {"role": r, "order": o}) for p, c, r, o in edges(conn, tuple(roles))
         )
-        graph.add_edges_from((p, c, {"role": r, "order": o}) for p, c, r, o in edges)
         return cls(graph, direction=objective_direction(conn))
 
     @classmethod
     def around(
         cls,
-        source: sqlite3.Connection | Store,
+        source: Source,
         candidate_id: str,
         *,
         roles: Iterable[str] = PARENT_ROLES,
@@ -181,51 +104,40 @@ class Lineage:
         """The neighbourhood of one candidate: its ancestors (nearest first, at most
         ``max_ancestors``), its children, and the path from the seed to the best.
         """
-        conn = _conn(source)
+        conn = query.connection(source)
         roles = tuple(roles)
-        role_sql = f"role IN ({_marks(roles)}) AND parent != child"
-        nodes: dict[str, None] = {candidate_id: None}
-        edges: list[tuple[str, str, str, int]] = []
+        nodes_seen: dict[str, None] = {candidate_id: None}
+        found: list[tuple[str, str, str, int]] = []
         frontier = [candidate_id]
-        while frontier and len(nodes) < max_ancestors + 1:
-            rows = conn.execute(
-                f"SELECT parent, child, role, rowid FROM edges WHERE child IN ({_marks(frontier)}) AND {role_sql}",
-                (*frontier, *roles),
-            ).fetchall()
+        while frontier and len(nodes_seen) < max_ancestors + 1:
+            rows = edges_into(conn, frontier, roles)
             frontier = []
             for row in rows:
-                if len(nodes) > max_ancestors and row[0] not in nodes:
+                if len(nodes_seen) > max_ancestors and row[0] not in nodes_seen:
                     continue
-                edges.append(row)
-                if row[0] not in nodes:
-                    nodes[row[0]] = None
+                found.append(row)
+                if row[0] not in nodes_seen:
+                    nodes_seen[row[0]] = None
                     frontier.append(row[0])
-        children = conn.execute(
-            f"SELECT parent, child, role, rowid FROM edges WHERE parent=? AND {role_sql} ORDER BY rowid LIMIT ?",
-            (candidate_id, *roles, max_children),
-        ).fetchall()
-        edges += children
-        nodes.update((row[1], None) for row in children)
+        children = edges_from(conn, candidate_id, roles, limit=max_children)
+        found += children
+        nodes_seen.update((row[1], None) for row in children)
         best = best_candidate(conn) if with_best_path else None
         if best is not None:
             path = primary_path(conn, best)
-            nodes.update((cid, None) for cid in path)
-            edges += [
+            nodes_seen.update((cid, None) for cid in path)
+            found += [
                 (parent, child, "path", -1) for parent, child in zip(path, path[1:], strict=False)
             ]
-        import networkx as nx  # imported when a graph is built: the helpers above need only SQL
+        import networkx as nx  # imported when a graph is built
 
         graph = nx.DiGraph()
-        _add_nodes(graph, conn, list(nodes))
-        for parent, child, role, order in edges:
+        _add_nodes(graph, conn, list(nodes_seen))
+        for parent, child, role, order in found:
             if role == "path" and graph.has_edge(parent, child):
                 continue
             if role == "path":  # the real role of a path edge, looked up only when not seen already
-                found = conn.execute(
-                    "SELECT role, rowid FROM edges WHERE parent=? AND child=? ORDER BY rowid LIMIT 1",
-                    (parent, child),
-                ).fetchone()
-                role, order = found if found else ("mutation", -1)
+                role, order = edge_between(conn, parent, child) or ("mutation", -1)
             graph.add_edge(parent, child, role=role, order=order)
         lineage = cls(graph, direction=objective_direction(conn))
         lineage._best = best
@@ -276,62 +188,6 @@ class Lineage:
         best = self.best()
         return self.path_to(best) if best is not None else []
 
-    def credit(self, by: str = "operator") -> list[dict[str, Any]]:
-        """What each operator (``by="operator"``) or model (``by="model"``) contributed.
-
-        For each key: candidates proposed, evaluated (done or failed), ok (scored),
-        improved (scored better than its best parent), gain (summed improvement over the
-        best parent, in the objective's good direction), elites (holding a cell now),
-        on_path and path_gain (steps and progress on the path to the best).
-
-        Returns:
-            One dict per key, most candidates first.
-        """
-        if by not in ("operator", "model"):
-            raise ValueError(f"credit by {by!r}: choose 'operator' or 'model'")
-        path = self.path_to_best()
-        on_path = set(path[1:])
-        rows: dict[str, dict[str, Any]] = {}
-        for node, data in self.graph.nodes(data=True):
-            key = data.get(by) or ("builtin" if by == "model" else "?")
-            row = rows.setdefault(
-                key,
-                {
-                    by: key,
-                    "candidates": 0,
-                    "evaluated": 0,
-                    "ok": 0,
-                    "improved": 0,
-                    "gain": 0.0,
-                    "elites": 0,
-                    "on_path": 0,
-                    "path_gain": 0.0,
-                },
-            )
-            row["candidates"] += 1
-            row["evaluated"] += data.get("status") in ("done", "failed")
-            row["elites"] += bool(data.get("elite"))
-            fitness = data.get("fitness")
-            if fitness is None:
-                continue
-            row["ok"] += 1
-            parent_scores = [
-                oriented(f, self.direction)
-                for p in self.graph.predecessors(node)
-                if self.graph.edges[p, node].get("role") != "inspiration"
-                and (f := self.graph.nodes[p].get("fitness")) is not None
-            ]
-            if not parent_scores:
-                continue
-            gain = oriented(fitness, self.direction) - max(parent_scores)
-            if gain > 0:
-                row["improved"] += 1
-                row["gain"] += gain
-            if node in on_path:
-                row["on_path"] += 1
-                row["path_gain"] += gain
-        return sorted(rows.values(), key=lambda row: (-row["candidates"], str(row[by])))
-
     # --- export ---------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
@@ -380,3 +236,44 @@ class Lineage:
 
         nx.write_graphml(graph, str(path))
         return Path(path)
+
+
+def ancestry(source: Source, candidate_id: str, *, depth: int = 30) -> dict[str, Any]:
+    """The chain of primary parents leading to a candidate, oldest first (at most ``depth`` steps shown).
+
+    Each row has the generation (0 = the oldest ancestor), operator, model, status,
+    fitness, the change from the previous row and the candidate's other parents.
+    """
+    conn = query.connection(source)
+    path = primary_path(conn, candidate_id)
+    start = max(0, len(path) - depth)
+    direction = objective_direction(conn)
+    rows, previous = [], None
+    for generation, cid in enumerate(path[start:], start):
+        operator, model, status, fitness = brief(conn, cid)
+        delta = None
+        if fitness is not None and previous is not None:
+            delta = fitness - previous if direction == "max" else previous - fitness
+        others = [
+            p for p in parent_ids(conn, cid) if p != (path[generation - 1] if generation else None)
+        ]
+        rows.append(
+            {
+                "generation": generation,
+                "id": cid,
+                "operator": operator,
+                "model": model,
+                "status": status,
+                "fitness": fitness,
+                "delta": delta,
+                "other_parents": others,
+            }
+        )
+        previous = fitness if fitness is not None else previous
+    return {
+        "id": candidate_id,
+        "generations": len(path),
+        "shown_from": start,
+        "direction": direction,
+        "path": rows,
+    }

@@ -1,60 +1,38 @@
 """The run's plots and the data behind them: fitness over time, the grid, success per operator/model.
 
-The data functions (``fitness_series``, ``grid``) read the archive with plain SQL and are
-shared with the browser; ``write_plots`` draws PNGs with matplotlib (imported only
-there, with the non-interactive Agg backend) into ``<run_dir>/plots/``.
+The data functions (``success_rates``, ``grid``) read the archive through the read model
+(``evolve.query``) and are shared with the browser; ``write_plots`` draws PNGs with
+matplotlib (imported only there, without pyplot) into ``<run_dir>/plots/``.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.lineage import PARENT_ROLES, objective_direction, oriented
+from evolve import query
+from evolve.lineage import oriented
+from evolve.query import Source
+from evolve.query.candidates import outcomes
+from evolve.query.edges import elite_ids
+from evolve.query.run import (
+    elite_cells,
+    fitness_series,
+    grid_axes,
+    islands,
+    latest_descriptor_names,
+    max_seq,
+    objective_direction,
+)
 from evolve.store import Store
 
-_CANDIDATE_SQL = """
-SELECT c.id, c.operator, c.model, c.status,
-       (SELECT {pick}(v.fitness) FROM evaluations v WHERE v.candidate = c.id AND v.status = 'ok'
-        AND v.stage != 'reevaluation'),
-       (SELECT {pick}(v.fitness) FROM edges e JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
-        AND v.stage != 'reevaluation'
-        WHERE e.child = c.id AND e.role IN ({roles}) AND e.parent != e.child)
-FROM candidates c WHERE c.seq >= ?
-"""
 DEFAULT_WINDOW = 20_000
 
-SERIES_COLUMNS = ("evaluated", "best", "coverage", "qd_score", "cost", "failures", "created_at")
 
-
-def _conn(source: sqlite3.Connection | Store) -> sqlite3.Connection:
-    return source.conn if isinstance(source, Store) else source
-
-
-def fitness_series(
-    source: sqlite3.Connection | Store, *, points: int = 500
-) -> list[dict[str, Any]]:
-    """The ``stats`` time series, thinned to at most about ``points`` rows (the last row always kept)."""
-    conn = _conn(source)
-    low, high, count = conn.execute("SELECT MIN(rowid), MAX(rowid), COUNT(*) FROM stats").fetchone()
-    if not count:
-        return []
-    step = max(1, math.ceil(count / points))
-    rows = conn.execute(
-        f"SELECT {', '.join(SERIES_COLUMNS)} FROM stats WHERE (rowid - ?) % ? = 0 OR rowid = ? ORDER BY rowid",
-        (low, step, high),
-    ).fetchall()
-    return [dict(zip(SERIES_COLUMNS, row, strict=True)) for row in rows]
-
-
-def success_rates(
-    source: sqlite3.Connection | Store, *, last: int | None = DEFAULT_WINDOW
-) -> dict[str, Any]:
+def success_rates(source: Source, *, last: int | None = DEFAULT_WINDOW) -> dict[str, Any]:
     """Success per operator and per model over the ``last`` candidates (None: the whole run).
 
     For each key: candidates, evaluated (done or failed), ok (scored), improved (scored
@@ -67,17 +45,14 @@ def success_rates(
         ``{"window": first seq counted, "candidates": how many, "operator": rows, "model": rows}``,
         rows sorted by candidates, most first.
     """
-    conn = _conn(source)
+    conn = query.connection(source)
     maximise = objective_direction(conn) == "max"
-    top = conn.execute("SELECT MAX(seq) FROM candidates").fetchone()[0]
+    top = max_seq(conn)
     start = 0 if last is None or top is None else max(0, top + 1 - last)
-    elites = {row[0] for row in conn.execute("SELECT candidate FROM elites")}
-    sql = _CANDIDATE_SQL.format(
-        pick="MAX" if maximise else "MIN", roles=",".join(f"'{r}'" for r in PARENT_ROLES)
-    )
+    elites = elite_ids(conn)
     tables: dict[str, dict[str, dict[str, Any]]] = {"operator": {}, "model": {}}
     counted = 0
-    for cid, operator, model, status, fitness, parent in conn.execute(sql, (start,)):
+    for cid, operator, model, status, fitness, parent in outcomes(conn, since_seq=start):
         counted += 1
         gain = None
         if fitness is not None and parent is not None:
@@ -154,39 +129,30 @@ class Grid:
         }
 
 
-def _axes_info(
-    conn: sqlite3.Connection, dims: int
-) -> tuple[list[str], list[int | None], list[tuple | None]]:
-    row = conn.execute("SELECT value FROM state WHERE key='grid'").fetchone()
-    if row:
-        descriptors = json.loads(row[0]).get("descriptors", [])
+def _axes_info(source: Source, dims: int) -> tuple[list[str], list[int | None], list[tuple | None]]:
+    descriptors = grid_axes(source)
+    if descriptors is not None:
         return (
             [d.get("name", f"d{i}") for i, d in enumerate(descriptors)],
             [d.get("bins") for d in descriptors],
             [(d["low"], d["high"]) if "low" in d and "high" in d else None for d in descriptors],
         )
-    sample = conn.execute(
-        "SELECT descriptors FROM evaluations WHERE status='ok' ORDER BY id DESC LIMIT 1"
-    ).fetchone()
-    names = list(json.loads(sample[0]).keys()) if sample and sample[0] else []
+    names = latest_descriptor_names(source)
     names += [f"d{i}" for i in range(len(names), dims)]
     return names, [None] * dims, [None] * dims
 
 
-def grid(source: sqlite3.Connection | Store, *, island: int | None = None) -> Grid:
+def grid(source: Source, *, island: int | None = None) -> Grid:
     """The grid of elites as a matrix over the first two descriptors.
 
     Cells are the archive's keys ("3,0,7"); dimensions beyond the second are folded by
     keeping the best elite. ``island`` None keeps the best over all islands.
     """
-    conn = _conn(source)
+    conn = query.connection(source)
     direction = objective_direction(conn)
-    islands = [r[0] for r in conn.execute("SELECT DISTINCT island FROM elites ORDER BY island")]
-    sql, args = "SELECT cell, candidate, objective FROM elites", ()
-    if island is not None:
-        sql, args = sql + " WHERE island=?", (island,)
+    present = islands(conn)
     cells = []
-    for cell, cid, value in conn.execute(sql, args):
+    for cell, cid, value in elite_cells(conn, island=island):
         index = [int(x) for x in re.findall(r"-?\d+", cell or "")]
         cells.append((index, cid, value))
     dims = max((len(i) for i, _, _ in cells), default=0)
@@ -217,7 +183,7 @@ def grid(source: sqlite3.Connection | Store, *, island: int | None = None) -> Gr
         values=values,
         ids=ids,
         edges=list(ranges[:shown]),
-        islands=islands,
+        islands=present,
         island=island,
         direction=direction,
     )
@@ -251,7 +217,7 @@ def write_plots(
         opened = Store(store_or_path, readonly=True)
         conn = opened.conn
     else:
-        conn = _conn(store_or_path)
+        conn = query.connection(store_or_path)
     try:
         out = Path(run_dir) / subdir if subdir else Path(run_dir)
         out.mkdir(parents=True, exist_ok=True)

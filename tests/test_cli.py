@@ -1,5 +1,6 @@
 """``python -m evolve`` as a user meets it: help, custom fitness, bad input, an installed copy."""
 
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -57,7 +58,7 @@ def test_a_standard_library_target_is_refused(tmp_path):
 
 def test_resume_of_a_missing_directory_names_the_fix(tmp_path):
     result = evolve_cli(f"resume={tmp_path / 'nope'}")
-    assert result.returncode != 0 and "no archive.db there" in result.stderr
+    assert result.returncode == 2 and "no archive.db there" in result.stderr
     assert not (tmp_path / "nope").exists()
 
 
@@ -126,3 +127,109 @@ def test_a_benchmarks_search_defaults_apply_unless_overridden():
     cfg = {"benchmark": {"search": {"max_wall_s": 450}}, "search": {"max_wall_s": None, "max_candidates": 300}}
     assert with_benchmark_search_defaults(cfg, [])["search"]["max_wall_s"] == 450
     assert with_benchmark_search_defaults(cfg, ["search.max_wall_s=60"])["search"]["max_wall_s"] is None
+
+
+# --- start errors: one message naming the fix, exit status 2 -----------------------------------
+
+BENCHMARK_CONFIGS = sorted(p.stem for p in (REPO / "configs" / "benchmark").glob("*.yaml"))
+
+
+def without_gpus(*args: str, tmp_path) -> subprocess.CompletedProcess:
+    """``python -m evolve ARGS dry_run=true`` with every GPU hidden, in its own run directory."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0", "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "evolve", *args, "dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+@pytest.mark.parametrize("benchmark", BENCHMARK_CONFIGS)
+def test_each_shipped_benchmark_starts_or_says_what_works_without_gpus(benchmark, tmp_path):
+    result = without_gpus(f"benchmark={benchmark}", tmp_path=tmp_path)
+    output = result.stdout + result.stderr
+    assert "Traceback" not in output
+    if result.returncode == 0:
+        assert "dry run: the config is valid" in result.stdout
+        assert not (tmp_path / "run" / "archive.db").exists()  # nothing written, nothing evaluated
+        return
+    assert result.returncode == 2, output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "none is visible here (CUDA_VISIBLE_DEVICES='')" in errors[0], output
+    assert "What works here" in errors[0] or "run it on a machine with" in errors[0]
+
+
+def test_speedrun_without_gpus_names_the_cpu_scale_as_the_command_that_works(tmp_path):
+    result = without_gpus("benchmark=speedrun", "seed=3", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert "benchmark speedrun needs 8 GPU(s) per evaluation, but none is visible here" in result.stderr
+    offered = [line.strip() for line in result.stderr.splitlines() if line.strip().startswith("python -m evolve")]
+    assert offered == ["python -m evolve benchmark=speedrun_cpu seed=3 dry_run=true"]
+
+
+def _settings(*overrides: str):
+    from evolve.config import build_settings
+    from tests.conftest import composed
+
+    return build_settings(composed(list(overrides), toy=False))
+
+
+def test_fewer_gpus_than_the_full_scale_offer_gradient_accumulation_first():
+    from evolve.cli import HardwareError, check_gpus
+
+    settings = _settings("benchmark=speedrun")
+    assert settings.benchmark.gpus == 8
+
+    def offered(found: int, overrides=("benchmark=speedrun", "llm=openai")) -> list[str]:
+        with pytest.raises(HardwareError) as raised:
+            check_gpus("speedrun", 8, settings.alternatives, list(overrides), found=(found, "test"))
+        return [line.strip() for line in str(raised.value).splitlines() if line.strip().startswith("python")]
+
+    four = offered(4)
+    assert four[0] == (
+        "python -m evolve benchmark=speedrun benchmark.gpus=4 benchmark.fitness.nproc_per_node=4 "
+        "benchmark.fitness.run_timeout_s=8400 benchmark.timeout_s=28800 llm=openai"
+    )
+    assert len(four) == 5  # 4 and 2 GPUs with accumulation, the one-GPU scale, 1 GPU with accumulation, CPU
+    one = offered(1, ("benchmark=speedrun", "benchmark.fitness.data_dir=/data", "seed=2"))
+    assert one[0] == "python -m evolve benchmark=speedrun_1gpu seed=2"  # another benchmark: its own data
+    assert "benchmark.fitness.data_dir=/data" in one[1] and "nproc_per_node=1" in one[1]
+    assert offered(0) == ["python -m evolve benchmark=speedrun_cpu llm=openai"]
+    check_gpus("speedrun", 8, settings.alternatives, [], found=(8, "test"))  # enough: no error
+
+
+def test_every_accumulation_alternative_splits_the_seeds_batch():
+    """The seed's full preset needs total_batch = micro_batch x seq_len x GPUs x accum, accum whole."""
+    settings = _settings("benchmark=speedrun")
+    widths = [
+        int(arg.split("=")[1])
+        for alt in settings.alternatives
+        for arg in alt.args
+        if arg.startswith("benchmark.fitness.nproc_per_node=")
+    ]
+    assert widths == [4, 2, 1]
+    total_batch, micro_batch, seq_len = 524288, 64, 1024  # benchmarks/speedrun/seed/train.py PRESETS["full"]
+    assert all(total_batch % (micro_batch * seq_len * w) == 0 for w in widths)
+
+
+def test_a_config_error_is_one_line_with_exit_status_2(tmp_path):
+    result = evolve_cli("archive.islands=0", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: archive.islands must be an integer >= 1, got 0"
+    assert not (tmp_path / "archive.db").exists()
+
+
+def test_evolve_run_from_python_refuses_a_bad_config_with_the_same_message(tmp_path):
+    import evolve
+    from evolve.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['bogus'\] in emitter; valid keys: discount"):
+        evolve.run(["+emitter.bogus=1"], run_dir=tmp_path)
+    assert not (tmp_path / "archive.db").exists()
+
+
+def test_evolve_run_from_python_runs_a_search(tmp_path):
+    import evolve
+
+    summary = evolve.run(["search.max_candidates=3", "search.progress=false", "search.workers=1"], run_dir=tmp_path)
+    assert summary.evaluated == 3 and summary.best is not None
+    assert Store(tmp_path / "archive.db").count() >= 3

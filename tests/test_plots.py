@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.browse.sample import write_sample_archive
-from evolve.plots import fitness_series, grid, write_plots
+from evolve.plots import grid, write_plots
+from evolve.query.run import fitness_series
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvalStatus, Evaluation, Proposal
+from tests.fixtures.sample_archive import write_sample_archive
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

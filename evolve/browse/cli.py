@@ -79,8 +79,9 @@ def main(ctx: click.Context, run: str) -> None:
 
 
 def _summary(session: Session) -> None:
-    from evolve.browse import queries, render
-    from evolve.browse.summary import counts, run_info
+    from evolve.browse import render
+    from evolve.query.candidates import elites
+    from evolve.query.run import counts, run_info
 
     info = run_info(session.conn)
     tally = {k: v for k, v in counts(session.conn).items() if not k.startswith("eval_")}
@@ -105,7 +106,7 @@ def _summary(session: Session) -> None:
             "Candidates by status", list(tally), [list(tally.values())], numeric=list(tally)
         )
     )
-    _show(render.elites(queries.elites(session.conn, limit=5)))
+    _show(render.elites(elites(session.conn, limit=5)))
     click.echo(
         "commands: best, show ID, diff A [B], lineage ID, cells, stats, export ID DIR, plot, serve (--help each)"
     )
@@ -117,9 +118,10 @@ def _summary(session: Session) -> None:
 @click.option("--cell", default=None, help="Only cells whose key starts with this (e.g. '3,').")
 def best(session: Session, as_json: bool, top: int, island: int | None, cell: str | None) -> None:
     """The top elites with fitness, operator, model and key metrics."""
-    from evolve.browse import queries, render
+    from evolve.browse import render
+    from evolve.query.candidates import elites
 
-    rows = queries.elites(session.conn, limit=top, island=island, cell=cell)
+    rows = elites(session.conn, limit=top, island=island, cell=cell)
     _emit(rows) if as_json else _show(render.elites(rows))
 
 
@@ -128,9 +130,10 @@ def best(session: Session, as_json: bool, top: int, island: int | None, cell: st
 @click.option("--full", is_flag=True, help="Do not shorten long artifacts, prompts and answers.")
 def show(session: Session, as_json: bool, candidate_id: str, full: bool) -> None:
     """A candidate: code, metrics, artifacts, operator, model, prompt and answer."""
-    from evolve.browse import queries, render
+    from evolve.browse import render
+    from evolve.query.candidates import candidate
 
-    item = queries.candidate(session.conn, resolve_id(session.conn, candidate_id))
+    item = candidate(session.conn, resolve_id(session.conn, candidate_id))
     _emit(item) if as_json else _show(render.candidate(item, full=full))
 
 
@@ -140,12 +143,14 @@ def show(session: Session, as_json: bool, candidate_id: str, full: bool) -> None
 @click.option("-U", "--context", default=3, show_default=True, help="Lines of context.")
 def diff(session: Session, as_json: bool, a: str, b: str | None, context: int) -> None:
     """Unified diff from A's parent to A, or from A to B when B is given."""
-    from evolve.browse import queries, render
+    from evolve.browse import render
+    from evolve.browse.diffs import diff as diff_of
+    from evolve.query.edges import parent_ids
 
     conn = session.conn
     first = resolve_id(conn, a)
     if b is None:
-        parents = queries.parent_ids(conn, first)
+        parents = parent_ids(conn, first)
         if not parents:
             raise BrowseError(
                 f"{first[:12]} has no parent (it is a seed): give a second ID to compare with"
@@ -153,7 +158,7 @@ def diff(session: Session, as_json: bool, a: str, b: str | None, context: int) -
         old, new = parents[0], first
     else:
         old, new = first, resolve_id(conn, b)
-    text = queries.diff(conn, old, new, context=context)
+    text = diff_of(conn, old, new, context=context)
     _emit({"from": old, "to": new, "diff": text}) if as_json else _show(render.diff(text))
 
 
@@ -178,13 +183,14 @@ def lineage(
     session: Session, as_json: bool, candidate_id: str, fmt: str, depth: int, inspirations: bool
 ) -> None:
     """Ancestry of a candidate: the path from the seed, as text, Graphviz dot or JSON."""
-    from evolve.browse import queries, render
-    from evolve.lineage import ALL_ROLES, PARENT_ROLES, Lineage
+    from evolve.browse import render
+    from evolve.lineage import Lineage, ancestry
+    from evolve.query.edges import ALL_ROLES, PARENT_ROLES
 
     conn = session.conn
     cid = resolve_id(conn, candidate_id)
     if fmt == "text" and not as_json:
-        data = queries.ancestry(conn, cid, depth=depth)
+        data = ancestry(conn, cid, depth=depth)
         title = f"Lineage of {cid[:12]}: {data['generations']} generations"
         if data["shown_from"]:
             title += f" (last {len(data['path'])} shown; --depth for more)"
@@ -198,7 +204,7 @@ def lineage(
     elif fmt == "json":
         _emit(graph.to_json())
     else:
-        _emit(queries.ancestry(conn, cid, depth=depth))
+        _emit(ancestry(conn, cid, depth=depth))
 
 
 @command
@@ -246,11 +252,11 @@ def export(
     with_meta: bool,
 ) -> None:
     """Write a candidate's files into DIR (to run or read it outside the archive)."""
-    from evolve.browse import queries
+    from evolve.query.candidates import candidate
 
     conn = session.conn
     cid = resolve_id(conn, candidate_id)
-    item = queries.candidate(conn, cid)
+    item = candidate(conn, cid)
     root = directory.resolve()
     targets = {path: (root / path).resolve() for path in item["files"]}
     for path, target in targets.items():

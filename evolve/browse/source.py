@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from evolve.query.candidates import id_of_seq, ids_with_prefix
+from evolve.query.run import best_candidate, max_seq
 from evolve.store import ArchiveFileError, Store
 from evolve.types import EvolveError
 
@@ -49,8 +51,6 @@ def resolve_id(conn: sqlite3.Connection, given: str) -> str:
     """
     text = given.strip()
     if text.lower() == "best":
-        from evolve.lineage import best_candidate
-
         best = best_candidate(conn)
         if best is None:
             raise BrowseError(
@@ -58,19 +58,14 @@ def resolve_id(conn: sqlite3.Connection, given: str) -> str:
             )
         return best
     if text.startswith("#") and text[1:].isdigit():
-        row = conn.execute("SELECT id FROM candidates WHERE seq=?", (int(text[1:]),)).fetchone()
-        if row is None:
-            last = conn.execute("SELECT MAX(seq) FROM candidates").fetchone()[0]
-            raise BrowseError(f"no candidate with seq {text[1:]}: seqs run from #0 to #{last}")
-        return row[0]
+        found = id_of_seq(conn, int(text[1:]))
+        if found is None:
+            raise BrowseError(
+                f"no candidate with seq {text[1:]}: seqs run from #0 to #{max_seq(conn)}"
+            )
+        return found
     prefix = text.lower()
-    rows = [
-        r[0]
-        for r in conn.execute(
-            "SELECT id FROM candidates WHERE id >= ? AND id < ? ORDER BY id LIMIT 6",
-            (prefix, prefix + "\U0010ffff"),
-        )
-    ]
+    rows = ids_with_prefix(conn, prefix, limit=6)
     if len(rows) == 1:
         return rows[0]
     if not rows:

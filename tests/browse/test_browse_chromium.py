@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve.lineage import best_candidate, primary_path
+from evolve.query.edges import primary_path
+from evolve.query.run import best_candidate
 from evolve.store import Store
 
 CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")

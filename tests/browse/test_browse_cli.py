@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evolve.browse.cli import main
-from evolve.lineage import best_candidate
+from evolve.query.run import best_candidate
 from evolve.store import Store
 
 COMMANDS = ("best", "show", "diff", "lineage", "cells", "stats", "export", "plot", "serve")

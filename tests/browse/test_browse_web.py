@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from evolve.browse.web.server import make_app
-from evolve.lineage import best_candidate
+from evolve.query.run import best_candidate
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 

@@ -12,13 +12,16 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer, TextLexer, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
-from evolve.browse import queries, summary
+from evolve.browse.diffs import diff_files
 from evolve.browse.render import when
 from evolve.browse.source import BrowseError, resolve_id
 from evolve.browse.web import svg
 from evolve.browse.web.graph import lineage_svg
-from evolve.lineage import ALL_ROLES, PARENT_ROLES, Lineage
-from evolve.plots import DEFAULT_WINDOW, fitness_series, grid, success_rates
+from evolve.lineage import Lineage
+from evolve.plots import DEFAULT_WINDOW, grid, success_rates
+from evolve.query import candidates as stored
+from evolve.query.edges import ALL_ROLES, PARENT_ROLES
+from evolve.query.run import cost, counts, fitness_series, islands, run_info, version
 
 PREFIX = "/-/evolve"
 FORMATTER = HtmlFormatter(cssclass="highlight", linenos="inline", wrapcode=True)
@@ -27,16 +30,6 @@ FORMATTER = HtmlFormatter(cssclass="highlight", linenos="inline", wrapcode=True)
 def candidate_url(candidate_id: str) -> str:
     """The candidate page of an id."""
     return f"{PREFIX}/c/{candidate_id}"
-
-
-def version(conn: sqlite3.Connection) -> str:
-    """A token that changes whenever the run writes something the pages show (cheap: indexed maxima)."""
-    row = conn.execute(
-        "SELECT (SELECT MAX(seq) FROM candidates), (SELECT MAX(id) FROM evaluations), "
-        "(SELECT MAX(updated_at) FROM elites), (SELECT MAX(id) FROM stats), (SELECT MAX(id) FROM llm_calls), "
-        "(SELECT MAX(id) FROM runs), (SELECT status FROM runs ORDER BY id DESC LIMIT 1)"
-    ).fetchone()
-    return "-".join(str(v) for v in row)
 
 
 def _code(path: str, text: str) -> Markup:
@@ -89,9 +82,9 @@ async def overview(datasette: Any, request: Any) -> Response:
 
     def work(conn: sqlite3.Connection) -> dict[str, Any]:
         return {
-            "run": summary.run_info(conn),
-            "counts": summary.counts(conn),
-            "cost": summary.cost(conn),
+            "run": run_info(conn),
+            "counts": counts(conn),
+            "cost": cost(conn),
             "success": success_rates(conn, last=None if window == 0 else window),
             "series": fitness_series(conn, points=400),
             "grid": grid(conn, island=island).to_json(),
@@ -146,17 +139,16 @@ async def elites(datasette: Any, request: Any) -> Response:
     """``/-/evolve/elites``: every elite, sortable and filterable by island and cell."""
     island, cell = _int(request.args.get("island")), (request.args.get("cell") or "").strip()
     sort = request.args.get("sort") or "objective"
-    if sort not in queries.ELITE_SORTS:
+    if sort not in stored.ELITE_SORTS:
         sort = "objective"
     order = request.args.get("order")
     descending = None if order not in ("asc", "desc") else order == "desc"
 
     def work(conn: sqlite3.Connection) -> dict[str, Any]:
-        rows = queries.elites(
+        rows = stored.elites(
             conn, limit=None, island=island, cell=cell or None, sort=sort, descending=descending
         )
-        islands = [r[0] for r in conn.execute("SELECT DISTINCT island FROM elites ORDER BY island")]
-        return {"rows": rows, "islands": islands, "version": version(conn)}
+        return {"rows": rows, "islands": islands(conn), "version": version(conn)}
 
     data = await datasette.get_database().execute_fn(work)
     for row in data["rows"]:
@@ -178,7 +170,7 @@ async def elites(datasette: Any, request: Any) -> Response:
             "sort": sort,
             "order": order
             or ("desc" if descending or (descending is None and sort == "objective") else "asc"),
-            "sorts": queries.ELITE_SORTS,
+            "sorts": stored.ELITE_SORTS,
         },
     )
 
@@ -189,12 +181,12 @@ async def candidate(datasette: Any, request: Any) -> Response:
 
     def work(conn: sqlite3.Connection) -> dict[str, Any]:
         cid = resolve_id(conn, given)
-        item = queries.candidate(conn, cid)
+        item = stored.candidate(conn, cid)
         diffs = [
             {
                 "parent": p,
-                "diff": queries.diff_files(
-                    queries.files_of(conn, p["id"]),
+                "diff": diff_files(
+                    stored.files_of(conn, p["id"]),
                     item["files"],
                     old_name=p["id"][:10],
                     new_name=cid[:10],

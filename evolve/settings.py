@@ -1,0 +1,197 @@
+"""Typed settings of a run, built once from the config and passed down to the modules that use them.
+
+Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``) and
+checks its own values, so an impossible value fails at start with a message naming the key
+and what it accepts; ``RunSettings`` holds them all. ``evolve.config.build_settings`` makes
+them from a resolved config; a notebook user may make them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
+    from evolve.fitness import Benchmark
+    from evolve.noise import NoiseSettings
+
+SAMPLERS = ("uniform", "rank")
+SELECTIONS = ("bandit", "weights")
+BUILTIN_OPERATORS = ("tweak", "crossover")
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _raise(problems: list[str]) -> None:
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSettings:
+    """Budgets and concurrency of one run (the ``search`` config group).
+
+    ``max_wall_s`` counts proposing time: from the seed program's verdict (its evaluation and
+    noise calibration are not counted), and anew on each resume; evaluations in flight when it
+    runs out still finish.
+    """
+
+    max_candidates: int = 100
+    max_wall_s: float | None = None
+    lookahead: int = 0
+    seed: int = 0
+    migration_interval: int = 25
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.max_candidates, int) or self.max_candidates < 1:
+            problems.append(
+                f"search.max_candidates must be a positive integer, got {self.max_candidates!r}"
+            )
+        if self.max_wall_s is not None and not self.max_wall_s > 0:
+            problems.append(
+                f"search.max_wall_s must be positive seconds or null, got {self.max_wall_s!r}"
+            )
+        if not isinstance(self.lookahead, int) or self.lookahead < 0:
+            problems.append(
+                f"search.lookahead must be 0 or a positive integer, got {self.lookahead!r}"
+            )
+        if not isinstance(self.migration_interval, int) or self.migration_interval < 0:
+            problems.append(
+                f"search.migration_interval must be 0 (no migration) or a positive integer, got {self.migration_interval!r}"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveSettings:
+    """The MAP-Elites archive (the ``archive`` config group); see ``evolve.archive.Archive``.
+
+    Attributes:
+        islands: independent grids, bred separately and linked by ring migration (>= 1).
+        sampler: how parents are drawn from an island: ``rank`` (better elites more likely)
+            or ``uniform``.
+        qd_offset: the QD score's baseline in oriented units (larger is better); None: the
+            seed program's value.
+    """
+
+    islands: int = 1
+    sampler: str = "rank"
+    qd_offset: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _positive_int(self.islands):
+            problems.append(f"archive.islands must be an integer >= 1, got {self.islands!r}")
+        if self.sampler not in SAMPLERS:
+            problems.append(
+                f"archive.sampler {self.sampler!r} unknown; choose one of {', '.join(SAMPLERS)}"
+            )
+        if self.qd_offset is not None and not _number(self.qd_offset):
+            problems.append(f"archive.qd_offset must be a number or null, got {self.qd_offset!r}")
+        _raise(problems)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmitterSettings:
+    """How each proposal's operator is chosen (the ``emitter`` config group); see ``evolve.emitters``.
+
+    Attributes:
+        selection: ``bandit`` (discounted UCB whose prior is the operator weights) or
+            ``weights`` (the weights as fixed probabilities).
+        discount: per-update decay of the bandit's statistics, in (0, 1] (1: no forgetting).
+        exploration: the UCB exploration constant (>= 0).
+        inspirations: other elites shown with each request (>= 0).
+    """
+
+    selection: str = "bandit"
+    discount: float = 0.99
+    exploration: float = 0.5
+    inspirations: int = 3
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.selection not in SELECTIONS:
+            problems.append(
+                f"emitter.selection {self.selection!r} unknown; choose one of {', '.join(SELECTIONS)}"
+            )
+        if not _number(self.discount) or not 0 < self.discount <= 1:
+            problems.append(f"emitter.discount must lie in (0, 1], got {self.discount!r}")
+        if not _number(self.exploration) or self.exploration < 0:
+            problems.append(f"emitter.exploration must be >= 0, got {self.exploration!r}")
+        if not isinstance(self.inspirations, int) or self.inspirations < 0:
+            problems.append(
+                f"emitter.inspirations must be an integer >= 0, got {self.inspirations!r}"
+            )
+        _raise(problems)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltinWeights:
+    """Weights of the built-in operators (``operators.builtin``); 0 turns one off."""
+
+    tweak: float = 3.0
+    crossover: float = 1.0
+
+    def __post_init__(self) -> None:
+        _raise(
+            [
+                f"operators.builtin.{name} must be a number >= 0 (0 turns it off), got {value!r}"
+                for name in BUILTIN_OPERATORS
+                if not _number(value := getattr(self, name)) or value < 0
+            ]
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        """``{operator name: weight}``, as ``evolve.operators.catalog.builtin_operators`` takes it."""
+        return {name: float(getattr(self, name)) for name in BUILTIN_OPERATORS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alternative:
+    """Another way to run a benchmark where fewer GPUs are visible (its config's ``alternatives:``).
+
+    Attributes:
+        gpus: the GPUs one evaluation needs this way (it fits where at least these are visible).
+        args: the command-line arguments that replace the benchmark's choice (``benchmark=...``).
+        why: what the user gets this way, in one line.
+    """
+
+    gpus: int
+    args: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """Everything a run is made of, typed and checked: built once from the config by ``build_settings``.
+
+    Attributes:
+        config: the resolved config as a plain dict (stored with the run, so a resume can rebuild it).
+        benchmark: the problem, its fitness instantiated.
+        search, archive, emitter, noise, builtin: the typed config groups.
+        workers: evaluations at once (``search.workers``); None: one per GPU group or CPU core.
+        backend: where evaluations run (``local`` or ``ray``).
+        alternatives: the benchmark's own answers for machines with fewer GPUs, best first.
+        dry_run: check everything, then stop before anything is written or evaluated.
+    """
+
+    config: dict[str, Any]
+    benchmark: Benchmark
+    search: SearchSettings
+    archive: ArchiveSettings
+    emitter: EmitterSettings
+    noise: NoiseSettings
+    builtin: BuiltinWeights
+    workers: int | None
+    backend: str
+    alternatives: tuple[Alternative, ...]
+    dry_run: bool

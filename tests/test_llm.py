@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from evolve.llm import (
     LLMStop,
     ReplayMiss,
 )
-from evolve.store import Store
+from evolve.store import Store, prompt_messages
 from tests.fixtures import scripted_provider
 
 MESSAGES = [
@@ -61,7 +60,7 @@ def test_a_call_is_recorded_with_messages_usage_and_latency(scripted, store) -> 
     answer = run(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p1"))
     assert answer.text == "use numpy" and not answer.cached and answer.cost is None
     (row,) = calls(store)
-    assert json.loads(row["messages"]) == MESSAGES
+    assert prompt_messages(store.conn, row["id"]) == MESSAGES and row["status"] == "ok"
     assert (row["response"], row["tokens_in"], row["tokens_out"], row["error"]) == (
         "use numpy",
         12,
@@ -137,13 +136,16 @@ def test_an_auth_error_stops_the_run_and_names_the_fix(scripted, store) -> None:
         )
 
 
-def test_empty_and_huge_answers_come_back_whole(scripted, store) -> None:
-    huge = "x = 1\n" * 200_000
+def test_empty_and_huge_answers_come_back_whole_and_a_huge_one_is_stored_cut(scripted, store) -> None:
+    huge = "head\n" + "x = 1\n" * 350_000 + "tail"  # 2.1 MB
     scripted.queue("m", "", huge)
     client = LLMClient(settings(), store=store)
     assert run(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p")).text == ""
     assert run(client.complete("scripted/m", MESSAGES, sample=1, prompt_hash="p")).text == huge
-    assert calls(store)[1]["response"] == huge
+    stored = calls(store)[1]
+    assert stored["answer_chars"] == len(huge) and len(stored["response"]) < 210_000
+    assert stored["response"].startswith("head\n") and stored["response"].endswith("tail")
+    assert f"of {len(huge)} characters" in stored["response"]
 
 
 def test_the_budget_stops_calls_before_they_can_exceed_it(scripted, store) -> None:

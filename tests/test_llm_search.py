@@ -50,7 +50,7 @@ def test_circle_packing_evolves_through_the_command_provider(command_run) -> Non
     made = dict(
         rows(
             db,
-            "SELECT operator, COUNT(*) FROM candidates WHERE model='command/scripted' GROUP BY operator",
+            "SELECT operator, COUNT(*) FROM candidates WHERE model='command/scripted_model' GROUP BY operator",
         )
     )
     assert set(made) == {"diff", "rewrite", "crossover"}, made

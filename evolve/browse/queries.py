@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 from evolve.lineage import PARENT_ROLES, objective_direction, primary_parent, primary_path
+from evolve.store import prompt_messages
 
 ELITE_SORTS = ("objective", "island", "cell", "seq", "operator", "model", "updated_at")
 
@@ -145,7 +146,7 @@ def candidate(conn: sqlite3.Connection, candidate_id: str) -> dict[str, Any]:
     item["llm_calls"] = [
         {
             "model": model,
-            "messages": _loads(messages, messages),
+            "messages": prompt_messages(conn, call_id),
             "response": response,
             "tokens_in": tin,
             "tokens_out": tout,
@@ -154,8 +155,8 @@ def candidate(conn: sqlite3.Connection, candidate_id: str) -> dict[str, Any]:
             "error": error,
             "created_at": created_at,
         }
-        for model, messages, response, tin, tout, cost, latency, error, created_at in conn.execute(
-            "SELECT model, messages, response, tokens_in, tokens_out, cost, latency_s, error, created_at "
+        for call_id, model, response, tin, tout, cost, latency, error, created_at in conn.execute(
+            "SELECT id, model, response, tokens_in, tokens_out, cost, latency_s, error, created_at "
             "FROM llm_calls WHERE candidate=? ORDER BY id",
             (candidate_id,),
         )

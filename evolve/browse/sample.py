@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from pathlib import Path
 
 from evolve.store import Store
@@ -284,15 +285,17 @@ def _llm_call(
     ]
     response = "I will change one constant.\n<<<<<<< SEARCH\nJITTER = 0.1\n=======\nJITTER = 0.2\n>>>>>>> REPLACE\n"
     store.conn.execute(
-        "INSERT INTO llm_calls (candidate, model, prompt_hash, cache_key, messages, response, tokens_in, tokens_out, "
-        "cost, latency_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,strftime('%s','now'))",
+        "INSERT INTO llm_calls (candidate, model, prompt_hash, cache_key, prompt, response, answer_chars, "
+        "tokens_in, tokens_out, cost, latency_s, error, status, created_at) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'ok',strftime('%s','now'))",
         (
             cid,
             model,
             prompt_hash,
             f"k{cid}",
-            json.dumps(messages),
+            zlib.compress(json.dumps(messages).encode()),
             response,
+            len(response),
             900 + rng.randint(0, 300),
             120 + rng.randint(0, 80),
             0.004,

@@ -79,7 +79,11 @@ class RateLimitingServer(BaseHTTPRequestHandler):
                 "created": 0,
                 "model": request["model"],
                 "choices": [
-                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": f"a{number}"}}
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": f"a{number}"},
+                    }
                 ],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
             },
@@ -109,7 +113,10 @@ def test_a_429_with_retry_after_holds_every_call_of_the_provider_until_then(tmp_
 
     async def all_calls() -> list[str]:
         answers = await asyncio.gather(
-            *(client.complete("openai/m", MESSAGES, sample=i, prompt_hash="p") for i in range(calls))
+            *(
+                client.complete("openai/m", MESSAGES, sample=i, prompt_hash="p")
+                for i in range(calls)
+            )
         )
         await client.close()
         return [a.text for a in answers]
@@ -124,7 +131,9 @@ def test_a_429_with_retry_after_holds_every_call_of_the_provider_until_then(tmp_
     deadline = min(limited) + RateLimitingServer.retry_after_s
     assert all(t >= deadline for t in arrivals[slots:]), [round(t - deadline, 3) for t in arrivals]
     assert RateLimitingServer.most_active == slots
-    rows = client.ledger.store.conn.execute("SELECT status, COUNT(*) FROM llm_calls GROUP BY status")
+    rows = client.ledger.store.conn.execute(
+        "SELECT status, COUNT(*) FROM llm_calls GROUP BY status"
+    )
     assert dict(rows.fetchall()) == {"error": slots, "ok": calls}
 
 
@@ -138,7 +147,9 @@ def priced_client(tmp_path: Path, **overrides) -> LLMClient:
     return LLMClient(LLMSettings.from_config(cfg), store=Store(tmp_path / "archive.db"))
 
 
-def test_the_budget_at_its_boundary_lets_exactly_the_calls_that_fit_start(scripted, tmp_path) -> None:
+def test_the_budget_at_its_boundary_lets_exactly_the_calls_that_fit_start(
+    scripted, tmp_path
+) -> None:
     scripted_provider.register_price(input_per_token=1e-6, output_per_token=1e-4)
     client = priced_client(tmp_path, max_tokens=100, max_cost_usd=1.0)
     worst = client.worst_case_cost(scripted_provider.PRICED, MESSAGES)
@@ -149,7 +160,9 @@ def test_the_budget_at_its_boundary_lets_exactly_the_calls_that_fit_start(script
     all_in, go = asyncio.Event(), asyncio.Event()
     scripted.on_request = lambda handler: all_in.set() if len(handler.requests) == fit else None
     for _ in range(calls):  # each answer uses its whole cap: real cost = worst case
-        scripted.queue("priced", {"wait": go, "answer": "ok", "tokens_in": tokens_in, "tokens_out": 100})
+        scripted.queue(
+            "priced", {"wait": go, "answer": "ok", "tokens_in": tokens_in, "tokens_out": 100}
+        )
 
     async def in_flight() -> list[object]:
         tasks = [
@@ -172,16 +185,21 @@ def test_the_budget_at_its_boundary_lets_exactly_the_calls_that_fit_start(script
     assert client.budget.reserved == pytest.approx(0)
 
 
-def test_a_server_ignoring_max_tokens_is_charged_named_and_stopped(scripted, tmp_path, caplog) -> None:
+def test_a_server_ignoring_max_tokens_is_charged_named_and_stopped(
+    scripted, tmp_path, caplog
+) -> None:
     scripted_provider.register_price(input_per_token=1e-6, output_per_token=1e-6)
     scripted.queue("priced", {"answer": "a very long answer", "tokens_out": 525_000}, "never asked")
     client = priced_client(tmp_path, max_tokens=1000, max_cost_usd=0.01)
     with caplog.at_level(logging.WARNING, logger="evolve.llm.client"):
-        answer = asyncio.run(client.complete(scripted_provider.PRICED, MESSAGES, sample=0, prompt_hash="p"))
+        answer = asyncio.run(
+            client.complete(scripted_provider.PRICED, MESSAGES, sample=0, prompt_hash="p")
+        )
     assert answer.tokens_out == 525_000 and answer.cost == pytest.approx(0.525, rel=1e-3)
     assert client.spent() == pytest.approx(answer.cost)  # charged as reported
     assert any(
-        scripted_provider.PRICED in r.message and "525000 completion tokens" in r.message for r in caplog.records
+        scripted_provider.PRICED in r.message and "525000 completion tokens" in r.message
+        for r in caplog.records
     )
     (row,) = client.ledger.store.conn.execute("SELECT tokens_out, cost FROM llm_calls").fetchall()
     assert row == (525_000, pytest.approx(0.525, rel=1e-3))
@@ -195,17 +213,22 @@ def test_a_cancelled_call_is_recorded_as_possibly_billed(scripted, tmp_path) -> 
     scripted.on_request = lambda handler: arrived.set()
     scripted.queue("m", {"wait": never, "answer": "unreachable"})
     client = LLMClient(
-        LLMSettings.from_config({"model": "scripted/m", "timeout_s": 60}), store=Store(tmp_path / "a.db")
+        LLMSettings.from_config({"model": "scripted/m", "timeout_s": 60}),
+        store=Store(tmp_path / "a.db"),
     )
 
     async def cancel_midway() -> None:
-        task = asyncio.ensure_future(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p"))
+        task = asyncio.ensure_future(
+            client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p")
+        )
         await arrived.wait()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_midway())
-    (row,) = client.ledger.store.db.query("SELECT status, error, tokens_in, response FROM llm_calls")
+    (row,) = client.ledger.store.db.query(
+        "SELECT status, error, tokens_in, response FROM llm_calls"
+    )
     assert row["status"] == "cancelled" and "may still bill" in row["error"]
     assert row["tokens_in"] > 0 and row["response"] is None

@@ -133,7 +133,9 @@ class LLMClient:
             "num_retries": 0,
             **self.settings.sampling(),
         }
-        if model.startswith("command/"):  # the command sees EVOLVE_SAMPLE (litellm keeps metadata local)
+        if model.startswith(
+            "command/"
+        ):  # the command sees EVOLVE_SAMPLE (litellm keeps metadata local)
             kwargs["metadata"] = {"evolve_sample": str(sample)}
         if self.settings.api_base and not model.startswith("command/"):
             kwargs["api_base"] = self.settings.api_base
@@ -181,7 +183,9 @@ class LLMClient:
         # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs the worst case.
         worst = self.worst_case_cost(model, messages) if self.budget.limit is not None else 0.0
         self.budget.reserve(model, worst)
-        call = _Call(model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate, sample=sample)
+        call = _Call(
+            model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate, sample=sample
+        )
         cost = 0.0
         try:
             completion = await self._attempts(call)
@@ -232,8 +236,13 @@ class LLMClient:
 
     async def _send(self, call: _Call) -> Any:
         """One request through litellm (quietly when evolve prices the call itself)."""
-        request = litellm().acompletion(**self._call_kwargs(call.model, call.messages, call.sample))
-        limit = self.settings.timeout_s + min(5.0, max(1.0, 0.1 * self.settings.timeout_s))  # a safety net
+        kwargs = self._call_kwargs(call.model, call.messages, call.sample)
+        if self._self_priced(call.model):  # litellm's own pricing then takes its short custom path
+            kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
+        request = litellm().acompletion(**kwargs)
+        limit = self.settings.timeout_s + min(
+            5.0, max(1.0, 0.1 * self.settings.timeout_s)
+        )  # a safety net
         if self._self_priced(call.model):
             with quiet():
                 return await asyncio.wait_for(request, limit)
@@ -254,14 +263,18 @@ class LLMClient:
                 except Exception as exc:
                     delay = self._failed(call, exc, attempt, tries, time.monotonic() - start)
                     if classify(exc) == "retry" and _rate_limited(exc):
-                        self.lanes.hold(lane, delay)  # before the slot is released: no call slips in
+                        self.lanes.hold(
+                            lane, delay
+                        )  # before the slot is released: no call slips in
                 else:
                     return self._success(call, response, latency=time.monotonic() - start)
             self.waits.append(delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _failed(self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float) -> float:
+    def _failed(
+        self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float
+    ) -> float:
         """Record a failed attempt; the delay before the next one, or raise when there is none."""
         error = describe(exc)
         self.ledger.record(call.record(error=error, status="error", latency_s=latency))
@@ -269,7 +282,9 @@ class LLMClient:
         if kind == "fatal":
             raise LLMStop(f"{call.model}: {error}\n{fix_for(call.model, exc)}") from exc
         if kind != "retry" or attempt + 1 >= tries:
-            raise LLMCallFailed(f"{call.model}: {error} (attempt {attempt + 1} of {tries})") from exc
+            raise LLMCallFailed(
+                f"{call.model}: {error} (attempt {attempt + 1} of {tries})"
+            ) from exc
         delay = self._delay(attempt, exc)
         log.warning(
             "%s: %s; retrying in %.1fs (attempt %d of %d)",
@@ -309,7 +324,11 @@ class LLMClient:
         cost = self._cost(call.model, response, tokens_in, tokens_out)
         call_id = self.ledger.record(
             call.record(
-                response=text, tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, latency_s=latency
+                response=text,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                cost=cost,
+                latency_s=latency,
             )
         )
         cap = self.settings.answer_cap()

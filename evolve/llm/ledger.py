@@ -50,7 +50,9 @@ class CallRecord:
     cost: float | None = None
     latency_s: float = 0.0
     error: str | None = None
-    status: str = "ok"  # ok, error (the attempt failed) or cancelled (ended by the run, may be billed)
+    status: str = (
+        "ok"  # ok, error (the attempt failed) or cancelled (ended by the run, may be billed)
+    )
     candidate: str | None = None
 
 

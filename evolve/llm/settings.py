@@ -172,7 +172,20 @@ def _models(model: Any, models: Any) -> tuple[tuple[str, float], ...]:
     return tuple(pairs)
 
 
-_LAUNCHERS = {"python", "python3", "node", "bash", "sh", "uv", "uvx", "npx", "deno", "ruby", "perl", "env"}
+_LAUNCHERS = {
+    "python",
+    "python3",
+    "node",
+    "bash",
+    "sh",
+    "uv",
+    "uvx",
+    "npx",
+    "deno",
+    "ruby",
+    "perl",
+    "env",
+}
 
 
 def _label_commands(

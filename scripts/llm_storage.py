@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="run directory for --make (must not exist)")
     parser.add_argument("overrides", nargs="*", help="further overrides for --make (key=value)")
     parser.add_argument("--archive", type=Path, help="a run directory or archive.db to measure")
-    parser.add_argument("--migrate", action="store_true", help="measure a copy opened (migrated) by this evolve")
+    parser.add_argument(
+        "--migrate", action="store_true", help="measure a copy opened (migrated) by this evolve"
+    )
     args = parser.parse_args(argv)
     if args.make:
         if args.out is None or args.out.exists():

@@ -232,3 +232,5 @@ def test_a_cancelled_call_is_recorded_as_possibly_billed(scripted, tmp_path) -> 
     )
     assert row["status"] == "cancelled" and "may still bill" in row["error"]
     assert row["tokens_in"] > 0 and row["response"] is None
+    summary = client.ledger.summary()["scripted/m"]
+    assert (summary["calls"], summary["errors"], summary["cancelled"]) == (1, 0, 1)

@@ -387,8 +387,9 @@ def usage_line(summary: Mapping[str, Mapping[str, Any]]) -> str:
     lines = []
     for model, row in summary.items():
         cost = f"${row['cost']:.4f}" if row["cost"] else "no price"
+        cancelled = f", {row['cancelled']} cancelled" if row.get("cancelled") else ""
         lines.append(
-            f"{model}: {row['calls']} calls ({row['errors']} failed), {row['tokens_in']} tokens in, "
+            f"{model}: {row['calls']} calls ({row['errors']} failed{cancelled}), {row['tokens_in']} tokens in, "
             f"{row['tokens_out']} out, {cost}"
         )
     return "\n".join(lines)

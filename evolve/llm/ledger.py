@@ -176,20 +176,21 @@ class Ledger:
         )
 
     def summary(self) -> dict[str, Any]:
-        """Calls, failed calls, tokens and USD per model."""
+        """Calls, failed calls (cancelled ones apart), tokens and USD per model."""
         rows = self.store.conn.execute(
-            "SELECT model, COUNT(*), SUM(error IS NOT NULL), COALESCE(SUM(tokens_in), 0), "
+            "SELECT model, COUNT(*), SUM(status = 'error'), SUM(status = 'cancelled'), COALESCE(SUM(tokens_in), 0), "
             "COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost), 0) FROM llm_calls GROUP BY model ORDER BY model"
         ).fetchall()
         return {
             model: {
                 "calls": n,
                 "errors": errors,
+                "cancelled": cancelled,
                 "tokens_in": tin,
                 "tokens_out": tout,
                 "cost": cost,
             }
-            for model, n, errors, tin, tout, cost in rows
+            for model, n, errors, cancelled, tin, tout, cost in rows
         }
 
 

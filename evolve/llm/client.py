@@ -237,16 +237,14 @@ class LLMClient:
     async def _send(self, call: _Call) -> Any:
         """One request through litellm (quietly when evolve prices the call itself)."""
         kwargs = self._call_kwargs(call.model, call.messages, call.sample)
-        if self._self_priced(call.model):  # litellm's own pricing then takes its short custom path
-            kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
-        request = litellm().acompletion(**kwargs)
-        limit = self.settings.timeout_s + min(
-            5.0, max(1.0, 0.1 * self.settings.timeout_s)
-        )  # a safety net
-        if self._self_priced(call.model):
-            with quiet():
-                return await asyncio.wait_for(request, limit)
-        return await asyncio.wait_for(request, limit)
+        # a safety net over the provider's own timeout
+        limit = self.settings.timeout_s + min(5.0, max(1.0, 0.1 * self.settings.timeout_s))
+        if not self._self_priced(call.model):
+            return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
+        # custom prices send litellm's own cost step down its short path (evolve prices the call)
+        kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
+        with quiet():
+            return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
 
     async def _attempts(self, call: _Call) -> Completion:
         tries = self.settings.retries + 1
@@ -261,11 +259,10 @@ class LLMClient:
                     self._record_cancelled(call, time.monotonic() - start)
                     raise
                 except Exception as exc:
-                    delay = self._failed(call, exc, attempt, tries, time.monotonic() - start)
-                    if classify(exc) == "retry" and _rate_limited(exc):
-                        self.lanes.hold(
-                            lane, delay
-                        )  # before the slot is released: no call slips in
+                    delay = self._delay(attempt, exc)
+                    if _rate_limited(exc):  # held before the slot is released: no call slips in
+                        self.lanes.hold(lane, delay)
+                    self._failed(call, exc, attempt, tries, time.monotonic() - start, delay)
                 else:
                     return self._success(call, response, latency=time.monotonic() - start)
             self.waits.append(delay)
@@ -273,9 +270,9 @@ class LLMClient:
         raise AssertionError("unreachable")
 
     def _failed(
-        self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float
-    ) -> float:
-        """Record a failed attempt; the delay before the next one, or raise when there is none."""
+        self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float, delay: float
+    ) -> None:
+        """Record a failed attempt; raise unless it is retried (after ``delay``)."""
         error = describe(exc)
         self.ledger.record(call.record(error=error, status="error", latency_s=latency))
         kind = classify(exc)
@@ -285,7 +282,6 @@ class LLMClient:
             raise LLMCallFailed(
                 f"{call.model}: {error} (attempt {attempt + 1} of {tries})"
             ) from exc
-        delay = self._delay(attempt, exc)
         log.warning(
             "%s: %s; retrying in %.1fs (attempt %d of %d)",
             call.model,
@@ -294,7 +290,6 @@ class LLMClient:
             attempt + 2,
             tries,
         )
-        return delay
 
     def _record_cancelled(self, call: _Call, latency: float) -> None:
         """A call ended by the run (Ctrl-C, SIGTERM, a cancelled task): recorded, as it may be billed."""

@@ -1,8 +1,9 @@
 """Per-call overhead of evolve's LLM client against a local instant OpenAI-compatible server.
 
 Prints, per setting (evolve prices the call / with a budget / litellm prices it), the median
-milliseconds per call and the Python function calls per call (a count that does not depend
-on the machine's load). Usage: python scripts/llm_overhead.py [--calls 200] [--rounds 5]
+wall and CPU milliseconds per call (CPU: of the thread running the calls, so the server's
+thread and other processes on a loaded machine count less) and the Python function calls
+per call (a count that does not depend on the machine's load). Usage: python scripts/llm_overhead.py [--calls 200] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -79,20 +80,20 @@ class Instant(BaseHTTPRequestHandler):
         pass
 
 
-def measure(base: str, overrides: dict, calls: int, rounds: int) -> tuple[float, int]:
-    """(median ms per call, function calls per call) for one setting."""
+def measure(base: str, overrides: dict, calls: int, rounds: int) -> tuple[float, float, int]:
+    """(median wall ms, median CPU ms, function calls) per call for one setting."""
     model = overrides.get("model", "openai/local")
     cfg = {"model": model, "api_base": base, **overrides}
     client = LLMClient(LLMSettings.from_config(cfg), store=Store(Path(tempfile.mkdtemp()) / "a.db"))
     sample = iter(range(10**9))
 
-    async def batch(n: int) -> float:
-        start = time.perf_counter()
+    async def batch(n: int) -> tuple[float, float]:
+        start, cpu = time.perf_counter(), time.thread_time()
         for _ in range(n):
             await client.complete(model, PROMPT, sample=next(sample), prompt_hash="p")
-        return (time.perf_counter() - start) / n * 1e3
+        return (time.perf_counter() - start) / n * 1e3, (time.thread_time() - cpu) / n * 1e3
 
-    async def all_rounds() -> tuple[list[float], int]:
+    async def all_rounds() -> tuple[list[tuple[float, float]], int]:
         await batch(10)  # warm up: imports, connection pool
         times = [await batch(calls) for _ in range(rounds)]
         profile = cProfile.Profile()
@@ -103,7 +104,7 @@ def measure(base: str, overrides: dict, calls: int, rounds: int) -> tuple[float,
         return times, pstats.Stats(profile).total_calls // 50
 
     times, functions = asyncio.run(all_rounds())
-    return statistics.median(times), functions
+    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times), functions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,9 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     base = f"http://127.0.0.1:{server.server_port}/v1"
     try:
         for label, overrides in SETTINGS.items():
-            ms, functions = measure(base, overrides, args.calls, args.rounds)
+            wall, cpu, functions = measure(base, overrides, args.calls, args.rounds)
             print(
-                f"{label}: {ms:.2f} ms/call (median of {args.rounds} x {args.calls}), {functions} function calls/call"
+                f"{label}: {wall:.2f} ms wall, {cpu:.2f} ms CPU per call "
+                f"(medians of {args.rounds} x {args.calls}), {functions} function calls per call"
             )
     finally:
         server.shutdown()

@@ -133,3 +133,28 @@ def test_a_bare_command_model_is_named_after_its_program() -> None:
     assert cfg.models == (("command/llama-cli", 1.0),)
     with pytest.raises(LLMConfigError, match="llm.command="):
         LLMSettings.from_config({"model": "command"})
+
+
+def test_at_interpreter_exit_nothing_of_the_commands_group_survives(tmp_path) -> None:
+    import subprocess
+
+    pid_file = tmp_path / "helper.pid"
+    helper = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('answer', end='')"
+    )
+    run_without_close = (
+        "import asyncio, sys\n"
+        "from evolve.llm import LLMClient, LLMSettings\n"
+        "from evolve.store import Store\n"
+        f"cfg = LLMSettings.from_config({{'model': 'command/helper', 'commands': {{'helper': [sys.executable, '-c', {helper!r}]}}}})\n"
+        f"llm = LLMClient(cfg, store=Store({str(tmp_path / 'a.db')!r}))\n"
+        "print(asyncio.run(llm.complete('command/helper', [{'role': 'user', 'content': 'x'}], sample=0, prompt_hash='p')).text)\n"
+    )
+    done = subprocess.run(
+        [PY, "-c", run_without_close], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "answer", done.stderr[-2000:]
+    assert not _running(int(pid_file.read_text()))

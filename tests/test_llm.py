@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from evolve.callstore import prompt_messages
 from evolve.llm import (
     BudgetExceeded,
     LLMCallFailed,
@@ -16,7 +17,7 @@ from evolve.llm import (
     LLMStop,
     ReplayMiss,
 )
-from evolve.store import Store, prompt_messages
+from evolve.store import Store
 from tests.fixtures import scripted_provider
 
 MESSAGES = [

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from evolve import runner
+from evolve.callstore import prompt_messages
 from evolve.llm import PreflightError
-from evolve.store import Store, prompt_messages
+from evolve.store import Store
 from tests.conftest import REPO, composed
 from tests.fixtures import scripted_model
 

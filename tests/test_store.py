@@ -119,7 +119,7 @@ def _schema_2_archive(path, calls):
 
 
 def test_an_old_archive_is_migrated_prompts_compressed_answers_capped(tmp_path):
-    from evolve.store import prompt_messages
+    from evolve.callstore import prompt_messages
 
     huge = "start " + "y" * 2_000_000 + " end"
     prompts = [

@@ -7,8 +7,8 @@ import json
 import sqlite3
 from typing import Any
 
+from evolve.callstore import prompt_messages
 from evolve.lineage import PARENT_ROLES, objective_direction, primary_parent, primary_path
-from evolve.store import prompt_messages
 
 ELITE_SORTS = ("objective", "island", "cell", "seq", "operator", "model", "updated_at")
 

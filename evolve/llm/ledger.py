@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolve.store import PromptPacker, Store, cap_answer
+from evolve.callstore import PromptPacker, cap_answer
+from evolve.store import Store
 
 Messages = Sequence[Mapping[str, Any]]
 

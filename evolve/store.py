@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.callstore import PromptPacker, cap_answer
 from evolve.types import (
     Candidate,
     CandidateStatus,
@@ -158,7 +159,41 @@ def _migration_2(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (_migration_1, _migration_2)
+def _migration_3(db: sqlite_utils.Database) -> None:
+    """``llm_calls`` stores prompts compressed against a base prompt, answers capped, a status (issue 16).
+
+    ``messages`` (JSON text) becomes ``prompt`` (zlib, see ``pack_prompt``) with ``prompt_base``;
+    ``status`` is ok / error / cancelled; ``answer_chars`` is the answer's full length.
+    """
+    conn = db.conn
+    conn.execute("ALTER TABLE llm_calls ADD COLUMN prompt BLOB")
+    conn.execute("ALTER TABLE llm_calls ADD COLUMN prompt_base INTEGER")
+    conn.execute("ALTER TABLE llm_calls ADD COLUMN status TEXT")
+    conn.execute("ALTER TABLE llm_calls ADD COLUMN answer_chars INTEGER")
+    packer = PromptPacker()
+    rows = conn.execute("SELECT id, messages, response, error FROM llm_calls ORDER BY id").fetchall()
+    for call_id, messages, response, error in rows:
+        blob, base = packer.pack(call_id, messages or "[]")
+        answer = None if response is None else cap_answer(response)
+        conn.execute(
+            "UPDATE llm_calls SET prompt=?, prompt_base=?, status=?, response=?, answer_chars=? WHERE id=?",
+            (
+                blob,
+                base,
+                "ok" if error is None else "error",
+                answer,
+                None if response is None else len(response),
+                call_id,
+            ),
+        )
+    conn.execute("ALTER TABLE llm_calls DROP COLUMN messages")
+
+
+MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
+    _migration_1,
+    _migration_2,
+    _migration_3,
+)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -23,8 +23,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 # named here that do not exist yet take their place when they are written.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "settings"),
-    ("store", "runlock"),
-    ("isolation", "sandbox"),
+    ("store", "runlock", "callstore"),
+    ("isolation", "landlock", "channels", "sandbox_env", "sandbox"),
     ("harness",),
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots"),
     ("llm",),

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
+from evolve.callstore import prompt_messages
 from evolve.llm import (
     BudgetExceeded,
     LLMCallFailed,
@@ -61,7 +61,7 @@ def test_a_call_is_recorded_with_messages_usage_and_latency(scripted, store) -> 
     answer = run(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p1"))
     assert answer.text == "use numpy" and not answer.cached and answer.cost is None
     (row,) = calls(store)
-    assert json.loads(row["messages"]) == MESSAGES
+    assert prompt_messages(store.conn, row["id"]) == MESSAGES and row["status"] == "ok"
     assert (row["response"], row["tokens_in"], row["tokens_out"], row["error"]) == (
         "use numpy",
         12,
@@ -137,13 +137,18 @@ def test_an_auth_error_stops_the_run_and_names_the_fix(scripted, store) -> None:
         )
 
 
-def test_empty_and_huge_answers_come_back_whole(scripted, store) -> None:
-    huge = "x = 1\n" * 200_000
+def test_empty_and_huge_answers_come_back_whole_and_a_huge_one_is_stored_cut(
+    scripted, store
+) -> None:
+    huge = "head\n" + "x = 1\n" * 350_000 + "tail"  # 2.1 MB
     scripted.queue("m", "", huge)
     client = LLMClient(settings(), store=store)
     assert run(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p")).text == ""
     assert run(client.complete("scripted/m", MESSAGES, sample=1, prompt_hash="p")).text == huge
-    assert calls(store)[1]["response"] == huge
+    stored = calls(store)[1]
+    assert stored["answer_chars"] == len(huge) and len(stored["response"]) < 210_000
+    assert stored["response"].startswith("head\n") and stored["response"].endswith("tail")
+    assert f"of {len(huge)} characters" in stored["response"]
 
 
 def test_the_budget_stops_calls_before_they_can_exceed_it(scripted, store) -> None:
@@ -172,7 +177,12 @@ def test_the_budget_counts_the_answer_cap_that_llm_params_sends(scripted, store)
     scripted_provider.register_price(input_per_token=0.0, output_per_token=1e-6)
     scripted.queue("priced", {"answer": "long", "tokens_out": 180_000})
     client = LLMClient(
-        settings(model=scripted_provider.PRICED, max_cost_usd=0.05, max_tokens=100, params={"max_tokens": 200_000}),
+        settings(
+            model=scripted_provider.PRICED,
+            max_cost_usd=0.05,
+            max_tokens=100,
+            params={"max_tokens": 200_000},
+        ),
         store=store,
     )
     assert client.worst_case_cost(scripted_provider.PRICED, MESSAGES) >= 200_000 * 1e-6
@@ -237,8 +247,14 @@ def test_offline_replay_from_another_archive(scripted, store, tmp_path) -> None:
 
 def test_online_replay_serves_only_answers_to_the_same_prompt(scripted, store, tmp_path) -> None:
     scripted.queue("m", "answer to the first prompt", "a fresh answer")
-    run(LLMClient(settings(), store=store).complete("scripted/m", MESSAGES, sample=0, prompt_hash="p"))
-    client = LLMClient(settings(replay_from=str(tmp_path / "archive.db")), store=Store(tmp_path / "online.db"))
+    run(
+        LLMClient(settings(), store=store).complete(
+            "scripted/m", MESSAGES, sample=0, prompt_hash="p"
+        )
+    )
+    client = LLMClient(
+        settings(replay_from=str(tmp_path / "archive.db")), store=Store(tmp_path / "online.db")
+    )
     same = run(client.complete("scripted/m", MESSAGES, sample=0, prompt_hash="p"))
     assert same.text == "answer to the first prompt" and same.cached and len(scripted.requests) == 1
     other = [{"role": "user", "content": "a different prompt"}]
@@ -297,3 +313,40 @@ def test_a_replay_serves_each_sample_its_answer_even_if_measured_numbers_changed
         ).text
         == "fresh"
     )
+
+
+def test_litellm_logs_nothing_when_evolve_prices_and_tokens_are_counted_only_for_a_budget(
+    scripted, store, monkeypatch
+) -> None:
+    import litellm
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    logged, counted = [], []
+    log_success = Logging.handle_sync_success_callbacks_for_async_calls
+    count = litellm.token_counter
+    monkeypatch.setattr(
+        Logging,
+        "handle_sync_success_callbacks_for_async_calls",
+        lambda self, *a, **k: logged.append(1) or log_success(self, *a, **k),
+    )
+    monkeypatch.setattr(
+        litellm, "token_counter", lambda *a, **k: counted.append(1) or count(*a, **k)
+    )
+    scripted_provider.register_price(input_per_token=1e-6, output_per_token=1e-6)
+    scripted.queue("priced", "a", "b", "c")
+    by_litellm = LLMClient(settings(model=scripted_provider.PRICED), store=store)
+    run(by_litellm.complete(scripted_provider.PRICED, MESSAGES, sample=0, prompt_hash="p"))
+    assert (
+        len(logged) == 1 and counted == []
+    )  # litellm prices it: its logging runs; no budget: no count
+    by_evolve = LLMClient(
+        settings(
+            model=scripted_provider.PRICED, pricing={"input_per_mtok": 1, "output_per_mtok": 1}
+        ),
+        store=store,
+    )
+    run(by_evolve.complete(scripted_provider.PRICED, MESSAGES, sample=1, prompt_hash="p"))
+    assert len(logged) == 1 and counted == []  # evolve prices it: litellm logs nothing
+    budgeted = LLMClient(settings(model=scripted_provider.PRICED, max_cost_usd=1.0), store=store)
+    run(budgeted.complete(scripted_provider.PRICED, MESSAGES, sample=2, prompt_hash="p"))
+    assert len(counted) == 1  # a budget needs the prompt's tokens

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.llm import LLMCallFailed, LLMClient, LLMSettings, LLMStop, prompt_text
+from evolve.llm import LLMCallFailed, LLMClient, LLMConfigError, LLMSettings, LLMStop, prompt_text
 from evolve.store import Store
 
 PY = sys.executable
@@ -87,3 +87,74 @@ def test_an_unknown_command_name_stops_with_the_fix(tmp_path) -> None:
                 "command/nobody", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
             )
         )
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_close_ends_what_the_command_left_running_in_its_group(tmp_path) -> None:
+    pid_file = tmp_path / "helper.pid"
+    leaves_a_helper = [
+        PY,
+        "-c",
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('answer', end='')",
+    ]
+    llm = client(tmp_path, model="command/helper", commands={"helper": leaves_a_helper})
+
+    async def call_then_close() -> tuple[str, bool]:
+        answer = await llm.complete(
+            "command/helper", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
+        )
+        alive_before = _running(int(pid_file.read_text()))
+        await llm.close()
+        return answer.text, alive_before
+
+    text, alive_before = asyncio.run(call_then_close())
+    helper = int(pid_file.read_text())
+    assert text == "answer" and alive_before  # the command ended, its helper lived on in its group
+    assert not _running(helper)
+
+
+def test_a_bare_command_model_is_named_after_its_program() -> None:
+    cfg = LLMSettings.from_config({"model": "command", "command": f"{PY} agents/coder.py --fast"})
+    assert cfg.models == (("command/coder", 1.0),) and cfg.commands == {
+        "coder": (PY, "agents/coder.py", "--fast")
+    }
+    cfg = LLMSettings.from_config({"model": "command", "command": "llama-cli -m model.gguf"})
+    assert cfg.models == (("command/llama-cli", 1.0),)
+    with pytest.raises(LLMConfigError, match="llm.command="):
+        LLMSettings.from_config({"model": "command"})
+
+
+def test_at_interpreter_exit_nothing_of_the_commands_group_survives(tmp_path) -> None:
+    import subprocess
+
+    pid_file = tmp_path / "helper.pid"
+    helper = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('answer', end='')"
+    )
+    run_without_close = (
+        "import asyncio, sys\n"
+        "from evolve.llm import LLMClient, LLMSettings\n"
+        "from evolve.store import Store\n"
+        f"cfg = LLMSettings.from_config({{'model': 'command/helper', 'commands': {{'helper': [sys.executable, '-c', {helper!r}]}}}})\n"
+        f"llm = LLMClient(cfg, store=Store({str(tmp_path / 'a.db')!r}))\n"
+        "print(asyncio.run(llm.complete('command/helper', [{'role': 'user', 'content': 'x'}], sample=0, prompt_hash='p')).text)\n"
+    )
+    done = subprocess.run(
+        [PY, "-c", run_without_close], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "answer", done.stderr[-2000:]
+    assert not _running(int(pid_file.read_text()))

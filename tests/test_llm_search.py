@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evolve import runner
+from evolve.callstore import prompt_messages
 from evolve.llm import PreflightError
 from evolve.store import Store
 from tests.conftest import REPO, composed
@@ -50,7 +51,7 @@ def test_circle_packing_evolves_through_the_command_provider(command_run) -> Non
     made = dict(
         rows(
             db,
-            "SELECT operator, COUNT(*) FROM candidates WHERE model='command/scripted' GROUP BY operator",
+            "SELECT operator, COUNT(*) FROM candidates WHERE model='command/scripted_model' GROUP BY operator",
         )
     )
     assert set(made) == {"diff", "rewrite", "crossover"}, made
@@ -84,12 +85,14 @@ def test_every_llm_candidate_has_its_call_and_prompt_recorded(command_run) -> No
             db, "SELECT candidate, response, error FROM llm_calls WHERE prompt_hash=?", prompt_hash
         )
         assert calls and any(c[0] == cid for c in calls), cid
-    assert rows(db, "SELECT COUNT(*) FROM llm_calls WHERE messages NOT LIKE '%EVOLVE-BLOCK%'") == [
-        (0,)
-    ]
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        prompts = [
+            json.dumps(prompt_messages(conn, call_id))
+            for (call_id,) in conn.execute("SELECT id FROM llm_calls")
+        ]
+    assert prompts and all("EVOLVE-BLOCK" in prompt for prompt in prompts)
     # what was rejected before is shown to the model next time, with the reason
-    shown = "SELECT COUNT(*) FROM llm_calls WHERE messages LIKE '%Recent attempts on this program that failed%'"
-    assert rows(db, shown)[0][0] >= 1
+    assert any("Recent attempts on this program that failed" in prompt for prompt in prompts)
 
 
 @pytest.mark.slow

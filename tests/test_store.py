@@ -1,3 +1,4 @@
+import json
 import sqlite3
 
 import pytest
@@ -10,22 +11,36 @@ def test_new_archive_gets_the_current_schema_in_wal_mode(tmp_path):
     store = Store(tmp_path / "archive.db")
     assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert {"runs", "candidates", "evaluations", "edges", "elites", "llm_calls", "stats", "state"} <= set(
-        store.db.table_names()
-    )
+    assert {
+        "runs",
+        "candidates",
+        "evaluations",
+        "edges",
+        "elites",
+        "llm_calls",
+        "stats",
+        "state",
+    } <= set(store.db.table_names())
 
 
 def test_candidate_round_trip_with_edges_and_evaluation(tmp_path):
     store = Store(tmp_path / "archive.db")
     parent = store.add_candidate(Proposal(files={"a.py": "x = 1\n"}, operator="seed"), seq=0)
     child = store.add_candidate(
-        Proposal(files={"a.py": "x = 2\n"}, operator="tweak", parents=((parent.id, EdgeRole.MUTATION),)), seq=1
+        Proposal(
+            files={"a.py": "x = 2\n"}, operator="tweak", parents=((parent.id, EdgeRole.MUTATION),)
+        ),
+        seq=1,
     )
     with store.transaction():
         store.set_status(child.id, CandidateStatus.DONE)
-        store.add_evaluation(child.id, Evaluation(status=EvalStatus.OK, fitness=2.0, metrics={"m": 1}))
+        store.add_evaluation(
+            child.id, Evaluation(status=EvalStatus.OK, fitness=2.0, metrics={"m": 1})
+        )
     loaded = store.candidate(child.id)
-    assert loaded.files == {"a.py": "x = 2\n"} and loaded.parents == ((parent.id, EdgeRole.MUTATION),)
+    assert loaded.files == {"a.py": "x = 2\n"} and loaded.parents == (
+        (parent.id, EdgeRole.MUTATION),
+    )
     assert store.evaluation(child.id).fitness == 2.0
     assert [c.id for c in store.pending()] == [parent.id]
 
@@ -80,3 +95,84 @@ def test_newer_schema_is_refused(tmp_path):
     conn.close()
     with pytest.raises(ArchiveFileError, match="upgrade evolve"):
         Store(path)
+
+
+def _schema_2_archive(path, calls):
+    """An archive as evolve wrote it before schema 3: prompts as JSON text, answers whole."""
+    import sqlite_utils
+
+    from evolve.store import APPLICATION_ID, MIGRATIONS
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    db = sqlite_utils.Database(conn)
+    for migration in MIGRATIONS[:2]:
+        migration(db)
+    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    conn.execute("PRAGMA user_version=2")
+    for key, messages, response, error in calls:
+        conn.execute(
+            "INSERT INTO llm_calls (model, prompt_hash, cache_key, messages, response, tokens_in, tokens_out, "
+            "cost, latency_s, error, created_at) VALUES ('m/x', 'p', ?, ?, ?, 1, 1, 0.001, 0.1, ?, 0)",
+            (key, json.dumps(messages), response, error),
+        )
+    conn.close()
+
+
+def test_an_old_archive_is_migrated_prompts_compressed_answers_capped(tmp_path):
+    from evolve.callstore import prompt_messages
+
+    huge = "start " + "y" * 2_000_000 + " end"
+    prompts = [
+        [{"role": "user", "content": f"program {i}\n" + "def f(x):\n    return x\n" * 50}]
+        for i in range(3)
+    ]
+    calls = [
+        ("k0", prompts[0], "short answer", None),
+        ("k1", prompts[1], None, "RateLimitError: slow down"),
+        ("k2", prompts[2], huge, None),
+    ]
+    _schema_2_archive(tmp_path / "archive.db", calls)
+    store = Store(tmp_path / "archive.db")
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    columns = {row[1] for row in store.conn.execute("PRAGMA table_info(llm_calls)")}
+    assert (
+        "messages" not in columns and {"prompt", "prompt_base", "status", "answer_chars"} <= columns
+    )
+    rows = store.conn.execute(
+        "SELECT id, status, response, answer_chars, prompt_base FROM llm_calls ORDER BY id"
+    )
+    (a, b, c) = rows.fetchall()
+    assert [prompt_messages(store.conn, row[0]) for row in (a, b, c)] == prompts
+    assert (a[1], a[2], a[3], a[4]) == (
+        "ok",
+        "short answer",
+        12,
+        None,
+    )  # the first prompt is the base
+    assert (b[1], b[2], c[4]) == ("error", None, a[0])  # later ones are compressed against it
+    assert (
+        c[3] == len(huge)
+        and len(c[2]) < 210_000
+        and c[2].startswith("start ")
+        and c[2].endswith(" end")
+    )
+    stored = store.conn.execute("SELECT SUM(LENGTH(prompt)) FROM llm_calls").fetchone()[0]
+    assert stored < sum(len(json.dumps(p)) for p in prompts) / 4
+
+
+def test_answers_of_an_old_archive_replay_from_it_unmigrated(tmp_path):
+    import asyncio
+
+    from evolve.llm import LLMClient, LLMSettings
+    from evolve.llm.ledger import cache_key
+
+    settings = LLMSettings.from_config(
+        {"model": "m/x", "offline": True, "replay_from": str(tmp_path / "old.db")}
+    )
+    messages = [{"role": "user", "content": "go"}]
+    key = cache_key("m/x", messages, settings.sampling(), 0)
+    _schema_2_archive(tmp_path / "old.db", [(key, messages, "recorded answer", None)])
+    client = LLMClient(settings, store=Store(tmp_path / "new.db"))
+    answer = asyncio.run(client.complete("m/x", messages, sample=0, prompt_hash="p"))
+    assert answer.text == "recorded answer" and answer.cached
+    assert sqlite3.connect(tmp_path / "old.db").execute("PRAGMA user_version").fetchone()[0] == 2

@@ -1,19 +1,21 @@
-"""One call to a model through litellm: recorded answers first, then budget, retries, cost, recording."""
+"""Calls to models through litellm: recorded answers first, then budget, provider limits, retries, cost."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.llm._litellm import litellm
-from evolve.llm.command import register_command_provider
-from evolve.llm.errors import BudgetExceeded, LLMCallFailed, LLMStop, ReplayMiss
-from evolve.llm.ledger import CallRecord, Ledger, Messages, cache_key
+from evolve.llm._litellm import litellm, quiet
+from evolve.llm.command import end_command_processes, register_command_provider
+from evolve.llm.errors import LLMCallFailed, LLMStop, ReplayMiss
+from evolve.llm.ledger import CallRecord, Ledger, Messages, Recorded, cache_key
+from evolve.llm.limits import Budget, Lanes
 from evolve.llm.retry import MAX_RETRY_AFTER_S, classify, describe, fix_for, retry_after
 from evolve.llm.settings import LLMSettings
 from evolve.store import Store
@@ -40,9 +42,11 @@ class LLMClient:
 
     A request whose (model, messages, sampling parameters, sample index) was answered
     before in this archive, or in ``llm.replay_from``, gets that answer again without a
-    call. Otherwise the budget is checked, the call is made with a per-call timeout and
-    retried with exponential backoff (honouring Retry-After) on rate limits, timeouts,
-    connection errors and 5xx.
+    call. Otherwise the call reserves its worst-case cost against the budget, takes one of
+    its provider's ``llm.max_concurrency`` slots, waits out any rate limit the provider
+    set for all calls, and is made with a per-call timeout; rate limits, timeouts,
+    connection errors and 5xx are retried with exponential backoff (honouring
+    Retry-After). Many calls may be awaited at once from one event loop.
 
     Args:
         settings: the ``llm`` config group.
@@ -52,20 +56,42 @@ class LLMClient:
     def __init__(self, settings: LLMSettings, *, store: Store) -> None:
         self.settings = settings
         self.ledger = Ledger(store, replay_from=settings.replay_from)
-        self._spent = self.ledger.spent()
-        self._reserved = 0.0
+        self.budget = Budget(settings.max_cost_usd, self.ledger.spent())
+        self.lanes = Lanes(settings.max_concurrency)
         self._jitter = random.Random()
+        self._priced: dict[str, bool] = {}
         self.attempts = 0  # provider calls made by this client (cache hits excluded)
-        self.cache_hits = 0
         self.waits: list[float] = []  # backoff sleeps, in order (for logs and tests)
         if settings.commands:
             register_command_provider(settings.commands)
 
     def spent(self) -> float:
         """USD spent on calls recorded in this archive (previous sessions of the run included)."""
-        return self._spent
+        return self.budget.spent
 
-    # --- budget ------------------------------------------------------------------------------------
+    async def close(self) -> None:
+        """End what the client started: every ``command`` provider process group, the replay archive."""
+        await end_command_processes()
+        self.ledger.close()
+
+    # --- prices ------------------------------------------------------------------------------------
+
+    def _litellm_prices(self, model: str) -> bool:
+        """Whether litellm has a price for ``model`` (checked once per model)."""
+        if model not in self._priced:
+            try:
+                cost_in, cost_out = litellm().cost_per_token(
+                    model=model, prompt_tokens=1000, completion_tokens=1000
+                )
+                self._priced[model] = cost_in + cost_out > 0
+            except Exception:
+                self._priced[model] = False
+        return self._priced[model]
+
+    def _self_priced(self, model: str) -> bool:
+        """evolve prices this model's calls (``llm.pricing``, or litellm has no price): litellm's
+        own cost calculation and logging are not needed."""
+        return self.settings.pricing is not None or not self._litellm_prices(model)
 
     def worst_case_cost(self, model: str, messages: Messages) -> float:
         """The most one call could cost: its prompt plus the answer cap as sent (0 if unpriced)."""
@@ -73,40 +99,29 @@ class LLMClient:
         try:
             tokens_in = int(lit.token_counter(model=model, messages=list(messages)))
         except Exception:
-            tokens_in = sum(len(str(m.get("content", ""))) for m in messages) // 3
+            tokens_in = _estimated_tokens(messages)
         tokens_out = self.settings.answer_cap()
         if self.settings.pricing is not None:
             return self.settings.pricing.cost(tokens_in, tokens_out)
-        try:
-            cost_in, cost_out = lit.cost_per_token(
-                model=model, prompt_tokens=tokens_in, completion_tokens=tokens_out
-            )
-        except Exception:
+        if not self._litellm_prices(model):
             return 0.0
+        cost_in, cost_out = lit.cost_per_token(
+            model=model, prompt_tokens=tokens_in, completion_tokens=tokens_out
+        )
         return float(cost_in + cost_out)
-
-    def _check_budget(self, worst: float) -> None:
-        limit = self.settings.max_cost_usd
-        if limit is None:
-            return
-        committed = self._spent + self._reserved
-        if committed >= limit or committed + worst > limit:
-            could = f"; the next call could cost up to ${worst:.4f}" if worst else ""
-            raise BudgetExceeded(
-                f"LLM budget reached: ${self._spent:.4f} spent of llm.max_cost_usd=${limit:g}{could}; "
-                "raise llm.max_cost_usd and resume the run to continue"
-            )
 
     def _cost(self, model: str, response: Any, tokens_in: int, tokens_out: int) -> float | None:
         if self.settings.pricing is not None:
             return self.settings.pricing.cost(tokens_in, tokens_out)
+        if not self._litellm_prices(model):
+            return None  # litellm has no price for this model: tokens only
         hidden = getattr(response, "_hidden_params", None) or {}
         if hidden.get("response_cost") is not None:
             return float(hidden["response_cost"])
         try:
             return float(litellm().completion_cost(completion_response=response, model=model))
         except Exception:
-            return None  # litellm has no price for this model: tokens only
+            return None
 
     # --- the call ----------------------------------------------------------------------------------
 
@@ -125,8 +140,6 @@ class LLMClient:
         if self.settings.api_base and not model.startswith("command/"):
             kwargs["api_base"] = self.settings.api_base
         if self.settings.api_key_env:
-            import os
-
             kwargs["api_key"] = os.environ.get(self.settings.api_key_env, "")
         elif self.settings.api_base:
             kwargs.setdefault("api_key", "none")  # local servers usually take any key
@@ -160,117 +173,135 @@ class LLMClient:
         key = cache_key(model, messages, self.settings.sampling(), sample)
         recorded = self.ledger.lookup(key, same_request=self.settings.offline)
         if recorded is not None:
-            self.cache_hits += 1
-            if recorded.source != "archive":  # copy a replayed answer into this archive, at no cost
-                call_id = self.ledger.record(
-                    CallRecord(
-                        model=model,
-                        prompt_hash=prompt_hash,
-                        cache_key=key,
-                        messages=messages,
-                        response=recorded.response,
-                        tokens_in=recorded.tokens_in,
-                        tokens_out=recorded.tokens_out,
-                        cost=0.0,
-                        candidate=candidate,
-                    )
-                )
-            else:
-                call_id = recorded.call_id
-            return Completion(
-                text=recorded.response,
-                model=model,
-                tokens_in=recorded.tokens_in,
-                tokens_out=recorded.tokens_out,
-                cost=0.0,
-                latency_s=0.0,
-                cached=True,
-                call_id=call_id,
-            )
+            return self._recorded(model, messages, recorded, key, prompt_hash, candidate)
         if self.settings.offline:
             raise ReplayMiss(
                 f"llm.offline=true and the archive holds no answer of {model} for this prompt "
                 f"(prompt {prompt_hash[:12]}, sample {sample}); the replay ends here. "
                 "Set llm.offline=false to call the model from this point on"
             )
-        worst = self.worst_case_cost(model, messages)
-        self._check_budget(worst)
-        self._reserved += worst
+        # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs the worst case.
+        worst = self.worst_case_cost(model, messages) if self.budget.limit is not None else 0.0
+        self.budget.reserve(model, worst)
+        call = _Call(
+            model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate, sample=sample
+        )
+        cost = 0.0
         try:
-            return await self._attempts(
-                model,
-                messages,
-                key=key,
-                prompt_hash=prompt_hash,
-                candidate=candidate,
-                sample=sample,
-            )
+            completion = await self._attempts(call)
+            cost = completion.cost or 0.0
+            return completion
         finally:
-            self._reserved -= worst
+            self.budget.settle(worst, cost)
 
-    async def _attempts(
+    def _recorded(
         self,
         model: str,
         messages: Messages,
-        *,
+        recorded: Recorded,
         key: str,
         prompt_hash: str,
         candidate: str | None,
-        sample: str | int,
     ) -> Completion:
-        lit = litellm()
-        tries = self.settings.retries + 1
-        for attempt in range(tries):
-            start = time.monotonic()
-            self.attempts += 1
-            try:
-                response = await asyncio.wait_for(
-                    lit.acompletion(**self._call_kwargs(model, messages, sample)),
-                    self.settings.timeout_s + min(5.0, 0.1 * self.settings.timeout_s),
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                latency = time.monotonic() - start
-                error = describe(exc)
-                self.ledger.record(
-                    CallRecord(
-                        model=model,
-                        prompt_hash=prompt_hash,
-                        cache_key=key,
-                        messages=messages,
-                        error=error,
-                        latency_s=latency,
-                        candidate=candidate,
-                    )
-                )
-                kind = classify(exc)
-                if kind == "fatal":
-                    raise LLMStop(f"{model}: {error}\n{fix_for(model, exc)}") from exc
-                if kind == "retry" and attempt + 1 < tries:
-                    delay = self._delay(attempt, exc)
-                    log.warning(
-                        "%s: %s; retrying in %.1fs (attempt %d of %d)",
-                        model,
-                        error[:200],
-                        delay,
-                        attempt + 2,
-                        tries,
-                    )
-                    self.waits.append(delay)
-                    await asyncio.sleep(delay)
-                    continue
-                raise LLMCallFailed(f"{model}: {error} (attempt {attempt + 1} of {tries})") from exc
-            return self._success(
+        if recorded.truncated:
+            log.warning(
+                "%s: the recorded answer was stored cut (head and tail of a huge answer); serving it cut",
                 model,
-                messages,
-                response,
-                key=key,
-                prompt_hash=prompt_hash,
-                candidate=candidate,
-                latency=time.monotonic() - start,
             )
+        call_id = recorded.call_id
+        if recorded.source != "archive":  # copy a replayed answer into this archive, at no cost
+            call_id = self.ledger.record(
+                CallRecord(
+                    model=model,
+                    prompt_hash=prompt_hash,
+                    cache_key=key,
+                    messages=messages,
+                    response=recorded.response,
+                    tokens_in=recorded.tokens_in,
+                    tokens_out=recorded.tokens_out,
+                    cost=0.0,
+                    candidate=candidate,
+                )
+            )
+        return Completion(
+            text=recorded.response,
+            model=model,
+            tokens_in=recorded.tokens_in,
+            tokens_out=recorded.tokens_out,
+            cost=0.0,
+            latency_s=0.0,
+            cached=True,
+            call_id=call_id,
+        )
+
+    async def _send(self, call: _Call) -> Any:
+        """One request through litellm (quietly when evolve prices the call itself)."""
+        kwargs = self._call_kwargs(call.model, call.messages, call.sample)
+        # a safety net over the provider's own timeout
+        limit = self.settings.timeout_s + min(5.0, max(1.0, 0.1 * self.settings.timeout_s))
+        if not self._self_priced(call.model):
+            return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
+        # custom prices send litellm's own cost step down its short path (evolve prices the call)
+        kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
+        with quiet():
+            return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
+
+    async def _attempts(self, call: _Call) -> Completion:
+        tries = self.settings.retries + 1
+        lane = Lanes.key(call.model, self.settings.api_base)
+        for attempt in range(tries):
+            async with self.lanes.slot(lane):
+                start = time.monotonic()
+                self.attempts += 1
+                try:
+                    response = await self._send(call)
+                except asyncio.CancelledError:
+                    self._record_cancelled(call, time.monotonic() - start)
+                    raise
+                except Exception as exc:
+                    delay = self._delay(attempt, exc)
+                    if _rate_limited(exc):  # held before the slot is released: no call slips in
+                        self.lanes.hold(lane, delay)
+                    self._failed(call, exc, attempt, tries, time.monotonic() - start, delay)
+                else:
+                    return self._success(call, response, latency=time.monotonic() - start)
+            self.waits.append(delay)
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _failed(
+        self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float, delay: float
+    ) -> None:
+        """Record a failed attempt; raise unless it is retried (after ``delay``)."""
+        error = describe(exc)
+        self.ledger.record(call.record(error=error, status="error", latency_s=latency))
+        kind = classify(exc)
+        if kind == "fatal":
+            raise LLMStop(f"{call.model}: {error}\n{fix_for(call.model, exc)}") from exc
+        if kind != "retry" or attempt + 1 >= tries:
+            raise LLMCallFailed(
+                f"{call.model}: {error} (attempt {attempt + 1} of {tries})"
+            ) from exc
+        log.warning(
+            "%s: %s; retrying in %.1fs (attempt %d of %d)",
+            call.model,
+            error[:200],
+            delay,
+            attempt + 2,
+            tries,
+        )
+
+    def _record_cancelled(self, call: _Call, latency: float) -> None:
+        """A call ended by the run (Ctrl-C, SIGTERM, a cancelled task): recorded, as it may be billed."""
+        self.ledger.record(
+            call.record(
+                error=f"cancelled after {latency:.1f}s by the run; the provider may still bill it "
+                "(prompt tokens estimated, answer tokens unknown)",
+                status="cancelled",
+                latency_s=latency,
+                tokens_in=_estimated_tokens(call.messages),
+            )
+        )
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
         backoff = min(self.settings.backoff_max_s, self.settings.backoff_s * 2**attempt)
@@ -278,42 +309,34 @@ class LLMClient:
         asked = retry_after(exc)
         return min(MAX_RETRY_AFTER_S, max(backoff, asked)) if asked is not None else backoff
 
-    def _success(
-        self,
-        model: str,
-        messages: Messages,
-        response: Any,
-        *,
-        key: str,
-        prompt_hash: str,
-        candidate: str | None,
-        latency: float,
-    ) -> Completion:
+    def _success(self, call: _Call, response: Any, *, latency: float) -> Completion:
         choices = getattr(response, "choices", None) or []
         message = getattr(choices[0], "message", None) if choices else None
         text = (getattr(message, "content", None) or "") if message is not None else ""
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = self._cost(model, response, tokens_in, tokens_out)
+        cost = self._cost(call.model, response, tokens_in, tokens_out)
         call_id = self.ledger.record(
-            CallRecord(
-                model=model,
-                prompt_hash=prompt_hash,
-                cache_key=key,
-                messages=messages,
+            call.record(
                 response=text,
                 tokens_in=tokens_in,
                 tokens_out=tokens_out,
                 cost=cost,
                 latency_s=latency,
-                candidate=candidate,
             )
         )
-        self._spent += cost or 0.0
+        cap = self.settings.answer_cap()
+        if tokens_out > cap:
+            why = (
+                f"{call.model} ignored the answer cap: it reported {tokens_out} completion tokens "
+                f"against max_tokens={cap}" + (f", costing ${cost:.4f}" if cost else "")
+            )
+            log.warning("%s; the call is recorded and charged as reported", why)
+            self.budget.unbounded[call.model] = why
         return Completion(
             text=text,
-            model=model,
+            model=call.model,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             cost=cost,
@@ -323,13 +346,45 @@ class LLMClient:
         )
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One request being made: what was asked and how to record its attempts."""
+
+    model: str
+    messages: Messages
+    key: str
+    prompt_hash: str
+    candidate: str | None
+    sample: str | int
+
+    def record(self, **fields: Any) -> CallRecord:
+        return CallRecord(
+            model=self.model,
+            prompt_hash=self.prompt_hash,
+            cache_key=self.key,
+            messages=self.messages,
+            candidate=self.candidate,
+            **fields,
+        )
+
+
+def _estimated_tokens(messages: Messages) -> int:
+    """About how many tokens the messages are (a character count over 3; no tokenizer)."""
+    return sum(len(str(m.get("content", ""))) for m in messages) // 3
+
+
+def _rate_limited(exc: BaseException) -> bool:
+    return getattr(exc, "status_code", None) == 429 or isinstance(exc, litellm().RateLimitError)
+
+
 def usage_line(summary: Mapping[str, Mapping[str, Any]]) -> str:
     """One line per model: calls, errors, tokens and USD (for the end-of-run log)."""
     lines = []
     for model, row in summary.items():
         cost = f"${row['cost']:.4f}" if row["cost"] else "no price"
+        cancelled = f", {row['cancelled']} cancelled" if row.get("cancelled") else ""
         lines.append(
-            f"{model}: {row['calls']} calls ({row['errors']} failed), {row['tokens_in']} tokens in, "
+            f"{model}: {row['calls']} calls ({row['errors']} failed{cancelled}), {row['tokens_in']} tokens in, "
             f"{row['tokens_out']} out, {cost}"
         )
     return "\n".join(lines)

@@ -6,14 +6,16 @@ goes through the same ``acompletion`` path, retries, cost and recording as any o
 model. ``<name>`` is looked up in ``llm.commands``. The command's environment names the
 model (EVOLVE_MODEL), the sampling parameters (EVOLVE_TEMPERATURE, EVOLVE_MAX_TOKENS)
 and which sample of the prompt is asked for (EVOLVE_SAMPLE). The executable runs in its own
-process group and is killed with it on timeout; a non-zero exit is a failed call whose
-stderr is recorded. It runs with the user's rights: it is the user's own program (a
+session (process group) and is killed with it on timeout or cancellation; processes it
+leaves behind are ended with their group when the client closes or the interpreter exits.
+A non-zero exit is a failed call whose stderr is recorded. It runs with the user's rights: it is the user's own program (a
 llama.cpp binary, an agent CLI, a script that asks a person), not candidate code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import signal
@@ -127,6 +129,7 @@ def _make_handler_class() -> type:
                     status_code=404,
                     message=f"command {model!r} cannot start ({exc}); fix llm.commands.{model}",
                 ) from exc
+            _groups.add(proc.pid)
             try:
                 stdout, stderr = await asyncio.wait_for(
                     proc.communicate(prompt_text(messages).encode()), seconds
@@ -138,6 +141,8 @@ def _make_handler_class() -> type:
             except asyncio.CancelledError:  # the run is ending: leave no process behind
                 _kill_group(proc.pid)
                 raise
+            finally:
+                _forget_if_empty(proc.pid)
             if proc.returncode != 0:
                 raise self._failed(model, argv, proc.returncode or 0, stderr)
             return self._response(model, messages, stdout.decode(errors="replace"))
@@ -161,12 +166,15 @@ def _make_handler_class() -> type:
                     status_code=404,
                     message=f"command {model!r} cannot start ({exc}); fix llm.commands.{model}",
                 ) from exc
+            _groups.add(proc.pid)
             try:
                 stdout, stderr = proc.communicate(prompt_text(messages).encode(), timeout=seconds)
             except subprocess.TimeoutExpired:
                 _kill_group(proc.pid)
                 proc.wait()
                 raise self._timeout(model, time.monotonic() - start) from None
+            finally:
+                _forget_if_empty(proc.pid)
             if proc.returncode != 0:
                 raise self._failed(model, argv, proc.returncode, stderr)
             return self._response(model, messages, stdout.decode(errors="replace"))
@@ -174,9 +182,52 @@ def _make_handler_class() -> type:
     return CommandProvider
 
 
-def _kill_group(pid: int) -> None:
+_groups: set[int] = set()  # process groups started here that may still have members
+
+
+def _kill_group(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _forget_if_empty(pgid: int) -> None:
+    """Stop tracking a group once its command has ended and left no process behind.
+
+    Checked as soon as the command exits, so a group id is never kept after its group is
+    gone (the number could later name someone else's group).
+    """
+    if not _alive(pgid):
+        _groups.discard(pgid)
+
+
+async def end_command_processes(grace_s: float = 2.0) -> None:
+    """End every process group the command provider started: SIGTERM, then SIGKILL after ``grace_s``."""
+    for pgid in list(_groups):
+        _kill_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(_alive(pgid) for pgid in _groups) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    _kill_all()
+
+
+def _kill_all() -> None:
+    """SIGKILL what is left of the groups (also run at interpreter exit)."""
+    for pgid in list(_groups):
+        _kill_group(pgid)
+        _groups.discard(pgid)
+
+
+atexit.register(_kill_all)
 
 
 _handler: Any = None
@@ -191,8 +242,3 @@ def register_command_provider(commands: Mapping[str, Sequence[str]]) -> None:
     _handler.commands.update({name: tuple(argv) for name, argv in commands.items()})
     others = [entry for entry in lit.custom_provider_map if entry.get("provider") != PROVIDER]
     lit.custom_provider_map = [*others, {"provider": PROVIDER, "custom_handler": _handler}]
-
-
-def configured_commands() -> dict[str, tuple[str, ...]]:
-    """The command lines registered so far (for preflight)."""
-    return dict(_handler.commands) if _handler is not None else {}

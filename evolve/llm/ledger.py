@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.callstore import PromptPacker, cap_answer
 from evolve.store import Store
 
 Messages = Sequence[Mapping[str, Any]]
@@ -50,6 +51,9 @@ class CallRecord:
     cost: float | None = None
     latency_s: float = 0.0
     error: str | None = None
+    status: str = (
+        "ok"  # ok, error (the attempt failed) or cancelled (ended by the run, may be billed)
+    )
     candidate: str | None = None
 
 
@@ -62,6 +66,7 @@ class Recorded:
     tokens_in: int
     tokens_out: int
     source: str  # "archive" or the path of the replay archive
+    truncated: bool = False  # only the head and tail of a huge answer were stored
 
 
 class Ledger:
@@ -74,6 +79,7 @@ class Ledger:
 
     def __init__(self, store: Store, *, replay_from: str | Path | None = None) -> None:
         self.store = store
+        self._packer = PromptPacker()
         self._replay: sqlite3.Connection | None = None
         self.replay_path = Path(replay_from) if replay_from else None
         if self.replay_path is not None:
@@ -90,29 +96,40 @@ class Ledger:
             self._replay = sqlite3.connect(
                 f"file:{path}?mode=ro", uri=True, check_same_thread=False
             )
+        self._replay_chars = self._replay is not None and any(
+            row[1] == "answer_chars" for row in self._replay.execute("PRAGMA table_info(llm_calls)")
+        )
 
     def record(self, call: CallRecord) -> int:
-        """Insert one attempt; returns its id."""
+        """Insert one attempt; returns its id (the prompt is stored compressed, the answer capped)."""
+        prompt = json.dumps(list(call.messages), ensure_ascii=False, default=str)
         with self.store.transaction():
             cursor = self.store.conn.execute(
-                "INSERT INTO llm_calls (candidate, model, prompt_hash, cache_key, messages, response, tokens_in, "
-                "tokens_out, cost, latency_s, error, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO llm_calls (candidate, model, prompt_hash, cache_key, response, answer_chars, "
+                "tokens_in, tokens_out, cost, latency_s, error, status, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     call.candidate,
                     call.model,
                     call.prompt_hash,
                     call.cache_key,
-                    json.dumps(list(call.messages), ensure_ascii=False, default=str),
-                    call.response,
+                    None if call.response is None else cap_answer(call.response),
+                    None if call.response is None else len(call.response),
                     call.tokens_in,
                     call.tokens_out,
                     call.cost,
                     round(call.latency_s, 4),
                     call.error,
+                    call.status,
                     time.time(),
                 ),
             )
-        return int(cursor.lastrowid)
+            call_id = int(cursor.lastrowid)
+            blob, base = self._packer.pack(call_id, prompt)
+            self.store.conn.execute(
+                "UPDATE llm_calls SET prompt=?, prompt_base=? WHERE id=?", (blob, base, call_id)
+            )
+        return call_id
 
     def lookup(self, key: str, *, same_request: bool = False) -> Recorded | None:
         """The first successful answer recorded for ``key``: in this archive, else the replay archive.
@@ -123,23 +140,19 @@ class Ledger:
         proposal its recorded answer. Online, only the exact request matches, in either
         archive: a changed prompt gets a new call, never another prompt's answer.
         """
-        columns = "SELECT id, response, tokens_in, tokens_out FROM llm_calls "
-        ok = "AND error IS NULL AND response IS NOT NULL ORDER BY id LIMIT 1"
-        exact, loose = (
-            (columns + "WHERE cache_key=? " + ok, (key,)),
-            (
-                columns + "WHERE substr(cache_key, 1, 16)=? " + ok,
-                (key[:16],),
-            ),
-        )
-        sources: list[tuple[sqlite3.Connection, str, list]] = [
-            (self.store.conn, "archive", [exact, loose] if same_request else [exact])
-        ]
+        sources = [(self.store.conn, "archive")]
         if self._replay is not None:
-            sources.append((self._replay, str(self.replay_path), [exact, loose] if same_request else [exact]))
-        for conn, source, queries in sources:
-            for sql, args in queries:
-                row = conn.execute(sql, args).fetchone()
+            sources.append((self._replay, str(self.replay_path)))
+        for conn, source in sources:
+            # an archive from before schema 3 (a replay source, opened read-only) has no answer_chars
+            chars = "answer_chars" if conn is self.store.conn or self._replay_chars else "NULL"
+            select = f"SELECT id, response, tokens_in, tokens_out, {chars} FROM llm_calls WHERE "
+            ok = " AND error IS NULL AND response IS NOT NULL ORDER BY id LIMIT 1"
+            queries = [(select + "cache_key=?" + ok, key)]
+            if same_request:
+                queries.append((select + "substr(cache_key, 1, 16)=?" + ok, key[:16]))
+            for sql, arg in queries:
+                row = conn.execute(sql, (arg,)).fetchone()
                 if row is not None:
                     return Recorded(
                         call_id=row[0],
@@ -147,8 +160,15 @@ class Ledger:
                         tokens_in=row[2] or 0,
                         tokens_out=row[3] or 0,
                         source=source,
+                        truncated=row[4] is not None and row[4] > len(row[1]),
                     )
         return None
+
+    def close(self) -> None:
+        """Close the replay archive, if one was opened."""
+        if self._replay is not None:
+            self._replay.close()
+            self._replay = None
 
     def spent(self) -> float:
         """USD recorded in this archive (all runs, so a resumed run keeps counting)."""
@@ -157,20 +177,21 @@ class Ledger:
         )
 
     def summary(self) -> dict[str, Any]:
-        """Calls, failed calls, tokens and USD per model."""
+        """Calls, failed calls (cancelled ones apart), tokens and USD per model."""
         rows = self.store.conn.execute(
-            "SELECT model, COUNT(*), SUM(error IS NOT NULL), COALESCE(SUM(tokens_in), 0), "
+            "SELECT model, COUNT(*), SUM(status = 'error'), SUM(status = 'cancelled'), COALESCE(SUM(tokens_in), 0), "
             "COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost), 0) FROM llm_calls GROUP BY model ORDER BY model"
         ).fetchall()
         return {
             model: {
                 "calls": n,
                 "errors": errors,
+                "cancelled": cancelled,
                 "tokens_in": tin,
                 "tokens_out": tout,
                 "cost": cost,
             }
-            for model, n, errors, tin, tout, cost in rows
+            for model, n, errors, cancelled, tin, tout, cost in rows
         }
 
 

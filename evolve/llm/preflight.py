@@ -101,7 +101,9 @@ def _check_command(model: str, settings: LLMSettings, *, runnable: bool) -> None
             f"set llm.commands.{name}='<command line reading the prompt on stdin>'"
         )
     program = argv[0]
-    if runnable and not (shutil.which(program) or (Path(program).is_file() and os.access(program, os.X_OK))):
+    if runnable and not (
+        shutil.which(program) or (Path(program).is_file() and os.access(program, os.X_OK))
+    ):
         raise PreflightError(
             f"llm.commands.{name}: {program!r} is not an executable on PATH or a path to one; fix the command line"
         )

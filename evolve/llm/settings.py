@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evolve.types import EvolveError
@@ -41,6 +43,7 @@ class LLMSettings:
         retries: further attempts after a rate limit, timeout, connection error or 5xx.
         backoff_s: first wait between attempts (doubled each time, plus jitter, capped).
         backoff_max_s: the longest wait between attempts.
+        max_concurrency: the most calls in flight at once to one provider (one server).
         max_cost_usd: hard budget; no call starts that could take the run past it.
         offline: serve every call from recorded answers; a prompt with none ends the run.
         replay_from: another archive.db whose recorded answers are served as well.
@@ -61,6 +64,7 @@ class LLMSettings:
     retries: int = 4
     backoff_s: float = 2.0
     backoff_max_s: float = 60.0
+    max_concurrency: int = 8
     max_cost_usd: float | None = None
     offline: bool = False
     replay_from: str | None = None
@@ -100,6 +104,7 @@ class LLMSettings:
         cfg.pop("name", None)
         commands = {str(k): _argv(k, v) for k, v in dict(cfg.pop("commands", None) or {}).items()}
         command = cfg.pop("command", None)
+        models = _label_commands(models, command)
         if command:  # the command line of every command/<name> model not named in llm.commands
             for name, _ in models:
                 if name.startswith("command/"):
@@ -127,6 +132,10 @@ class LLMSettings:
             raise LLMConfigError(f"llm.max_cost_usd must be >= 0, got {settings.max_cost_usd}")
         if settings.timeout_s <= 0:
             raise LLMConfigError(f"llm.timeout_s must be > 0, got {settings.timeout_s}")
+        if settings.max_concurrency < 1:
+            raise LLMConfigError(
+                f"llm.max_concurrency must be >= 1 (calls in flight per provider), got {settings.max_concurrency}"
+            )
         if settings.retries < 0:
             raise LLMConfigError(f"llm.retries must be >= 0, got {settings.retries}")
         return settings
@@ -161,6 +170,51 @@ def _models(model: Any, models: Any) -> tuple[tuple[str, float], ...]:
             raise LLMConfigError(f"model {name!r} is listed twice in llm.model / llm.models")
         seen.add(name)
     return tuple(pairs)
+
+
+_LAUNCHERS = {
+    "python",
+    "python3",
+    "node",
+    "bash",
+    "sh",
+    "uv",
+    "uvx",
+    "npx",
+    "deno",
+    "ruby",
+    "perl",
+    "env",
+}
+
+
+def _label_commands(
+    models: tuple[tuple[str, float], ...], command: Any
+) -> tuple[tuple[str, float], ...]:
+    """A bare ``command`` model named after the program ``llm.command`` runs: ``command/<program>``."""
+    if not any(name == "command" for name, _ in models):
+        return models
+    if not command:
+        raise LLMConfigError(
+            "llm.model=command needs llm.command='<command line reading the prompt on stdin>' "
+            "(or name it: llm.model=command/<name> with llm.commands.<name>)"
+        )
+    label = command_label(_argv("command", command))
+    return tuple((f"command/{label}" if name == "command" else name, w) for name, w in models)
+
+
+def command_label(argv: Sequence[str]) -> str:
+    """The program a command line runs, as a model name: ``llama-cli -m x`` -> ``llama-cli``;
+    ``python agents/coder.py`` -> ``coder`` (an interpreter is skipped for its script)."""
+    words = list(argv)
+    while words:
+        stem = Path(words[0]).stem if words[0].endswith(".py") else Path(words[0]).name
+        program = re.sub(r"[\d.]+$", "", stem) if stem.startswith("python") else stem
+        rest = [w for w in words[1:] if not w.startswith("-") and w != "run"]
+        if program not in _LAUNCHERS or not rest:
+            return re.sub(r"[^\w.-]", "_", stem) or "command"
+        words = rest
+    return "command"
 
 
 def _argv(name: Any, value: Any) -> tuple[str, ...]:

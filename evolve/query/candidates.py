@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evolve.callstore import prompt_messages
 from evolve.query import Source, connection, loads
 from evolve.query.edges import PARENT_ROLES, children, primary_parent
 from evolve.query.run import objective_direction
@@ -141,10 +142,10 @@ def candidate(source: Source, candidate_id: str) -> dict[str, Any]:
             "SELECT island, cell, objective FROM elites WHERE candidate=?", (candidate_id,)
         )
     ]
-    calls = ("model", "messages", "response", "tokens_in", "tokens_out", "cost", "latency_s")
+    calls = ("id", "model", "response", "tokens_in", "tokens_out", "cost", "latency_s")
     calls += ("error", "created_at")
     item["llm_calls"] = [
-        dict(zip(calls, row, strict=True), messages=loads(row[1], row[1]))
+        dict(zip(calls[1:], row[1:], strict=True), messages=prompt_messages(conn, row[0]))
         for row in conn.execute(
             f"SELECT {', '.join(calls)} FROM llm_calls WHERE candidate=? ORDER BY id",
             (candidate_id,),

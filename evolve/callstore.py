@@ -1,0 +1,69 @@
+"""How ``llm_calls`` stores prompts and answers: prompts compressed against a base prompt, answers capped."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from typing import Any
+
+ANSWER_HEAD_CHARS = 150_000
+ANSWER_TAIL_CHARS = 50_000
+_BASE_USES = 200  # prompts compressed against one base prompt before the next becomes the base
+
+
+def cap_answer(text: str) -> str:
+    """``text``, or its head and tail around a marker naming how much was left out."""
+    if len(text) <= ANSWER_HEAD_CHARS + ANSWER_TAIL_CHARS:
+        return text
+    dropped = len(text) - ANSWER_HEAD_CHARS - ANSWER_TAIL_CHARS
+    return (
+        text[:ANSWER_HEAD_CHARS]
+        + f"\n[... evolve stored {ANSWER_HEAD_CHARS} + {ANSWER_TAIL_CHARS} of {len(text)} characters; "
+        f"{dropped} left out here ...]\n" + text[-ANSWER_TAIL_CHARS:]
+    )
+
+
+class PromptPacker:
+    """Compresses prompts (their messages' JSON) with zlib, using a recent prompt as the dictionary.
+
+    Prompts of one run share most of their text (instructions, the task, programs close to
+    each other), so each is stored as a zlib stream primed with a *base* prompt: a row stored
+    self-contained, whose id the others name in ``prompt_base``. Every ``_BASE_USES`` prompts
+    the next one becomes the base, so the dictionary follows the run.
+    """
+
+    def __init__(self) -> None:
+        self._base: tuple[int, bytes] | None = None
+        self._uses = 0
+
+    def pack(self, call_id: int, text: str) -> tuple[bytes, int | None]:
+        """(blob, base id or None) for the prompt of row ``call_id``."""
+        raw = text.encode()
+        if self._base is None or self._uses >= _BASE_USES:
+            self._base, self._uses = (call_id, raw), 0
+            return zlib.compress(raw, 6), None
+        self._uses += 1
+        packer = zlib.compressobj(6, zdict=self._base[1])
+        return packer.compress(raw) + packer.flush(), self._base[0]
+
+
+def unpack_prompt(conn: sqlite3.Connection, blob: bytes | None, base: int | None) -> str:
+    """The JSON text of a prompt stored by ``PromptPacker`` (``"[]"`` when none was stored)."""
+    if blob is None:
+        return "[]"
+    if base is None:
+        return zlib.decompress(blob).decode()
+    row = conn.execute("SELECT prompt FROM llm_calls WHERE id=?", (base,)).fetchone()
+    unpacker = zlib.decompressobj(zdict=zlib.decompress(row[0]))
+    return (unpacker.decompress(blob) + unpacker.flush()).decode()
+
+
+def prompt_messages(conn: sqlite3.Connection, call_id: int) -> list[dict[str, Any]]:
+    """The chat messages of one ``llm_calls`` row."""
+    row = conn.execute(
+        "SELECT prompt, prompt_base FROM llm_calls WHERE id=?", (call_id,)
+    ).fetchone()
+    if row is None:
+        raise KeyError(call_id)
+    return json.loads(unpack_prompt(conn, row[0], row[1]))

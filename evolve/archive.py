@@ -19,8 +19,6 @@ from evolve.store import Store
 from evolve.types import (
     AddResult,
     AddStatus,
-    Candidate,
-    CandidateStatus,
     Descriptor,
     Evaluation,
     Objective,
@@ -48,6 +46,10 @@ class Archive:
             means the seed program's. Each elite adds how far it is above it (0 if not), so
             the QD score never falls as cells fill, whether the objective is maximised or
             minimised; it rises with each elite that beats the baseline.
+        min_improvement: the smallest gain that counts as an improvement, relative to the
+            incumbent's magnitude (absolute when it is below 1): a challenger must beat the
+            incumbent by more than ``min_improvement * max(1, |incumbent|)``. Rounding noise
+            (gains of 1e-15) never replaces an elite or makes a new best.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Archive:
         islands: int = 1,
         sampler: str = "rank",
         qd_offset: float | None = None,
+        min_improvement: float = 1e-9,
     ) -> None:
         if islands < 1:
             raise ValueError(f"archive.islands must be >= 1, got {islands}")
@@ -66,6 +69,11 @@ class Archive:
             raise ValueError(
                 f"archive.sampler {sampler!r} unknown; choose one of {', '.join(SAMPLERS)}"
             )
+        if not min_improvement >= 0:
+            raise ValueError(
+                f"archive.min_improvement must be 0 or a small positive fraction, got {min_improvement!r}"
+            )
+        self.min_improvement = float(min_improvement)
         self.store = store
         self.objective = objective
         self.descriptors = tuple(descriptors)
@@ -125,7 +133,12 @@ class Archive:
         assert evaluation.fitness is not None
         if self.judge is not None:
             return self.judge(evaluation, incumbent.candidate_id, incumbent.value)
-        return self.objective.better(evaluation.fitness, incumbent.value)
+        return self.improves(evaluation.fitness, incumbent.value)
+
+    def improves(self, value: float, over: float) -> bool:
+        """Whether ``value`` beats ``over`` by more than the stated tolerance (``min_improvement``)."""
+        gain = self.objective.oriented(value) - self.objective.oriented(over)
+        return gain > self.min_improvement * max(1.0, abs(over))
 
     def incumbent(self, island: int, cell: str) -> Elite | None:
         """The elite of ``cell`` on ``island``, or None when the cell is empty."""
@@ -140,12 +153,16 @@ class Archive:
         rows.sort(key=lambda row: (-self.objective.oriented(row[2].value), row[0], row[1]))
         return rows
 
-    def _parent(self, island: int, cell: str, elite: Elite) -> Parent:
+    def parent(self, candidate_id: str, cell: str | None = None) -> Parent:
+        """A stored candidate as a parent or inspiration, with its latest evaluation."""
         return Parent(
-            candidate=self.store.candidate(elite.candidate_id),
-            evaluation=self.store.evaluation(elite.candidate_id),
+            candidate=self.store.candidate(candidate_id),
+            evaluation=self.store.evaluation(candidate_id),
             cell=cell,
         )
+
+    def _parent(self, island: int, cell: str, elite: Elite) -> Parent:
+        return self.parent(elite.candidate_id, cell)
 
     def sample_parents(self, count: int, rng: random.Random, *, island: int) -> list[Parent]:
         """``count`` parents from an island, from distinct cells when the island has enough."""
@@ -226,10 +243,3 @@ class Archive:
         """Append one row to the ``stats`` time series (call inside a store transaction)."""
         self.store.add_stats(evaluated=evaluated, failures=failures, cost=cost, **self.stats())
 
-
-def parent_from_store(store: Store, candidate_id: str) -> Parent:
-    """A Parent for any stored candidate (used for migrants and resumed proposals)."""
-    candidate: Candidate = store.candidate(candidate_id)
-    if candidate.status != CandidateStatus.DONE:
-        raise ValueError(f"candidate {candidate_id} is {candidate.status}, not done")
-    return Parent(candidate=candidate, evaluation=store.evaluation(candidate_id))

@@ -25,10 +25,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from evolve.fitness import Benchmark, Fitness
-from evolve.search import SearchSettings
+from evolve.settings import SearchSettings
 from evolve.types import EvolveError
 
-CONFIG_MODULE = "evolve.configs"
 ALWAYS_ALLOWED = ("evolve.",)
 DENIED_MODULES = (
     "os",

@@ -138,18 +138,6 @@ class Benchmark:
         return digest.hexdigest()
 
 
-LAYERED = ("LocalCheck", "LossBand", "ShortRun", "cascade", "compare_tensors")
-
-
-def __getattr__(name: str) -> Any:
-    """Layered checks for training code (``evolve.layered``), re-exported for benchmarks."""
-    if name in LAYERED:
-        from evolve import layered
-
-        return getattr(layered, name)
-    raise AttributeError(f"module 'evolve.fitness' has no attribute {name!r}")
-
-
 def write_files(files: Files, workdir: Path) -> None:
     """Materialise a candidate's files under ``workdir``, refusing paths that escape it."""
     root = workdir.resolve()

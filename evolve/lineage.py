@@ -4,8 +4,8 @@ Edges point from parent to child and carry their ``role`` (mutation, crossover,
 migration, inspiration); nodes carry the candidate's seq, operator, model, status,
 island and latest fitness. A candidate's *primary* parent is its first non-inspiration
 parent (the one its operator edited); following primary parents from the best candidate
-back to the seed gives the path to the best. Credit per operator and per model counts
-what each produced and how much of the progress along that path it made.
+back to the seed gives the path to the best. (Success per operator and model:
+``plots.success_rates``.)
 
 Reads only: every function takes an open ``sqlite3.Connection`` or a ``Store``.
 """
@@ -275,62 +275,6 @@ class Lineage:
         """The path from the seed to the best candidate (empty without one)."""
         best = self.best()
         return self.path_to(best) if best is not None else []
-
-    def credit(self, by: str = "operator") -> list[dict[str, Any]]:
-        """What each operator (``by="operator"``) or model (``by="model"``) contributed.
-
-        For each key: candidates proposed, evaluated (done or failed), ok (scored),
-        improved (scored better than its best parent), gain (summed improvement over the
-        best parent, in the objective's good direction), elites (holding a cell now),
-        on_path and path_gain (steps and progress on the path to the best).
-
-        Returns:
-            One dict per key, most candidates first.
-        """
-        if by not in ("operator", "model"):
-            raise ValueError(f"credit by {by!r}: choose 'operator' or 'model'")
-        path = self.path_to_best()
-        on_path = set(path[1:])
-        rows: dict[str, dict[str, Any]] = {}
-        for node, data in self.graph.nodes(data=True):
-            key = data.get(by) or ("builtin" if by == "model" else "?")
-            row = rows.setdefault(
-                key,
-                {
-                    by: key,
-                    "candidates": 0,
-                    "evaluated": 0,
-                    "ok": 0,
-                    "improved": 0,
-                    "gain": 0.0,
-                    "elites": 0,
-                    "on_path": 0,
-                    "path_gain": 0.0,
-                },
-            )
-            row["candidates"] += 1
-            row["evaluated"] += data.get("status") in ("done", "failed")
-            row["elites"] += bool(data.get("elite"))
-            fitness = data.get("fitness")
-            if fitness is None:
-                continue
-            row["ok"] += 1
-            parent_scores = [
-                oriented(f, self.direction)
-                for p in self.graph.predecessors(node)
-                if self.graph.edges[p, node].get("role") != "inspiration"
-                and (f := self.graph.nodes[p].get("fitness")) is not None
-            ]
-            if not parent_scores:
-                continue
-            gain = oriented(fitness, self.direction) - max(parent_scores)
-            if gain > 0:
-                row["improved"] += 1
-                row["gain"] += gain
-            if node in on_path:
-                row["on_path"] += 1
-                row["path_gain"] += gain
-        return sorted(rows.values(), key=lambda row: (-row["candidates"], str(row[by])))
 
     # --- export ---------------------------------------------------------------------------------
 

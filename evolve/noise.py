@@ -33,7 +33,6 @@ from evolve.types import Direction, Evaluation, Objective
 
 REEVALUATION = "reevaluation"
 STATE_KEY = "noise"
-STAT_KEYS = ("fitness_n", "fitness_mean", "fitness_sd", "fitness_ci_low", "fitness_ci_high")
 
 
 @dataclass(frozen=True, kw_only=True)

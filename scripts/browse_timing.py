@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         scratch = Path(tmp)
         archive = args.archive
         if archive is None:
-            from evolve.browse.sample import write_sample_archive
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is not installed
+            from tests.fixtures.sample_archive import write_sample_archive
 
             archive = write_sample_archive(
                 scratch / "run" / "archive.db", candidates=args.candidates, islands=4

@@ -25,7 +25,8 @@ from evolve.backends import LocalBackend
 from evolve.emitters import Emitter
 from evolve.fitness import Benchmark, EvalContext
 from evolve.operators.builtin import BlockCrossover, Tweak, literals
-from evolve.search import Search, SearchSettings
+from evolve.search import Search
+from evolve.settings import SearchSettings
 from evolve.store import Store
 from evolve.types import (
     CandidateStatus,

@@ -10,8 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from evolve.browse.sample import write_sample_archive
-from evolve.store import Store
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the sample archive is a test fixture (tests/fixtures)
+
+from evolve.store import Store  # noqa: E402
+from tests.fixtures.sample_archive import write_sample_archive  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

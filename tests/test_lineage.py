@@ -1,4 +1,4 @@
-"""Lineage graph: ancestry, path to the best, credit per operator and model, exports."""
+"""Lineage graph: ancestry, path to the best, success per operator and model, exports."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import networkx as nx
 import pytest
 
 from evolve.lineage import Lineage, best_candidate, objective_direction, primary_path
+from evolve.plots import success_rates
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 
@@ -78,33 +79,32 @@ def test_ancestors_and_descendants(tree):
     assert ids["B"] in with_inspirations.ancestors(ids["C"])
 
 
-def test_credit_per_operator_and_model(tree):
+def test_success_per_operator_and_model(tree):
+    """Success per operator and model (plots.success_rates; Lineage.credit duplicated it)."""
     store, ids, _ = tree
-    credit = {row["operator"]: row for row in Lineage.load(store).credit("operator")}
-    assert credit["tweak"]["improved"] == 1 and credit["tweak"]["gain"] == pytest.approx(0.2)
-    assert credit["crossover"]["improved"] == 1 and credit["crossover"]["gain"] == pytest.approx(
-        0.3
-    )
-    assert credit["crossover"]["on_path"] == 1 and credit["crossover"][
-        "path_gain"
-    ] == pytest.approx(0.3)
-    assert credit["diff"] == {
-        "operator": "diff",
-        "candidates": 2,
-        "evaluated": 2,
-        "ok": 1,
-        "improved": 0,
-        "gain": 0.0,
-        "elites": 1,
-        "on_path": 0,
-        "path_gain": 0.0,
-    }
-    models = {row["model"]: row for row in Lineage.load(store).credit("model")}
+    success = success_rates(store, last=None)
+    per_operator = {row["operator"]: row for row in success["operator"]}
+    assert per_operator["tweak"]["improved"] == 1
+    assert per_operator["tweak"]["gain"] == pytest.approx(0.2)
+    assert per_operator["crossover"]["improved"] == 1
+    assert per_operator["crossover"]["gain"] == pytest.approx(0.3)
+    diff = per_operator["diff"]
     assert (
-        models["builtin"]["candidates"] == 3 and models["m1"]["ok"] == 1 and models["m2"]["ok"] == 0
+        diff["candidates"],
+        diff["evaluated"],
+        diff["ok"],
+        diff["improved"],
+        diff["elites"],
+    ) == (
+        2,
+        2,
+        1,
+        0,
+        1,
     )
-    with pytest.raises(ValueError, match="choose 'operator' or 'model'"):
-        Lineage.load(store).credit("island")
+    models = {row["model"]: row for row in success["model"]}
+    assert models["builtin"]["candidates"] == 3
+    assert (models["m1"]["ok"], models["m2"]["ok"]) == (1, 0)
 
 
 def test_around_matches_full_graph(tree):

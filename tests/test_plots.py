@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.browse.sample import write_sample_archive
+from tests.fixtures.sample_archive import write_sample_archive
 from evolve.plots import fitness_series, grid, write_plots
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvalStatus, Evaluation, Proposal

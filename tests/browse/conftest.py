@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from evolve.browse.cli import main
-from evolve.browse.sample import write_sample_archive
+from tests.fixtures.sample_archive import write_sample_archive
 
 
 @pytest.fixture(scope="session")

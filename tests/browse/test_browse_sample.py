@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.browse.sample import write_sample_archive
+from tests.fixtures.sample_archive import write_sample_archive
 from evolve.store import Store
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "make_big_archive.py"

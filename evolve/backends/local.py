@@ -147,7 +147,11 @@ class LocalBackend:
         self.groups = gpu_groups(gpus_per_eval, workers)
         self.slots = len(self.groups)
         self._context = multiprocessing.get_context("spawn")
-        self._workers: list[_Worker | None] = [None] * self.slots
+        # every slot's worker starts now, side by side: the first jobs on each slot do not wait
+        # for a process to start and import the fitness, one slot after another
+        self._workers: list[_Worker | None] = [
+            _Worker(self._context, fitness, gpu) for gpu in self.groups
+        ]
 
     def _worker(self, slot: int) -> _Worker:
         worker = self._workers[slot]

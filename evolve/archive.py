@@ -242,4 +242,3 @@ class Archive:
     def record_stats(self, *, evaluated: int, failures: int, cost: float) -> None:
         """Append one row to the ``stats`` time series (call inside a store transaction)."""
         self.store.add_stats(evaluated=evaluated, failures=failures, cost=cost, **self.stats())
-

@@ -159,7 +159,9 @@ class Driver:
                 self._spawn(self._worker(slot))
             try:
                 for ask in self.engine.reissue():
-                    log.info("asking #%d again (it was in flight when the last run stopped)", ask.seq)
+                    log.info(
+                        "asking #%d again (it was in flight when the last run stopped)", ask.seq
+                    )
                     self._start(ask)
                 if self._replay and self.engine.next_seq <= 1:  # a new run replaying another
                     await self._follow_replay()
@@ -334,7 +336,9 @@ class Driver:
         self.engine.check_harness()
         return await self.backend.evaluate(slot, self.engine.job(candidate, k))
 
-    def _tell(self, candidate: Candidate, evaluation: Evaluation, samples: list[Evaluation]) -> None:
+    def _tell(
+        self, candidate: Candidate, evaluation: Evaluation, samples: list[Evaluation]
+    ) -> None:
         self._told.add(candidate.seq)
         archive = self.engine.archive
         before = archive.best()

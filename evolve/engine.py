@@ -206,9 +206,7 @@ class Engine:
             self.next_seq += 1
             island = seq % self.archive.islands
             interval = self.migration_interval
-            migrant = (
-                self.archive.migrant_for(island) if interval and seq % interval == 0 else None
-            )
+            migrant = self.archive.migrant_for(island) if interval and seq % interval == 0 else None
             ask = self.emitter.ask(
                 seq=seq, rng=proposal_rng(self.seed, seq, 0), island=island, migrant=migrant
             )
@@ -328,9 +326,7 @@ class Engine:
             prompt_hash=rejected.prompt_hash,
             island=ask.island,
         )
-        rejected_id = content_hash(
-            {"<rejected>": f"{ask.seq}:{rejected.reason}:{rejected.answer}"}
-        )
+        rejected_id = content_hash({"<rejected>": f"{ask.seq}:{rejected.reason}:{rejected.answer}"})
         with self.store.transaction():
             self.store.add_candidate(
                 proposal, seq=ask.seq, status=CandidateStatus.REJECTED, candidate_id=rejected_id
@@ -414,11 +410,12 @@ class Engine:
                 self.emitter.tell(arm_key(candidate.operator, candidate.model), result)
                 self.store.set_state("bandit", self.emitter.state.to_json())
                 self.store.mark_event(candidate.seq, "told", self._next_event())
-            started = candidate.id in self._evaluating or candidate.status == CandidateStatus.EVALUATING
+            started = (
+                candidate.id in self._evaluating or candidate.status == CandidateStatus.EVALUATING
+            )
             self._move(CandidateStatus.EVALUATING if started else CandidateStatus.PROPOSED, status)
             self._evaluating.discard(candidate.id)
             self.archive.record_stats(
                 evaluated=self.evaluated, failures=self.failures, cost=self.cost()
             )
         return result
-

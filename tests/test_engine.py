@@ -125,7 +125,9 @@ def test_a_candidate_and_the_link_to_its_llm_calls_are_one_transaction(
     monkeypatch.setattr(store, "link_calls", full_disk)
     with pytest.raises(sqlite3.OperationalError):
         engine.admit(ask, proposal)
-    assert store.conn.execute("SELECT COUNT(*) FROM candidates WHERE seq=?", (ask.seq,)).fetchone() == (0,)
+    assert store.conn.execute(
+        "SELECT COUNT(*) FROM candidates WHERE seq=?", (ask.seq,)
+    ).fetchone() == (0,)
     assert store.open_asks() and store.open_asks()[0]["seq"] == ask.seq  # asked again on resume
     monkeypatch.undo()
     candidate = engine.admit(ask, proposal)

@@ -104,7 +104,9 @@ class _Worker:
 
     def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}")
+        self.process = context.Process(
+            target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}"
+        )
         with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
             self.process.start()
         child.close()
@@ -181,7 +183,9 @@ class LocalBackend:
             self._discard(slot)
             return Evaluation(
                 status=EvalStatus.ERROR,
-                artifacts={"error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"},
+                artifacts={
+                    "error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"
+                },
             )
 
     def close(self) -> None:

@@ -85,6 +85,7 @@ class Archive:
             math.prod(d.bins for d in self.descriptors) if self.descriptors else 1
         )
         self._grid: list[dict[str, Elite]] = [{} for _ in range(islands)]
+        self._ranked: dict[int | None, list[tuple[int, str, Elite]]] = {}  # elites(), by island
         # Noise-aware selection (evolve.noise.NoiseJudge): judge(challenger, incumbent id,
         # incumbent value) -> whether the challenger replaces the incumbent; None = plain comparison.
         self.judge: Callable[[Evaluation, str, float], bool] | None = None
@@ -119,6 +120,7 @@ class Archive:
         if incumbent is not None and not self._beats(evaluation, incumbent):
             return AddResult(status=AddStatus.NOT_ADDED, island=island, cell=cell)
         self._grid[island][cell] = Elite(candidate_id, evaluation.fitness)
+        self._ranked.clear()
         self.store.put_elite(island, cell, candidate_id, evaluation.fitness)
         if incumbent is None:
             return AddResult(status=AddStatus.NEW, island=island, cell=cell)
@@ -147,11 +149,14 @@ class Archive:
     # --- sampling ------------------------------------------------------------------------------
 
     def elites(self, island: int | None = None) -> list[tuple[int, str, Elite]]:
-        """(island, cell, elite) for one island or all, best first."""
-        islands = range(self.islands) if island is None else (island,)
-        rows = [(i, cell, elite) for i in islands for cell, elite in self._grid[i].items()]
-        rows.sort(key=lambda row: (-self.objective.oriented(row[2].value), row[0], row[1]))
-        return rows
+        """(island, cell, elite) for one island or all, best first (sorted once per change)."""
+        rows = self._ranked.get(island)
+        if rows is None:
+            islands = range(self.islands) if island is None else (island,)
+            rows = [(i, cell, elite) for i in islands for cell, elite in self._grid[i].items()]
+            rows.sort(key=lambda row: (-self.objective.oriented(row[2].value), row[0], row[1]))
+            self._ranked[island] = rows
+        return list(rows)
 
     def parent(self, candidate_id: str, cell: str | None = None) -> Parent:
         """A stored candidate as a parent or inspiration, with its latest evaluation."""
@@ -161,11 +166,14 @@ class Archive:
             cell=cell,
         )
 
-    def _parent(self, island: int, cell: str, elite: Elite) -> Parent:
-        return self.parent(elite.candidate_id, cell)
-
     def sample_parents(self, count: int, rng: random.Random, *, island: int) -> list[Parent]:
         """``count`` parents from an island, from distinct cells when the island has enough."""
+        return [
+            self.parent(cid, cell) for cid, cell in self.sample_cells(count, rng, island=island)
+        ]
+
+    def sample_cells(self, count: int, rng: random.Random, *, island: int) -> list[tuple[str, str]]:
+        """(candidate id, cell) of ``count`` parents, as ``sample_parents`` chooses them (nothing read)."""
         ranked = self.elites(island) or self.elites()
         if not ranked:
             raise LookupError("the archive is empty: evaluate the seed program first")
@@ -179,19 +187,26 @@ class Archive:
                 pool = list(zip(ranked, weights, strict=True))
             index = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
             picked.append(pool.pop(index)[0])
-        return [self._parent(i, cell, elite) for i, cell, elite in picked]
+        return [(elite.candidate_id, cell) for _, cell, elite in picked]
 
     def inspirations(
         self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()
     ) -> list[Parent]:
         """The island's best elite plus elites of other cells chosen at random (never ``exclude``)."""
+        chosen = self.inspiration_cells(count, rng, island=island, exclude=exclude)
+        return [self.parent(cid, cell) for cid, cell in chosen]
+
+    def inspiration_cells(
+        self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """(candidate id, cell) of the inspirations ``inspirations`` chooses (nothing read)."""
         ranked = [row for row in self.elites(island) if row[2].candidate_id not in exclude]
         if not ranked or count <= 0:
             return []
         chosen = [ranked[0]]
         others = ranked[1:]
         chosen += rng.sample(others, min(count - 1, len(others)))
-        return [self._parent(i, cell, elite) for i, cell, elite in chosen]
+        return [(elite.candidate_id, cell) for _, cell, elite in chosen]
 
     def best(self) -> tuple[str, float] | None:
         """(candidate id, objective value) of the best elite over all islands."""

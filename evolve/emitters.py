@@ -180,14 +180,13 @@ class Emitter:
         """
         key = self.choose(rng)
         operator = self.arms[key][0]
-        parents = [
-            (p.candidate.id, p.cell)
-            for p in self.archive.sample_parents(operator.arity, rng, island=island)
-        ]
+        parents: list[tuple[str, str | None]] = list(
+            self.archive.sample_cells(operator.arity, rng, island=island)
+        )
         if migrant is not None:
             parents[0] = (migrant, None)
         exclude = [pid for pid, _ in parents]
-        inspirations = self.archive.inspirations(
+        inspirations = self.archive.inspiration_cells(
             self.n_inspirations, rng, island=island, exclude=exclude
         )
         return Ask(
@@ -196,7 +195,7 @@ class Emitter:
             arm=key,
             parents=tuple(parents),
             migrant=migrant,
-            inspirations=tuple((p.candidate.id, p.cell) for p in inspirations),
+            inspirations=tuple(inspirations),
             failures=tuple(self.archive.store.recent_failures(exclude)),
             attempt=attempt,
         )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,17 @@ def check_resume_argument(argv: list[str]) -> None:
                     f"error: resume={path}: no archive.db there. Pass a run directory made by an earlier run, "
                     "e.g. resume=archives/circle_packing/2026-11-29_10-00-00"
                 )
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk: SQLite's "database or disk is full" or ENOSPC."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
@@ -52,8 +65,18 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
         sys.exit(f"error: {exc}")
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}")
+    except (sqlite3.OperationalError, OSError) as exc:
+        if not disk_full(exc):
+            raise
+        log.error("disk full: %s", exc)
+        sys.exit(
+            f"error: the disk holding {run_dir} is full ({exc}); the archive is consistent up to the "
+            f"last finished step. Free some space, then continue with: python -m evolve resume={run_dir}"
+        )
     print(
         f"\nrun finished ({summary.reason}): {summary.evaluated} evaluated, {summary.failures} failed\n"
         f"seed {summary.seed_fitness}  ->  best {summary.best} ({summary.best_id})\n"
         f"run directory: {run_dir}\nbrowse it: python -m evolve.browse {run_dir} best"
     )
+    if summary.reason.startswith(runner.STOPPED):
+        sys.exit(128 + 15)

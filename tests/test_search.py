@@ -1,9 +1,12 @@
 """The search loop end to end on the toy fitness: budgets, dedup, failures, resume, determinism."""
 
+import errno
+import json
 import logging
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runlock, runner
+from evolve import cli, runlock, runner
 from evolve.config import ConfigError, new_run_dir
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvolveError
@@ -249,3 +252,53 @@ def test_a_parent_that_an_operator_cannot_read_is_a_rejection_not_a_crash(tmp_pa
     ]
     store.close()
     assert any("tweak failed on its parents: EditError" in r for r in reasons), reasons
+
+
+def test_sigterm_stops_a_run_like_ctrl_c_and_leaves_a_summary(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = ["search.max_candidates=200", "search.workers=1", "benchmark.fitness.sleep_s=0.05"]
+    proc = start(run_dir, *budget)
+    deadline = time.monotonic() + 120
+    while evaluated_count(run_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    assert "SIGTERM: stopped" in output and f"resume={run_dir}" in output
+    assert "Traceback" not in output
+    store = Store(run_dir / "archive.db", readonly=True)
+    assert store.latest_run()["status"] == "stopped" and store.integrity_problems() == []
+    store.close()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("stopped by SIGTERM") and summary["evaluated"] >= 3
+    finish(run_dir, "search.max_candidates=12", "search.workers=1")
+
+
+@pytest.mark.parametrize("where", ["archive", "run lock"])
+def test_a_full_disk_ends_in_one_line_naming_the_cause_and_the_resume_command(
+    tmp_path, monkeypatch, where
+):
+    cfg = composed(["search.max_candidates=20", "search.workers=1"])
+    if where == "archive":
+        written = []
+
+        def add_evaluation(self, *args):
+            written.append(args)
+            if len(written) > 4:
+                raise sqlite3.OperationalError("database or disk is full")
+            return original(self, *args)
+
+        original = Store.add_evaluation
+        monkeypatch.setattr(Store, "add_evaluation", add_evaluation)
+    else:
+
+        def hold(run_dir):
+            raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "evolve.lock"))
+
+        monkeypatch.setattr(runlock, "hold", hold)
+    with pytest.raises(SystemExit) as ended:
+        cli.report(cfg, tmp_path, [])
+    message = str(ended.value.code)
+    assert message.startswith(f"error: the disk holding {tmp_path} is full (")
+    assert message.endswith(f"continue with: python -m evolve resume={tmp_path}")
+    assert "\n" not in message

@@ -266,23 +266,22 @@ class Engine:
 
     def admit(self, ask: Ask, outcome: Outcome) -> Candidate | Rejection:
         """Check a proposal (dedup, the edit check) and store it to be evaluated, or record its rejection."""
+        norm = None
         if isinstance(outcome, Proposal):
-            outcome = self._check(ask, outcome)
+            norm = normalized_hash(outcome.files)
+            outcome = self._check(ask, outcome, norm)
         event = self._next_event()
         if isinstance(outcome, Rejection):
             self._record_rejection(outcome, event)
             return outcome
         with self.store.transaction():
-            candidate = self.store.add_candidate(
-                outcome, seq=ask.seq, norm_hash=normalized_hash(outcome.files)
-            )
+            candidate = self.store.add_candidate(outcome, seq=ask.seq, norm_hash=norm)
             self.store.link_calls(outcome.prompt_hash, candidate.id)
-            self.store.record_ask(ask.seq, ask.to_json(), event)
             self.store.mark_event(ask.seq, "admitted", event)
         self._move(None, CandidateStatus.PROPOSED)
         return candidate
 
-    def _check(self, ask: Ask, proposal: Proposal) -> Outcome:
+    def _check(self, ask: Ask, proposal: Proposal, norm: str) -> Outcome:
         """The one check every child passes before it is stored: new, inside its blocks, not a near twin."""
 
         def rejection(reason: str, duplicate_of: str | None = None) -> Rejection:
@@ -306,7 +305,7 @@ class Engine:
             check_edit(parent_files, proposal.files, self.benchmark.is_editable)
         except EditError as exc:
             return rejection(str(exc))
-        twin = self.store.has_equivalent(normalized_hash(proposal.files))
+        twin = self.store.has_equivalent(norm)
         if twin is not None:
             return rejection(
                 f"near-duplicate of {twin[:8]} (same code up to comments and whitespace)",

@@ -64,7 +64,9 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
         log.error("%s", exc)
         sys.exit(f"error: {exc}")
     except KeyboardInterrupt:
-        sys.exit(f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}")
+        sys.exit(
+            f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}"
+        )
     except (sqlite3.OperationalError, OSError) as exc:
         if not disk_full(exc):
             raise

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -104,7 +104,7 @@ class Engine:
         benchmark: Benchmark,
         seed: int = 0,
         migration_interval: int = 25,
-        cost: Any = lambda: 0.0,
+        cost: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.store = store
         self.archive = archive

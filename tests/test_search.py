@@ -48,7 +48,9 @@ def test_a_crashing_harness_is_recorded_and_the_run_goes_on(tmp_path):
     summary = runner.run(cfg, tmp_path)
     assert summary.evaluated == 6 and summary.failures == 5
     store = Store(tmp_path / "archive.db")
-    failed = store.conn.execute("SELECT id FROM candidates WHERE status='failed' LIMIT 1").fetchone()[0]
+    failed = store.conn.execute(
+        "SELECT id FROM candidates WHERE status='failed' LIMIT 1"
+    ).fetchone()[0]
     artifacts = store.evaluation(failed).artifacts
     assert "harness bug" in artifacts["error"] and "Traceback" in artifacts["traceback"]
 
@@ -88,7 +90,9 @@ def test_an_evaluation_without_a_declared_descriptor_fails_alone_and_the_run_goe
         for (cid,) in store.conn.execute("SELECT id FROM candidates WHERE status='failed'")
     ]
     store.close()
-    assert len(errors) == 4 and all("descriptor(s) ['b']" in e and "fix its evaluate()" in e for e in errors)
+    assert len(errors) == 4 and all(
+        "descriptor(s) ['b']" in e and "fix its evaluate()" in e for e in errors
+    )
 
     cfg["benchmark"]["fitness"]["seed_too"] = True
     with pytest.raises(EvolveError, match=r"(?s)fails its own evaluation.*descriptor\(s\) \['b'\]"):
@@ -126,12 +130,28 @@ def test_budget_resume_continues_the_same_sequence(tmp_path):
 
 
 def start(run_dir, *extra):
-    args = [sys.executable, "-m", "evolve", "--config-dir", "tests/fixtures/evolve_configs", f"hydra.run.dir={run_dir}",
-            "benchmark=toy", "search.progress=false", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "evolve",
+        "--config-dir",
+        "tests/fixtures/evolve_configs",
+        f"hydra.run.dir={run_dir}",
+        "benchmark=toy",
+        "search.progress=false",
+        *extra,
+    ]
     if (run_dir / "archive.db").exists():
         args = [a for a in args if not a.startswith("hydra.run.dir")] + [f"resume={run_dir}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def evaluated_count(run_dir):
@@ -167,9 +187,11 @@ def finish(run_dir, *extra):
 
 def done_evaluations(run_dir):
     store = Store(run_dir / "archive.db", readonly=True)
-    rows = dict(store.conn.execute(
-        "SELECT c.id, v.id FROM candidates c JOIN evaluations v ON v.candidate = c.id WHERE c.status IN ('done', 'failed')"
-    ).fetchall())
+    rows = dict(
+        store.conn.execute(
+            "SELECT c.id, v.id FROM candidates c JOIN evaluations v ON v.candidate = c.id WHERE c.status IN ('done', 'failed')"
+        ).fetchall()
+    )
     store.close()
     return rows
 
@@ -185,7 +207,9 @@ def test_kill_9_at_random_instants_loses_and_repeats_nothing(tmp_path):
             continue
         now = done_evaluations(run_dir)
         mid_run_kills += len(now) < 100
-        assert all(now.get(cid) == eid for cid, eid in kept.items()), "a completed evaluation was lost or redone"
+        assert all(now.get(cid) == eid for cid, eid in kept.items()), (
+            "a completed evaluation was lost or redone"
+        )
         kept = now
         store = Store(run_dir / "archive.db")
         assert store.integrity_problems() == []
@@ -244,7 +268,9 @@ def test_a_parent_that_an_operator_cannot_read_is_a_rejection_not_a_crash(tmp_pa
     cfg = composed(["search.max_candidates=4", "search.workers=1"])
     cfg["benchmark"]["seed"] = str(seed)
     summary = runner.run(cfg, tmp_path / "run")
-    assert summary.evaluated == 1 and summary.reason.startswith("50 proposals in a row were rejected")
+    assert summary.evaluated == 1 and summary.reason.startswith(
+        "50 proposals in a row were rejected"
+    )
     store = Store(tmp_path / "run" / "archive.db", readonly=True)
     reasons = [
         store.evaluation(cid).artifacts["error"]

@@ -125,7 +125,7 @@ class Driver:
         self._finished = asyncio.Event()
         self._outcomes: dict[int, asyncio.Future] = {}  # replay: a proposal's outcome by seq
         self._results: dict[int, asyncio.Future] = {}  # replay: an evaluation's verdict by seq
-        self._asks: dict[int, Ask] = {}
+        self._asks: dict[int, Ask] = {}  # started, not yet admitted
         self._admitted: set[int] = set()
         self._told: set[int] = set()
         self._progress = Progress(
@@ -283,6 +283,7 @@ class Driver:
 
     def _admit(self, ask: Ask, outcome: Outcome) -> None:
         self._admitted.add(ask.seq)
+        self._asks.pop(ask.seq, None)
         admitted = self.engine.admit(ask, outcome)
         if isinstance(admitted, Rejection):
             self._unfinished -= 1
@@ -389,7 +390,7 @@ class Driver:
                 except asyncio.CancelledError:
                     break  # no recorded answer for it: the stop reason says so
                 self._admit(self._asks[seq], outcome)
-            elif kind == "tell" and seq in self._asks:
+            elif kind == "tell" and seq in self._admitted:
                 told = await self._result_future(seq)
                 if told is not None:
                     self._tell(*told)

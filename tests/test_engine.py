@@ -108,8 +108,8 @@ def test_a_candidate_and_the_link_to_its_llm_calls_are_one_transaction(
     store = engine.store
     with store.transaction():
         store.conn.execute(
-            "INSERT INTO llm_calls (model, prompt_hash, cache_key, messages, response, created_at) "
-            "VALUES ('m', 'p1', 'k', '[]', 'answer', 0)"
+            "INSERT INTO llm_calls (model, prompt_hash, cache_key, response, created_at) "
+            "VALUES ('m', 'p1', 'k', 'answer', 0)"
         )
     (ask,) = engine.ask()
     proposal = Proposal(

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads 
     from evolve.archive import Archive
     from evolve.fitness import Benchmark, EvalContext, Fitness, Stage
     from evolve.noise import NoiseSettings
-    from evolve.search import Summary
+    from evolve.driver import Summary
     from evolve.settings import ArchiveSettings, EmitterSettings, RunSettings, SearchSettings
     from evolve.store import Store
     from evolve.types import (

@@ -19,8 +19,6 @@ from evolve.store import Store
 from evolve.types import (
     AddResult,
     AddStatus,
-    Candidate,
-    CandidateStatus,
     Descriptor,
     Evaluation,
     Objective,
@@ -48,6 +46,10 @@ class Archive:
             means the seed program's. Each elite adds how far it is above it (0 if not), so
             the QD score never falls as cells fill, whether the objective is maximised or
             minimised; it rises with each elite that beats the baseline.
+        min_improvement: the smallest gain that counts as an improvement, relative to the
+            incumbent's magnitude (absolute when it is below 1): a challenger must beat the
+            incumbent by more than ``min_improvement * max(1, |incumbent|)``. Rounding noise
+            (gains of 1e-15) never replaces an elite or makes a new best.
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Archive:
         islands: int = 1,
         sampler: str = "rank",
         qd_offset: float | None = None,
+        min_improvement: float = 1e-9,
     ) -> None:
         if islands < 1:
             raise ValueError(f"archive.islands must be >= 1, got {islands}")
@@ -66,6 +69,11 @@ class Archive:
             raise ValueError(
                 f"archive.sampler {sampler!r} unknown; choose one of {', '.join(SAMPLERS)}"
             )
+        if not min_improvement >= 0:
+            raise ValueError(
+                f"archive.min_improvement must be 0 or a small positive fraction, got {min_improvement!r}"
+            )
+        self.min_improvement = float(min_improvement)
         self.store = store
         self.objective = objective
         self.descriptors = tuple(descriptors)
@@ -77,6 +85,7 @@ class Archive:
             math.prod(d.bins for d in self.descriptors) if self.descriptors else 1
         )
         self._grid: list[dict[str, Elite]] = [{} for _ in range(islands)]
+        self._ranked: dict[int | None, list[tuple[int, str, Elite]]] = {}  # elites(), by island
         # Noise-aware selection (evolve.noise.NoiseJudge): judge(challenger, incumbent id,
         # incumbent value) -> whether the challenger replaces the incumbent; None = plain comparison.
         self.judge: Callable[[Evaluation, str, float], bool] | None = None
@@ -111,6 +120,7 @@ class Archive:
         if incumbent is not None and not self._beats(evaluation, incumbent):
             return AddResult(status=AddStatus.NOT_ADDED, island=island, cell=cell)
         self._grid[island][cell] = Elite(candidate_id, evaluation.fitness)
+        self._ranked.clear()
         self.store.put_elite(island, cell, candidate_id, evaluation.fitness)
         if incumbent is None:
             return AddResult(status=AddStatus.NEW, island=island, cell=cell)
@@ -125,7 +135,12 @@ class Archive:
         assert evaluation.fitness is not None
         if self.judge is not None:
             return self.judge(evaluation, incumbent.candidate_id, incumbent.value)
-        return self.objective.better(evaluation.fitness, incumbent.value)
+        return self.improves(evaluation.fitness, incumbent.value)
+
+    def improves(self, value: float, over: float) -> bool:
+        """Whether ``value`` beats ``over`` by more than the stated tolerance (``min_improvement``)."""
+        gain = self.objective.oriented(value) - self.objective.oriented(over)
+        return gain > self.min_improvement * max(1.0, abs(over))
 
     def incumbent(self, island: int, cell: str) -> Elite | None:
         """The elite of ``cell`` on ``island``, or None when the cell is empty."""
@@ -134,21 +149,31 @@ class Archive:
     # --- sampling ------------------------------------------------------------------------------
 
     def elites(self, island: int | None = None) -> list[tuple[int, str, Elite]]:
-        """(island, cell, elite) for one island or all, best first."""
-        islands = range(self.islands) if island is None else (island,)
-        rows = [(i, cell, elite) for i in islands for cell, elite in self._grid[i].items()]
-        rows.sort(key=lambda row: (-self.objective.oriented(row[2].value), row[0], row[1]))
-        return rows
+        """(island, cell, elite) for one island or all, best first (sorted once per change)."""
+        rows = self._ranked.get(island)
+        if rows is None:
+            islands = range(self.islands) if island is None else (island,)
+            rows = [(i, cell, elite) for i in islands for cell, elite in self._grid[i].items()]
+            rows.sort(key=lambda row: (-self.objective.oriented(row[2].value), row[0], row[1]))
+            self._ranked[island] = rows
+        return list(rows)
 
-    def _parent(self, island: int, cell: str, elite: Elite) -> Parent:
+    def parent(self, candidate_id: str, cell: str | None = None) -> Parent:
+        """A stored candidate as a parent or inspiration, with its latest evaluation."""
         return Parent(
-            candidate=self.store.candidate(elite.candidate_id),
-            evaluation=self.store.evaluation(elite.candidate_id),
+            candidate=self.store.candidate(candidate_id),
+            evaluation=self.store.evaluation(candidate_id),
             cell=cell,
         )
 
     def sample_parents(self, count: int, rng: random.Random, *, island: int) -> list[Parent]:
         """``count`` parents from an island, from distinct cells when the island has enough."""
+        return [
+            self.parent(cid, cell) for cid, cell in self.sample_cells(count, rng, island=island)
+        ]
+
+    def sample_cells(self, count: int, rng: random.Random, *, island: int) -> list[tuple[str, str]]:
+        """(candidate id, cell) of ``count`` parents, as ``sample_parents`` chooses them (nothing read)."""
         ranked = self.elites(island) or self.elites()
         if not ranked:
             raise LookupError("the archive is empty: evaluate the seed program first")
@@ -162,19 +187,26 @@ class Archive:
                 pool = list(zip(ranked, weights, strict=True))
             index = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
             picked.append(pool.pop(index)[0])
-        return [self._parent(i, cell, elite) for i, cell, elite in picked]
+        return [(elite.candidate_id, cell) for _, cell, elite in picked]
 
     def inspirations(
         self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()
     ) -> list[Parent]:
         """The island's best elite plus elites of other cells chosen at random (never ``exclude``)."""
+        chosen = self.inspiration_cells(count, rng, island=island, exclude=exclude)
+        return [self.parent(cid, cell) for cid, cell in chosen]
+
+    def inspiration_cells(
+        self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """(candidate id, cell) of the inspirations ``inspirations`` chooses (nothing read)."""
         ranked = [row for row in self.elites(island) if row[2].candidate_id not in exclude]
         if not ranked or count <= 0:
             return []
         chosen = [ranked[0]]
         others = ranked[1:]
         chosen += rng.sample(others, min(count - 1, len(others)))
-        return [self._parent(i, cell, elite) for i, cell, elite in chosen]
+        return [(elite.candidate_id, cell) for _, cell, elite in chosen]
 
     def best(self) -> tuple[str, float] | None:
         """(candidate id, objective value) of the best elite over all islands."""
@@ -225,11 +257,3 @@ class Archive:
     def record_stats(self, *, evaluated: int, failures: int, cost: float) -> None:
         """Append one row to the ``stats`` time series (call inside a store transaction)."""
         self.store.add_stats(evaluated=evaluated, failures=failures, cost=cost, **self.stats())
-
-
-def parent_from_store(store: Store, candidate_id: str) -> Parent:
-    """A Parent for any stored candidate (used for migrants and resumed proposals)."""
-    candidate: Candidate = store.candidate(candidate_id)
-    if candidate.status != CandidateStatus.DONE:
-        raise ValueError(f"candidate {candidate_id} is {candidate.status}, not done")
-    return Parent(candidate=candidate, evaluation=store.evaluation(candidate_id))

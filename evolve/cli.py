@@ -6,10 +6,12 @@ program with one message that names the fix and exit status 2, never a traceback
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shlex
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +32,7 @@ from evolve.store import Store
 from evolve.types import EvolveError
 
 if TYPE_CHECKING:
-    from evolve.search import Summary
+    from evolve.driver import Summary
 
 log = logging.getLogger("evolve")
 
@@ -57,6 +59,18 @@ def check_resume_argument(argv: list[str]) -> None:
                     f"resume={path}: no archive.db there. Pass a run directory made by an earlier run, "
                     "e.g. resume=archives/circle_packing/2026-11-29_10-00-00"
                 )
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk: SQLite's "database or disk is full" or ENOSPC."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
 
 
 def visible_gpus() -> tuple[int, str]:
@@ -239,8 +253,18 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
         sys.exit(
             f"\ninterrupted; the archive is consistent. Continue with: python -m evolve resume={run_dir}"
         )
+    except (sqlite3.OperationalError, OSError) as exc:
+        if not disk_full(exc):
+            raise
+        log.error("disk full: %s", exc)
+        sys.exit(
+            f"error: the disk holding {run_dir} is full ({exc}); the archive is consistent up to the "
+            f"last finished step. Free some space, then continue with: python -m evolve resume={run_dir}"
+        )
     print(
         f"\nrun finished ({summary.reason}): {summary.evaluated} evaluated, {summary.failures} failed\n"
         f"seed {summary.seed_fitness}  ->  best {summary.best} ({summary.best_id})\n"
         f"run directory: {run_dir}\nbrowse it: python -m evolve.browse {run_dir} best"
     )
+    if summary.reason.startswith(runner.STOPPED):
+        sys.exit(128 + 15)

@@ -3,7 +3,8 @@
 Arms are operators (an LLM operator is bound to one model, so arms are model x operator).
 Selection is either by fixed weights or by a discounted UCB bandit whose prior is the
 weights; its state is plain JSON, saved with every result so that a resumed run continues
-with the same statistics.
+with the same statistics. A proposal is made in two steps: ``ask`` fixes everything the
+operator will see (an ``Ask``, plain data stored with the run), ``propose`` runs the operator.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from evolve.archive import Archive, parent_from_store
+from evolve.archive import Archive
 from evolve.fitness import Benchmark
 from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
 from evolve.types import AddResult, AddStatus, EdgeRole, EvolveError, Proposal
@@ -22,10 +23,9 @@ from evolve.types import AddResult, AddStatus, EdgeRole, EvolveError, Proposal
 SELECTIONS = ("bandit", "weights")
 
 
-def arm_key(operator: Operator) -> str:
-    """``name`` or ``name@model`` for operators bound to a model."""
-    model = getattr(operator, "model", None)
-    return f"{operator.name}@{model}" if model else operator.name
+def arm_key(operator: str, model: str | None) -> str:
+    """The bandit's name for an operator: ``name``, or ``name@model`` for one bound to a model."""
+    return f"{operator}@{model}" if model else operator
 
 
 def reward(result: AddResult | None, scale: float) -> float:
@@ -57,6 +57,44 @@ class BanditState:
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> BanditState:
         return cls(**data) if data else cls()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ask:
+    """One proposal to make, fixed when it starts: what its operator sees, as plain data.
+
+    Stored with the run (``schedule``), so a proposal in flight when a run is killed is
+    asked again with the same prompt on resume, and its recorded answer is reused.
+    """
+
+    seq: int
+    island: int
+    arm: str
+    parents: tuple[tuple[str, str | None], ...]  # (candidate id, cell)
+    migrant: str | None = None
+    inspirations: tuple[tuple[str, str | None], ...] = ()
+    failures: tuple[str, ...] = ()
+    attempt: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ask:
+        return cls(
+            **{
+                **data,
+                "parents": tuple(tuple(p) for p in data["parents"]),
+                "inspirations": tuple(tuple(p) for p in data["inspirations"]),
+                "failures": tuple(data["failures"]),
+            }
+        )
+
+    def edges(self, role: EdgeRole) -> tuple[tuple[str, EdgeRole], ...]:
+        """The lineage edges of a child of these parents (the migrant's edge: ``migration``)."""
+        return tuple(
+            (pid, EdgeRole.MIGRATION if pid == self.migrant else role) for pid, _ in self.parents
+        )
 
 
 class Emitter:
@@ -92,7 +130,10 @@ class Emitter:
             )
         self.archive = archive
         self.benchmark = benchmark
-        self.arms = {arm_key(op): (op, float(weight)) for op, weight in operators}
+        self.arms = {
+            arm_key(op.name, getattr(op, "model", None)): (op, float(weight))
+            for op, weight in operators
+        }
         if any(weight <= 0 for _, weight in self.arms.values()):
             raise ValueError("operator weights must be positive")
         self.selection = selection
@@ -124,57 +165,72 @@ class Emitter:
         best = max(score(k) for k in keys)
         return rng.choice([k for k in keys if score(k) >= best - 1e-12])
 
-    async def propose(
-        self, *, seq: int, rng: random.Random, island: int, migrant: str | None = None
-    ) -> tuple[str, Proposal]:
-        """Choose an arm and parents, run the operator; returns (arm key, proposal).
+    def ask(
+        self,
+        *,
+        seq: int,
+        rng: random.Random,
+        island: int,
+        migrant: str | None = None,
+        attempt: int = 0,
+    ) -> Ask:
+        """Choose the arm, parents, inspirations and failure notes of proposal ``seq`` from the archive as it is now.
 
-        A ``migrant`` (best elite of the neighbouring island) becomes the first parent and
-        its edge is recorded with the ``migration`` role.
-
-        Raises:
-            OperatorRejected: the operator produced no valid child (recorded by the caller).
+        A ``migrant`` (best elite of the neighbouring island) becomes the first parent.
         """
         key = self.choose(rng)
         operator = self.arms[key][0]
-        parents = self.archive.sample_parents(operator.arity, rng, island=island)
+        parents: list[tuple[str, str | None]] = list(
+            self.archive.sample_cells(operator.arity, rng, island=island)
+        )
         if migrant is not None:
-            parents[0] = parent_from_store(self.archive.store, migrant)
-        exclude = [p.candidate.id for p in parents]
+            parents[0] = (migrant, None)
+        exclude = [pid for pid, _ in parents]
+        inspirations = self.archive.inspiration_cells(
+            self.n_inspirations, rng, island=island, exclude=exclude
+        )
+        return Ask(
+            seq=seq,
+            island=island,
+            arm=key,
+            parents=tuple(parents),
+            migrant=migrant,
+            inspirations=tuple(inspirations),
+            failures=tuple(self.archive.store.recent_failures(exclude)),
+            attempt=attempt,
+        )
+
+    async def propose(self, ask: Ask, rng: random.Random) -> Proposal:
+        """Run the operator of ``ask`` on its parents; ``rng`` is the operator's own stream.
+
+        Raises:
+            OperatorRejected: the operator produced no valid child.
+        """
+        operator = self.arms[ask.arm][0]
         request = OperatorRequest(
-            parents=parents,
-            inspirations=self.archive.inspirations(
-                self.n_inspirations, rng, island=island, exclude=exclude
-            ),
-            failures=self.archive.store.recent_failures(exclude),
+            parents=[self.archive.parent(pid, cell) for pid, cell in ask.parents],
+            inspirations=[self.archive.parent(pid, cell) for pid, cell in ask.inspirations],
+            failures=ask.failures,
             benchmark=self.benchmark,
             rng=rng,
-            island=island,
-            seq=seq,
+            island=ask.island,
+            seq=ask.seq,
         )
         try:
-            try:
-                proposal = await operator.propose(request)
-            except (OperatorRejected, EvolveError):
-                raise
-            except Exception as exc:  # e.g. a parent whose text an operator cannot read
-                raise OperatorRejected(
-                    f"{operator.name} failed on its parents: {type(exc).__name__}: {exc}"
-                ) from exc
-        except OperatorRejected as rejected:
-            role = EdgeRole.CROSSOVER if operator.arity > 1 else EdgeRole.MUTATION
-            rejected.arm = key
-            rejected.parents = tuple(
-                (pid, EdgeRole.MIGRATION if pid == migrant else role) for pid in exclude
-            )
+            proposal = await operator.propose(request)
+        except (OperatorRejected, EvolveError):
             raise
-        if migrant is not None:
-            roles = tuple(
-                (pid, EdgeRole.MIGRATION if pid == migrant else role)
+        except Exception as exc:  # e.g. a parent whose text an operator cannot read
+            raise OperatorRejected(
+                f"{operator.name} failed on its parents: {type(exc).__name__}: {exc}"
+            ) from exc
+        if ask.migrant is not None:
+            edges = tuple(
+                (pid, EdgeRole.MIGRATION if pid == ask.migrant else role)
                 for pid, role in proposal.parents
             )
-            proposal = replace(proposal, parents=roles)
-        return key, replace(proposal, island=island)
+            proposal = replace(proposal, parents=edges)
+        return replace(proposal, island=ask.island)
 
     # --- learning ---------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import platform
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -14,15 +15,16 @@ from evolve import runlock
 from evolve.archive import Archive
 from evolve.backends import LocalBackend
 from evolve.config import ConfigError, build_benchmark, search_settings, workers
+from evolve.driver import Driver, Summary, recorded_events
 from evolve.emitters import Emitter
+from evolve.engine import Engine
 from evolve.fitness import Benchmark
 from evolve.llm import LLMStop, usage_line
 from evolve.noise import NoiseSettings
 from evolve.operators.catalog import build_operators, uses_llm
 from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.plots import write_plots
-from evolve.search import Search, Summary
-from evolve.store import Store
+from evolve.store import ArchiveFileError, Store
 from evolve.types import EvolveError
 
 log = logging.getLogger("evolve")
@@ -151,28 +153,87 @@ def _search(
         backend.slots,
         settings.max_candidates,
     )
-    search = Search(
+    engine = Engine(
         store=store,
         archive=archive,
         emitter=emitter,
-        backend=backend,
         benchmark=benchmark,
-        settings=settings,
+        seed=settings.seed,
+        migration_interval=settings.migration_interval,
         cost=llm.spent if llm is not None else (lambda: 0.0),
-        budget_errors=(LLMStop,),
+    )
+    driver = Driver(
+        engine=engine,
+        backend=backend,
+        settings=settings,
         noise=noise_settings(cfg),
+        budget_errors=(LLMStop,),
+        replay=_replay_events(cfg),
+        run_dir=run_dir,
+        cost=engine.cost,
     )
     status = "interrupted"
     try:
         for warning in asyncio.run(preflight_operators(operators)):  # before anything is evaluated
             log.warning("%s", warning)
-        summary = asyncio.run(search.run())
+        summary = asyncio.run(_drive(driver, llm))
         if llm is not None:
             log.info("LLM use so far (this archive):\n%s", usage_line(llm.ledger.summary()))
-        status = "finished"
+        status = "stopped" if summary.reason.startswith(STOPPED) else "finished"
     finally:
         store.finish_run(run_id, status=status)
     (run_dir / "summary.json").write_text(json.dumps(summary.__dict__, indent=2))
     written = write_plots(store, run_dir)
     log.info("plots: %s", ", ".join(str(p) for p in written))
     return summary
+
+
+STOPPED = "stopped by SIGTERM"
+
+
+async def _drive(driver: Driver, llm: Any) -> Summary:
+    """Run the driver; SIGTERM stops it like Ctrl-C but ends with a summary, and the LLM client is closed."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = []
+
+    def terminate() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await driver.run()
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        log.warning(
+            "SIGTERM: stopped; the archive is consistent. Continue with: python -m evolve resume=%s",
+            driver.run_dir,
+        )
+        return driver.summary(f"{STOPPED}; continue with: python -m evolve resume={driver.run_dir}")
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        close = getattr(llm, "close", None)  # ends a command provider's process group (evolve.llm)
+        if close is not None:
+            result = close()
+            if asyncio.iscoroutine(result):
+                await result
+
+
+def _replay_events(cfg: dict[str, Any]) -> list[tuple[int, str, int]] | None:
+    """The recorded order of events of the run an offline replay reproduces (``llm.replay_from``)."""
+    llm = cfg.get("llm") or {}
+    source = llm.get("replay_from")
+    if not (llm.get("offline") and source):
+        return None
+    path = Path(source)
+    try:
+        store = Store(path / "archive.db" if path.is_dir() else path, readonly=True)
+    except ArchiveFileError:  # made before runs recorded their schedule: its answers still serve
+        return None
+    try:
+        return recorded_events(store)
+    finally:
+        store.close()

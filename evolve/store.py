@@ -189,10 +189,18 @@ def _migration_3(db: sqlite_utils.Database) -> None:
     conn.execute("ALTER TABLE llm_calls DROP COLUMN messages")
 
 
+def _migration_4(db: sqlite_utils.Database) -> None:
+    """The schedule: each proposal's request and the order of the events that changed the run (issue 16)."""
+    db["schedule"].create(
+        {"seq": int, "ask": str, "asked": int, "admitted": int, "told": int}, pk="seq"
+    )
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
     _migration_3,
+    _migration_4,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -324,9 +332,31 @@ class Store:
         )
 
     def next_seq(self) -> int:
+        """The first proposal number not yet used by a candidate or an issued request."""
         return int(
-            self.conn.execute("SELECT COALESCE(MAX(seq) + 1, 0) FROM candidates").fetchone()[0]
+            self.conn.execute(
+                "SELECT MAX(COALESCE((SELECT MAX(seq) FROM candidates), -1), "
+                "COALESCE((SELECT MAX(seq) FROM schedule), -1)) + 1"
+            ).fetchone()[0]
         )
+
+    def seed_candidate(self) -> Candidate | None:
+        """The seed program (the candidate with seq 0), or None before it is stored."""
+        row = self.conn.execute("SELECT id FROM candidates WHERE seq=0").fetchone()
+        return None if row is None else self.candidate(row[0])
+
+    def status_counts(self) -> dict[CandidateStatus, int]:
+        """How many candidates are in each status."""
+        rows = self.conn.execute("SELECT status, COUNT(*) FROM candidates GROUP BY status")
+        return {CandidateStatus(status): n for status, n in rows}
+
+    def link_calls(self, prompt_hash: str | None, candidate_id: str) -> None:
+        """Point the not yet linked LLM calls made for ``prompt_hash`` at the candidate they produced."""
+        if prompt_hash:
+            self.conn.execute(
+                "UPDATE llm_calls SET candidate=? WHERE prompt_hash=? AND candidate IS NULL",
+                (candidate_id, prompt_hash),
+            )
 
     def has_equivalent(self, norm_hash: str) -> str | None:
         """The id of a candidate with the same normalised code, if any."""
@@ -477,8 +507,8 @@ class Store:
 
     def seed_evaluation(self) -> Evaluation | None:
         """The latest evaluation of the seed program (the candidate with seq 0), or None."""
-        row = self.conn.execute("SELECT id FROM candidates WHERE seq=0").fetchone()
-        return None if row is None else self.evaluation(row[0])
+        seed = self.seed_candidate()
+        return None if seed is None else self.evaluation(seed.id)
 
     def evaluations_at(self, candidate_id: str, stage: str) -> list[Evaluation]:
         """A candidate's evaluations of one ``stage``, oldest first."""
@@ -540,6 +570,46 @@ class Store:
             "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (key, _dumps(value)),
         )
+
+    # --- the schedule (evolve.engine records it, evolve.driver replays it) --------------------
+
+    def record_ask(self, seq: int, ask: Mapping[str, Any], event: int) -> None:
+        """Store (or replace, after a varied retry) proposal ``seq``'s request, issued at ``event``."""
+        self.conn.execute(
+            "INSERT INTO schedule (seq, ask, asked) VALUES (?,?,?) ON CONFLICT(seq) DO UPDATE "
+            "SET ask=excluded.ask",
+            (seq, _dumps(ask), event),
+        )
+
+    def mark_event(self, seq: int, column: str, event: int) -> None:
+        """Note that proposal ``seq`` was ``admitted`` (its answer checked) or ``told`` at ``event``."""
+        assert column in ("admitted", "told"), column
+        self.conn.execute(f"UPDATE schedule SET {column}=? WHERE seq=?", (event, seq))
+
+    def open_asks(self) -> list[dict[str, Any]]:
+        """Requests issued but never answered (the run stopped with them in flight), by seq."""
+        rows = self.conn.execute(
+            "SELECT s.ask FROM schedule s LEFT JOIN candidates c ON c.seq = s.seq "
+            "WHERE c.seq IS NULL ORDER BY s.seq"
+        )
+        return [json.loads(row[0]) for row in rows]
+
+    def schedule(self) -> list[tuple[int, int | None, int | None, int | None]]:
+        """(seq, asked, admitted, told) event numbers of every recorded proposal, by seq."""
+        return [
+            tuple(row)
+            for row in self.conn.execute(
+                "SELECT seq, asked, admitted, told FROM schedule ORDER BY seq"
+            )
+        ]
+
+    def last_event(self) -> int:
+        """The highest event number recorded (-1 when none)."""
+        row = self.conn.execute(
+            "SELECT MAX(MAX(COALESCE(asked, -1)), MAX(COALESCE(admitted, -1)), "
+            "MAX(COALESCE(told, -1))) FROM schedule"
+        ).fetchone()
+        return -1 if row[0] is None else int(row[0])
 
     # --- integrity -------------------------------------------------------------------------
 

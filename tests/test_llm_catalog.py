@@ -21,7 +21,7 @@ def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:
         "operators": {"diff": 1.0, "rewrite": 0.0, "crossover": 0.5},
     }
     made = llm_operators(cfg, store=Store(tmp_path / "a.db"))
-    arms = {arm_key(op): weight for op, weight in made}
+    arms = {arm_key(op.name, op.model): weight for op, weight in made}
     assert arms == {
         "diff@openai/gpt-4o-mini": 3.0,
         "crossover@openai/gpt-4o-mini": 1.5,

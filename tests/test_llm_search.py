@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -16,8 +20,10 @@ from evolve import runner
 from evolve.callstore import prompt_messages
 from evolve.llm import PreflightError
 from evolve.store import Store
+from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed
 from tests.fixtures import scripted_model
+from tests.fixtures.mock_openai import MockServer
 
 SCRIPTED = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"
 LLM_ONLY = ["operators.builtin.tweak=0", "operators.builtin.crossover=0", "search.workers=1"]
@@ -228,3 +234,175 @@ def test_a_search_through_a_local_openai_compatible_server(tmp_path) -> None:
         tmp_path / "archive.db", "SELECT COUNT(*) FROM candidates WHERE model='openai/scripted'"
     )
     assert made[0][0] >= 1
+
+
+# --- many proposals in flight (issue 16) ------------------------------------------------------------
+
+
+def local_toy(server: MockServer, *overrides: str) -> dict:
+    """The toy benchmark proposed by the mock server through litellm (llm=local)."""
+    return composed(
+        [
+            "llm=local",
+            f"llm.api_base={server.api_base}",
+            "llm.model=openai/scripted",
+            "operators.builtin.tweak=0",
+            "operators.builtin.crossover=0",
+            "archive.islands=2",
+            *overrides,
+        ]
+    )
+
+
+def candidates(run_dir: Path) -> list[tuple]:
+    return rows(
+        run_dir / "archive.db",
+        "SELECT c.seq, c.id, c.status, v.status, v.fitness FROM candidates c LEFT JOIN evaluations v "
+        "ON v.candidate = c.id AND v.stage != 'reevaluation' ORDER BY c.seq",
+    )
+
+
+def test_proposals_are_in_flight_at_once_up_to_the_setting(tmp_path) -> None:
+    server = MockServer().start()
+    server.open.clear()  # hold every request until four are in flight
+    released = threading.Thread(target=lambda: server.wait_in_flight(4) and server.open.set())
+    released.start()
+    try:
+        cfg = local_toy(server, "search.max_candidates=12", "search.workers=2")
+        cfg["search"]["max_proposals_in_flight"] = 4
+        summary = runner.run(cfg, tmp_path)
+    finally:
+        server.open.set()
+        released.join()
+        server.stop()
+    assert server.max_in_flight == 4 and summary.evaluated == 12
+    assert Store(tmp_path / "archive.db", readonly=True).integrity_problems() == []
+
+
+def test_an_offline_replay_of_a_concurrent_run_makes_the_same_candidates(tmp_path) -> None:
+    server = MockServer(jitter_s=0.05).start()  # answers come back out of order
+    try:
+        cfg = local_toy(server, "search.max_candidates=30", "search.workers=2")
+        cfg["search"]["max_proposals_in_flight"] = 4
+        first = runner.run(cfg, tmp_path / "first")
+    finally:
+        server.stop()
+    cfg = local_toy(server, "search.max_candidates=30", "search.workers=2")
+    cfg["search"]["max_proposals_in_flight"] = 4
+    cfg["llm"].update(offline=True, replay_from=str(tmp_path / "first"))
+    replay = runner.run(cfg, tmp_path / "replay")
+    original = candidates(tmp_path / "first")
+    assert len(original) > 30 and candidates(tmp_path / "replay") == original
+    assert (replay.best, replay.best_id) == (first.best, first.best_id)
+    told = "SELECT seq FROM schedule WHERE told IS NOT NULL ORDER BY told"
+    assert rows(tmp_path / "replay" / "archive.db", told) == rows(
+        tmp_path / "first" / "archive.db", told
+    )
+    assert rows(tmp_path / "first" / "archive.db", told) != sorted(
+        rows(tmp_path / "first" / "archive.db", told)
+    ), "results were told in proposal order: the run did not overlap anything"
+
+
+def test_kill_9_with_calls_in_flight_then_resume_loses_and_repeats_nothing(tmp_path) -> None:
+    server = MockServer().start()
+    run_dir = tmp_path / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "evolve",
+        "--config-dir",
+        "tests/fixtures/evolve_configs",
+        "benchmark=toy",
+        "search.progress=false",
+        "llm=local",
+        f"llm.api_base={server.api_base}",
+        "llm.model=openai/scripted",
+        "operators.builtin.tweak=0",
+        "operators.builtin.crossover=0",
+        "search.max_candidates=24",
+        "search.workers=2",
+        "search.max_proposals_in_flight=4",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    try:
+        proc = subprocess.Popen(
+            [*args, f"hydra.run.dir={run_dir}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        with server.arrived:
+            server.arrived.wait_for(lambda: server.requests >= 10, 240)
+            server.open.clear()  # hold what comes next: four calls will be in flight
+        assert server.wait_in_flight(4)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        db = run_dir / "archive.db"
+        in_flight = rows(
+            db,
+            "SELECT COUNT(*) FROM schedule s LEFT JOIN candidates c ON c.seq = s.seq "
+            "WHERE c.seq IS NULL",
+        )[0][0]
+        assert in_flight >= 1, "no call was in flight when the run was killed"
+        server.open.set()
+        resume = [a for a in args if not a.startswith(("llm=", "llm.model", "operators."))]
+        resumed = subprocess.run(
+            [*resume, f"resume={run_dir}"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        server.stop()
+    assert resumed.returncode == 0, resumed.stderr
+    assert (
+        resumed.stdout.count("again (it was in flight")
+        + resumed.stderr.count("again (it was in flight")
+        == in_flight
+    )
+    store = Store(db, readonly=True)
+    assert store.integrity_problems() == []
+    seqs = [seq for seq, *_ in candidates(run_dir)]
+    assert seqs == list(range(len(seqs)))  # every proposal asked ended as a candidate: none lost
+    assert store.count(CandidateStatus.DONE) + store.count(CandidateStatus.FAILED) == 24
+    paid_twice = "SELECT cache_key FROM llm_calls WHERE response IS NOT NULL GROUP BY cache_key HAVING COUNT(*) > 1"
+    assert rows(db, paid_twice) == []
+
+
+def test_a_server_that_is_gone_ends_the_run_naming_the_cause_and_the_run(tmp_path) -> None:
+    server = MockServer(failing=True).start()
+    try:
+        cfg = local_toy(server, "search.max_candidates=200", "search.workers=1", "llm.retries=0")
+        summary = runner.run(cfg, tmp_path)
+    finally:
+        server.stop()
+    assert summary.reason.startswith("50 proposals in a row were rejected; the last because: ")
+    assert "the model server is gone" in summary.reason
+    assert (
+        f"python -m evolve.browse {tmp_path} stats" in summary.reason
+        and " RUN " not in summary.reason
+    )
+
+
+def test_an_answer_that_reproduces_a_stored_program_is_not_asked_again(tmp_path, caplog) -> None:
+    edit = "<<<<<<< SEARCH\nA = 1.0\n=======\nA = 2.0\n>>>>>>> REPLACE\n"
+    server = MockServer(answer=f"Raise A.\n\n{edit}").start()
+    try:
+        cfg = local_toy(server, "search.max_candidates=40", "search.workers=1", "archive.islands=1")
+        with caplog.at_level(logging.INFO, logger="evolve"):
+            summary = runner.run(cfg, tmp_path)
+    finally:
+        server.stop()
+    db = tmp_path / "archive.db"
+    duplicates = rows(
+        db, "SELECT COUNT(*) FROM candidates WHERE description LIKE '%reproduces candidate%'"
+    )
+    assert duplicates[0][0] >= 2
+    assert any("reproduces candidate" in r.getMessage() for r in caplog.records)
+    asked = rows(db, "SELECT prompt_hash FROM llm_calls")  # the hash of the messages sent
+    assert len(asked) == len(set(asked)), "an identical prompt was asked twice"
+    assert "converged" not in summary.reason

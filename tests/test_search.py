@@ -1,9 +1,12 @@
 """The search loop end to end on the toy fitness: budgets, dedup, failures, resume, determinism."""
 
+import errno
+import json
 import logging
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runlock, runner
+from evolve import cli, runlock, runner
 from evolve.config import ConfigError, new_run_dir
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvolveError
@@ -45,7 +48,9 @@ def test_a_crashing_harness_is_recorded_and_the_run_goes_on(tmp_path):
     summary = runner.run(cfg, tmp_path)
     assert summary.evaluated == 6 and summary.failures == 5
     store = Store(tmp_path / "archive.db")
-    failed = store.conn.execute("SELECT id FROM candidates WHERE status='failed' LIMIT 1").fetchone()[0]
+    failed = store.conn.execute(
+        "SELECT id FROM candidates WHERE status='failed' LIMIT 1"
+    ).fetchone()[0]
     artifacts = store.evaluation(failed).artifacts
     assert "harness bug" in artifacts["error"] and "Traceback" in artifacts["traceback"]
 
@@ -85,7 +90,9 @@ def test_an_evaluation_without_a_declared_descriptor_fails_alone_and_the_run_goe
         for (cid,) in store.conn.execute("SELECT id FROM candidates WHERE status='failed'")
     ]
     store.close()
-    assert len(errors) == 4 and all("descriptor(s) ['b']" in e and "fix its evaluate()" in e for e in errors)
+    assert len(errors) == 4 and all(
+        "descriptor(s) ['b']" in e and "fix its evaluate()" in e for e in errors
+    )
 
     cfg["benchmark"]["fitness"]["seed_too"] = True
     with pytest.raises(EvolveError, match=r"(?s)fails its own evaluation.*descriptor\(s\) \['b'\]"):
@@ -123,12 +130,28 @@ def test_budget_resume_continues_the_same_sequence(tmp_path):
 
 
 def start(run_dir, *extra):
-    args = [sys.executable, "-m", "evolve", "--config-dir", "tests/fixtures/evolve_configs", f"hydra.run.dir={run_dir}",
-            "benchmark=toy", "search.progress=false", *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "evolve",
+        "--config-dir",
+        "tests/fixtures/evolve_configs",
+        f"hydra.run.dir={run_dir}",
+        "benchmark=toy",
+        "search.progress=false",
+        *extra,
+    ]
     if (run_dir / "archive.db").exists():
         args = [a for a in args if not a.startswith("hydra.run.dir")] + [f"resume={run_dir}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def evaluated_count(run_dir):
@@ -164,9 +187,11 @@ def finish(run_dir, *extra):
 
 def done_evaluations(run_dir):
     store = Store(run_dir / "archive.db", readonly=True)
-    rows = dict(store.conn.execute(
-        "SELECT c.id, v.id FROM candidates c JOIN evaluations v ON v.candidate = c.id WHERE c.status IN ('done', 'failed')"
-    ).fetchall())
+    rows = dict(
+        store.conn.execute(
+            "SELECT c.id, v.id FROM candidates c JOIN evaluations v ON v.candidate = c.id WHERE c.status IN ('done', 'failed')"
+        ).fetchall()
+    )
     store.close()
     return rows
 
@@ -182,7 +207,9 @@ def test_kill_9_at_random_instants_loses_and_repeats_nothing(tmp_path):
             continue
         now = done_evaluations(run_dir)
         mid_run_kills += len(now) < 100
-        assert all(now.get(cid) == eid for cid, eid in kept.items()), "a completed evaluation was lost or redone"
+        assert all(now.get(cid) == eid for cid, eid in kept.items()), (
+            "a completed evaluation was lost or redone"
+        )
         kept = now
         store = Store(run_dir / "archive.db")
         assert store.integrity_problems() == []
@@ -241,7 +268,9 @@ def test_a_parent_that_an_operator_cannot_read_is_a_rejection_not_a_crash(tmp_pa
     cfg = composed(["search.max_candidates=4", "search.workers=1"])
     cfg["benchmark"]["seed"] = str(seed)
     summary = runner.run(cfg, tmp_path / "run")
-    assert summary.evaluated == 1 and summary.reason.startswith("50 proposals in a row were rejected")
+    assert summary.evaluated == 1 and summary.reason.startswith(
+        "50 proposals in a row were rejected"
+    )
     store = Store(tmp_path / "run" / "archive.db", readonly=True)
     reasons = [
         store.evaluation(cid).artifacts["error"]
@@ -249,3 +278,53 @@ def test_a_parent_that_an_operator_cannot_read_is_a_rejection_not_a_crash(tmp_pa
     ]
     store.close()
     assert any("tweak failed on its parents: EditError" in r for r in reasons), reasons
+
+
+def test_sigterm_stops_a_run_like_ctrl_c_and_leaves_a_summary(tmp_path):
+    run_dir = tmp_path / "run"
+    budget = ["search.max_candidates=200", "search.workers=1", "benchmark.fitness.sleep_s=0.05"]
+    proc = start(run_dir, *budget)
+    deadline = time.monotonic() + 120
+    while evaluated_count(run_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    assert "SIGTERM: stopped" in output and f"resume={run_dir}" in output
+    assert "Traceback" not in output
+    store = Store(run_dir / "archive.db", readonly=True)
+    assert store.latest_run()["status"] == "stopped" and store.integrity_problems() == []
+    store.close()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"].startswith("stopped by SIGTERM") and summary["evaluated"] >= 3
+    finish(run_dir, "search.max_candidates=12", "search.workers=1")
+
+
+@pytest.mark.parametrize("where", ["archive", "run lock"])
+def test_a_full_disk_ends_in_one_line_naming_the_cause_and_the_resume_command(
+    tmp_path, monkeypatch, where
+):
+    cfg = composed(["search.max_candidates=20", "search.workers=1"])
+    if where == "archive":
+        written = []
+
+        def add_evaluation(self, *args):
+            written.append(args)
+            if len(written) > 4:
+                raise sqlite3.OperationalError("database or disk is full")
+            return original(self, *args)
+
+        original = Store.add_evaluation
+        monkeypatch.setattr(Store, "add_evaluation", add_evaluation)
+    else:
+
+        def hold(run_dir):
+            raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "evolve.lock"))
+
+        monkeypatch.setattr(runlock, "hold", hold)
+    with pytest.raises(SystemExit) as ended:
+        cli.report(cfg, tmp_path, [])
+    message = str(ended.value.code)
+    assert message.startswith(f"error: the disk holding {tmp_path} is full (")
+    assert message.endswith(f"continue with: python -m evolve resume={tmp_path}")
+    assert "\n" not in message

@@ -104,7 +104,9 @@ class _Worker:
 
     def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}")
+        self.process = context.Process(
+            target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}"
+        )
         with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
             self.process.start()
         child.close()
@@ -147,7 +149,11 @@ class LocalBackend:
         self.groups = gpu_groups(gpus_per_eval, workers)
         self.slots = len(self.groups)
         self._context = multiprocessing.get_context("spawn")
-        self._workers: list[_Worker | None] = [None] * self.slots
+        # every slot's worker starts now, side by side: the first jobs on each slot do not wait
+        # for a process to start and import the fitness, one slot after another
+        self._workers: list[_Worker | None] = [
+            _Worker(self._context, fitness, gpu) for gpu in self.groups
+        ]
 
     def _worker(self, slot: int) -> _Worker:
         worker = self._workers[slot]
@@ -177,7 +183,9 @@ class LocalBackend:
             self._discard(slot)
             return Evaluation(
                 status=EvalStatus.ERROR,
-                artifacts={"error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"},
+                artifacts={
+                    "error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"
+                },
             )
 
     def close(self) -> None:

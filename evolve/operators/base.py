@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from evolve.fitness import Benchmark
-from evolve.types import Candidate, EdgeRole, Evaluation, Proposal
+from evolve.types import Candidate, Evaluation, Files, Proposal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +47,14 @@ class OperatorRejected(Exception):
     """The operator could not make a valid child (no usable edit, edit outside EVOLVE-BLOCKs...).
 
     The attempt is recorded as a ``rejected`` candidate with ``reason``; it costs no evaluation.
+    Which arm and parents it came from is the engine's to know (``evolve.engine.Rejection``).
+
+    Args:
+        reason: why, in words the model can act on (it is shown in later prompts).
+        answer: the model's answer, when there was one.
+        model: the model that answered.
+        prompt_hash: the prompt's hash (links the rejection to its LLM calls).
+        files: the attempted child's files, when there are any.
     """
 
     def __init__(
@@ -56,15 +64,14 @@ class OperatorRejected(Exception):
         answer: str = "",
         model: str | None = None,
         prompt_hash: str | None = None,
+        files: Files | None = None,
     ):
         super().__init__(reason)
         self.reason = reason
         self.answer = answer
         self.model = model
         self.prompt_hash = prompt_hash
-        self.arm = ""  # set by the emitter: which arm (operator@model) produced it
-        self.parents: tuple[tuple[str, EdgeRole], ...] = ()  # set by the emitter
-        self.files: dict[str, str] = {}  # the attempted child's files, when there are any
+        self.files: Files = dict(files or {})
 
 
 @runtime_checkable

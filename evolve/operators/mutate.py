@@ -1,9 +1,9 @@
 """LLM mutation operators: ``diff`` (SEARCH/REPLACE edits) and ``rewrite`` (whole files).
 
 Each operator instance is bound to one model, so the emitter's arms are model x operator.
-An answer that yields no usable edit, or one outside the EVOLVE-BLOCKs, raises
-OperatorRejected with the reason (the search records it and shows it to the model next
-time); no evaluation is spent on it.
+An answer that yields no usable edit raises OperatorRejected with the reason (the engine
+records it and shows it to the model next time; the engine also checks every child's edit
+stays inside the EVOLVE-BLOCKs); no evaluation is spent on it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from evolve.llm import LLMCallFailed, LLMClient, preflight
 from evolve.operators.base import OperatorRejected, OperatorRequest, Parent
-from evolve.operators.edits import EditError, check_edit
+from evolve.operators.edits import EditError
 from evolve.operators.prompting import (
     Budget,
     context_values,
@@ -95,13 +95,6 @@ class LLMOperator:
     # --- the protocol -----------------------------------------------------------------------------
 
     async def propose(self, request: OperatorRequest) -> Proposal:
-        try:
-            return await self._propose(request)
-        except OperatorRejected as rejected:
-            rejected.model = rejected.model or self.model
-            raise
-
-    async def _propose(self, request: OperatorRequest) -> Proposal:
         parents = self.parents(request)
         messages = messages_for(self.template, self.values(request, parents))
         phash = prompt_hash(messages)
@@ -111,25 +104,20 @@ class LLMOperator:
                 self.model, messages, sample=sample, prompt_hash=phash
             )
         except LLMCallFailed as exc:
-            raise OperatorRejected(f"the model call failed: {exc}", prompt_hash=phash) from exc
+            raise OperatorRejected(
+                f"the model call failed: {exc}", model=self.model, prompt_hash=phash
+            ) from exc
         answer = completion.text
         try:
-            if not answer.strip():
-                raise OperatorRejected("the answer was empty")
-            files = self.edit(request, parents, answer)
-            base = dict(parents[0].candidate.files)
-            if files == base:
-                raise OperatorRejected("the answer changes nothing in the program")
-            try:
-                check_edit(base, files, request.benchmark.is_editable)
-            except EditError as exc:
-                rejected = OperatorRejected(str(exc))
-                rejected.files = files
-                raise rejected from exc
-        except OperatorRejected as rejected:
-            rejected.answer = rejected.answer or answer
-            rejected.prompt_hash = phash
-            raise
+            files = self._child(request, parents, answer)
+        except OperatorRejected as problem:
+            raise OperatorRejected(
+                problem.reason,
+                answer=problem.answer or answer,
+                model=self.model,
+                prompt_hash=phash,
+                files=problem.files,
+            ) from problem
         return Proposal(
             files=files,
             parents=self.edges(parents),
@@ -138,6 +126,17 @@ class LLMOperator:
             description=explanation(answer) or f"{self.name} by {self.model}",
             prompt_hash=phash,
         )
+
+    def _child(
+        self, request: OperatorRequest, parents: Sequence[Parent], answer: str
+    ) -> dict[str, str]:
+        """The child's files from ``answer`` (the engine checks the edit is allowed)."""
+        if not answer.strip():
+            raise OperatorRejected("the answer was empty")
+        files = self.edit(request, parents, answer)
+        if files == dict(parents[0].candidate.files):
+            raise OperatorRejected("the answer changes nothing in the program")
+        return files
 
 
 def apply_blocks(base: dict[str, str], answer: str, request: OperatorRequest) -> dict[str, str]:

@@ -216,7 +216,7 @@ def test_browse_imports_no_llm_sandbox_search_or_fitness():
     code = (
         "import sys, evolve.browse.cli, evolve.browse.web.server, evolve.browse.web.views, evolve.plots, "
         "evolve.lineage\n"
-        "bad = [m for m in ('evolve.llm', 'evolve.sandbox', 'evolve.search', 'evolve.fitness', 'litellm', 'torch') "
+        "bad = [m for m in ('evolve.llm', 'evolve.sandbox', 'evolve.driver', 'evolve.engine', 'evolve.fitness', 'litellm', 'torch') "
         "if m in sys.modules]\n"
         "print(bad)"
     )

@@ -11,7 +11,7 @@ import yaml
 
 from evolve import runner
 from evolve.config import resolve_path
-from evolve.search import HarnessChanged
+from evolve.engine import HarnessChanged
 from evolve.store import Store
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed

@@ -1,0 +1,403 @@
+"""Drives the engine: many proposals (LLM calls) in flight, every evaluation slot fed, budgets kept.
+
+A proposal starts (its parents chosen from the archive as it is then) while fewer than
+``search.max_proposals_in_flight`` are running and fewer than ``in flight + slots +
+lookahead - 1`` proposals are unfinished (running, queued or under evaluation); each
+evaluation slot takes the next admitted candidate. Every start, admission and result
+happens in one synchronous step of the event loop and is numbered by the engine, so:
+
+- with one proposal in flight and one slot, everything happens one at a time and a run is a
+  pure function of its seed, interrupted and resumed or not;
+- with more, the numbered order is stored (the ``schedule`` table) and an offline replay of
+  the run (``llm.offline`` + ``llm.replay_from``) follows it event by event, so it makes the
+  same candidates whatever its own timing.
+
+Proposals in flight when a run is killed were stored as asks without a candidate; a resume
+asks them again with the same prompt, so a recorded answer is reused, not paid again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from evolve import noise
+from evolve.backends import Backend
+from evolve.emitters import Ask
+from evolve.engine import Engine, Outcome, Rejection
+from evolve.progress import Progress, evaluation_line
+from evolve.referee import Referee
+from evolve.settings import SearchSettings
+from evolve.store import Store
+from evolve.types import Candidate, Evaluation
+
+log = logging.getLogger("evolve")
+
+MAX_REJECTIONS_IN_A_ROW = 50
+CONVERGED_AFTER = 20  # answers in a row, each to a different prompt, that reproduced stored code
+
+
+@dataclass(frozen=True)
+class Summary:
+    """How a run ended."""
+
+    reason: str
+    evaluated: int
+    failures: int
+    best_id: str | None
+    best: float | None
+    seed_fitness: float | None
+
+
+def recorded_events(store: Store) -> list[tuple[int, str, int]]:
+    """(event, kind, seq) of a run's schedule in the order they happened; kind: ask, admit or tell."""
+    events = []
+    for seq, asked, admitted, told in store.schedule():
+        events.append((asked, "ask", seq))
+        if admitted is not None:
+            events.append((admitted, "admit", seq))
+        if told is not None and told != admitted:  # a rejection is told when it is admitted
+            events.append((told, "tell", seq))
+    return sorted(events)
+
+
+class Driver:
+    """Runs an engine to its budget on a backend (see the module docstring).
+
+    Args:
+        engine: the ask/tell core of the run.
+        backend: evaluates candidates, ``slots`` at once.
+        settings: budgets and concurrency.
+        noise: noise-aware selection (``evolve.referee``); None or ``seeds: 1`` disables it.
+        budget_errors: exception types that mean "stop proposing, finish cleanly".
+        replay: the recorded events of the run being replayed (``recorded_events``), followed
+            in order before the driver goes on by itself.
+        run_dir: named in messages that tell the user where to look.
+        cost: USD spent so far on LLM calls (for the progress bar).
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        backend: Backend,
+        settings: SearchSettings,
+        noise: noise.NoiseSettings | None = None,
+        budget_errors: tuple[type[BaseException], ...] = (),
+        replay: list[tuple[int, str, int]] | None = None,
+        run_dir: Path | None = None,
+        cost: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        self.engine = engine
+        self.backend = backend
+        self.settings = settings
+        self.referee = (
+            Referee(
+                store=engine.store,
+                archive=engine.archive,
+                settings=noise,
+                reevaluate=self.reevaluate,
+                sample_seed=lambda candidate, k: engine.job(candidate, k).seed,
+                slots=backend.slots,
+            )
+            if noise is not None and noise.enabled
+            else None
+        )
+        self.budget_errors = budget_errors
+        self.run_dir = run_dir
+        self.cost = cost
+        self.in_flight = settings.proposals_in_flight(backend.slots)
+        self.window = self.in_flight + backend.slots + settings.lookahead - 1
+        self._replay = list(replay or [])
+        self._queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
+        self._tasks: set[asyncio.Task] = set()
+        self._running = 0  # proposals whose operator is running
+        self._unfinished = 0  # asked and not yet told: running, queued or under evaluation
+        self._stop_reason: str | None = None
+        self._deadline: float | None = None
+        self._rejections_in_a_row = 0
+        self._duplicate_prompts: set[str | None] = set()
+        self._finished = asyncio.Event()
+        self._outcomes: dict[int, asyncio.Future] = {}  # replay: a proposal's outcome by seq
+        self._results: dict[int, asyncio.Future] = {}  # replay: an evaluation's verdict by seq
+        self._asks: dict[int, Ask] = {}  # started, not yet admitted
+        self._admitted: set[int] = set()
+        self._told: set[int] = set()
+        self._progress = Progress(
+            total=settings.max_candidates,
+            desc=engine.benchmark.name,
+            enabled=settings.progress,
+        )
+        self._failure: BaseException | None = None
+
+    # --- the run ------------------------------------------------------------------------------------
+
+    async def run(self) -> Summary:
+        """Evaluate the seed if needed, finish what a stopped run left, and search to a budget."""
+        self.engine.check_harness(started=(self.engine.store.first_run() or {}).get("harness_hash"))
+        await self._evaluate_seed()
+        timer = None
+        if self.settings.max_wall_s is not None:
+            self._deadline = time.monotonic() + self.settings.max_wall_s
+            timer = asyncio.get_running_loop().call_later(self.settings.max_wall_s, self._pump)
+        for candidate in self.engine.store.pending():
+            log.info(
+                "re-queueing %s (it was %s when the last run stopped)",
+                candidate.id[:8],
+                candidate.status,
+            )
+            self._unfinished += 1
+            self._queue.put_nowait(candidate)
+        with self._progress.shown(self.engine.evaluated):
+            self._show_progress()
+            for slot in range(self.backend.slots):
+                self._spawn(self._worker(slot))
+            try:
+                for ask in self.engine.reissue():
+                    log.info(
+                        "asking #%d again (it was in flight when the last run stopped)", ask.seq
+                    )
+                    self._start(ask)
+                if self._replay and self.engine.next_seq <= 1:  # a new run replaying another
+                    await self._follow_replay()
+                self._replay = []
+                self._pump()
+                await self._finished.wait()
+                if self._failure is not None:
+                    raise self._failure
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                await self._cancel_all()
+        return self.summary()
+
+    def summary(self, reason: str | None = None) -> Summary:
+        """How the run stands now (``reason`` overrides why it ended)."""
+        best = self.engine.archive.best()
+        seed = self.engine.store.seed_evaluation()
+        return Summary(
+            reason=reason or self._stop_reason or "finished",
+            evaluated=self.engine.evaluated,
+            failures=self.engine.failures,
+            best_id=best[0] if best else None,
+            best=best[1] if best else None,
+            seed_fitness=seed.fitness if seed else None,
+        )
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()  # a bug or a harness change: end the run with it
+            self._finished.set()
+
+    async def _cancel_all(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- the seed -----------------------------------------------------------------------------------
+
+    async def _evaluate_seed(self) -> None:
+        seed = self.engine.seed_to_evaluate()
+        if seed is None:
+            if self.referee is not None:
+                self.referee.load()
+            return
+        log.info("evaluating the seed program %s", seed.id[:8])
+        self.engine.start_evaluation(seed)
+        evaluation = await self.backend.evaluate(0, self.engine.job(seed))
+        state = None
+        if self.referee is not None and evaluation.ok:
+            evaluation = await self.referee.calibrate(seed, evaluation)
+            if self.referee.calibration is not None:
+                state = {noise.STATE_KEY: self.referee.calibration.to_json()}
+        self.engine.tell(seed, evaluation, state=state)
+        if not evaluation.ok:
+            raise self.engine.seed_error(evaluation)
+        log.info("seed program: %s = %s", self.engine.archive.objective.name, evaluation.fitness)
+
+    # --- proposals ----------------------------------------------------------------------------------
+
+    def _budget_left(self) -> bool:
+        if self._stop_reason:
+            return False
+        if self.engine.evaluated + self._unfinished >= self.settings.max_candidates:
+            if self._unfinished == 0:
+                self._stop_reason = f"reached search.max_candidates={self.settings.max_candidates}"
+            return False
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self._stop_reason = f"reached search.max_wall_s={self.settings.max_wall_s}"
+            return False
+        return True
+
+    def _pump(self) -> None:
+        """Start every proposal the limits allow; notice when the run is over."""
+        following = bool(self._replay)
+        while (
+            not following
+            and self._budget_left()
+            and self._running < self.in_flight
+            and self._unfinished < self.window
+        ):
+            self._start(self.engine.ask()[0])
+        if self._running == 0 and self._unfinished == 0 and not following:
+            self._budget_left()  # names the budget that ended the run
+            self._finished.set()
+
+    def _start(self, ask: Ask) -> None:
+        self._running += 1
+        self._unfinished += 1
+        self._asks[ask.seq] = ask
+        self._spawn(self._propose(ask))
+
+    async def _propose(self, ask: Ask) -> None:
+        try:
+            outcome = await self.engine.propose(ask)
+        except self.budget_errors as exc:
+            self._running -= 1
+            self._unfinished -= 1
+            self._stop_reason = self._stop_reason or str(exc)
+            if self._replay:
+                self._outcome_future(ask.seq).cancel()
+            self._pump()
+            return
+        self._running -= 1
+        if self._replay:
+            self._outcome_future(ask.seq).set_result(outcome)
+            return
+        self._admit(ask, outcome)
+        self._pump()
+
+    def _admit(self, ask: Ask, outcome: Outcome) -> None:
+        self._admitted.add(ask.seq)
+        self._asks.pop(ask.seq, None)
+        admitted = self.engine.admit(ask, outcome)
+        if isinstance(admitted, Rejection):
+            self._unfinished -= 1
+            if self._replay:  # a record that evaluated it waits for no verdict
+                self._result_future(ask.seq).set_result(None)
+            self._count_rejection(admitted)
+            return
+        self._rejections_in_a_row = 0
+        self._duplicate_prompts.clear()
+        self._queue.put_nowait(admitted)
+
+    def _count_rejection(self, rejected: Rejection) -> None:
+        self._rejections_in_a_row += 1
+        if rejected.duplicate_of is None:
+            self._duplicate_prompts.clear()
+        elif rejected.model is None:  # a built-in operator redrew many times and found nothing new
+            self._stop_reason = self._stop_reason or (
+                f"{rejected.reason} (operator {rejected.operator}); the search has converged"
+            )
+        else:
+            self._duplicate_prompts.add(rejected.prompt_hash)
+            if len(self._duplicate_prompts) >= CONVERGED_AFTER:
+                self._stop_reason = self._stop_reason or (
+                    f"{CONVERGED_AFTER} answers in a row, each to a different prompt, reproduced stored "
+                    "candidates; the search has converged"
+                )
+        if self._rejections_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
+            where = self.run_dir if self.run_dir is not None else "<run directory>"
+            self._stop_reason = self._stop_reason or (
+                f"{MAX_REJECTIONS_IN_A_ROW} proposals in a row were rejected; the last because: "
+                f"{rejected.reason[:300]} (all reasons: python -m evolve.browse {where} stats)"
+            )
+
+    # --- evaluations --------------------------------------------------------------------------------
+
+    async def _worker(self, slot: int) -> None:
+        while (candidate := await self._queue.get()) is not None:
+            self.engine.start_evaluation(candidate)
+            evaluation = await self.backend.evaluate(slot, self.engine.job(candidate))
+            samples: list[Evaluation] = []
+            if self.referee is not None:
+                evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
+            if self._replay:
+                self._result_future(candidate.seq).set_result((candidate, evaluation, samples))
+            else:
+                self._tell(candidate, evaluation, samples)
+                self._pump()
+
+    async def reevaluate(self, slot: int, candidate: Candidate, k: int) -> Evaluation:
+        """Evaluate ``candidate`` again with its ``k``-th extra seed (the referee's samples)."""
+        self.engine.check_harness()
+        return await self.backend.evaluate(slot, self.engine.job(candidate, k))
+
+    def _tell(
+        self, candidate: Candidate, evaluation: Evaluation, samples: list[Evaluation]
+    ) -> None:
+        self._told.add(candidate.seq)
+        archive = self.engine.archive
+        before = archive.best()
+        result = self.engine.tell(candidate, evaluation, samples)
+        self._unfinished -= 1
+        best = archive.best()
+        new_best = (
+            best is not None
+            and best[0] == candidate.id
+            and (before is None or archive.improves(best[1], before[1]))
+        )
+        log.info(
+            "%s",
+            evaluation_line(candidate, evaluation, result, archive.objective.name, new_best),
+        )
+        self._show_progress()
+
+    def _show_progress(self) -> None:
+        best = self.engine.archive.best()
+        self._progress.update(
+            evaluated=self.engine.evaluated,
+            best=best[1] if best else None,
+            failures=self.engine.failures,
+            cost=self.cost,
+        )
+
+    # --- replay -------------------------------------------------------------------------------------
+
+    def _outcome_future(self, seq: int) -> asyncio.Future:
+        return self._outcomes.setdefault(seq, asyncio.get_running_loop().create_future())
+
+    def _result_future(self, seq: int) -> asyncio.Future:
+        return self._results.setdefault(seq, asyncio.get_running_loop().create_future())
+
+    async def _follow_replay(self) -> None:
+        """Make the recorded run's asks, admissions and results happen in its order, then go on alone."""
+        for _, kind, seq in self._replay:
+            if self._stop_reason:
+                break
+            if kind == "ask":
+                ask = self.engine.ask()[0]
+                if ask.seq != seq:
+                    break  # the replay diverged from the record
+                self._start(ask)
+            elif kind == "admit" and seq in self._asks:
+                try:
+                    outcome = await self._outcome_future(seq)
+                except asyncio.CancelledError:
+                    break  # no recorded answer for it: the stop reason says so
+                self._admit(self._asks[seq], outcome)
+            elif kind == "tell" and seq in self._admitted:
+                told = await self._result_future(seq)
+                if told is not None:
+                    self._tell(*told)
+        self._replay = []
+        for seq, future in list(self._outcomes.items()):  # answered, past the record
+            if future.done() and not future.cancelled() and seq not in self._admitted:
+                self._admit(self._asks[seq], future.result())
+        for seq, future in list(self._results.items()):  # evaluated, past the record
+            if future.done() and future.result() is not None and seq not in self._told:
+                self._tell(*future.result())

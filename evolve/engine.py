@@ -1,0 +1,420 @@
+"""The ask/tell core of a run: proposals asked from the archive, checked once, results told back.
+
+``Engine`` owns the archive, the emitter (bandit state), dedup, the one edit check, the
+rejection records and the candidate counts; every change it makes is one store
+transaction. It never waits for anything but the operator it was asked to run, so any
+loop can drive it: ``evolve.driver`` keeps many proposals and evaluations in flight, a
+notebook can go one at a time::
+
+    ask = engine.ask()                      # parents chosen now, from the archive as it is
+    outcome = await engine.propose(ask)     # the operator (an LLM call) runs
+    candidate = engine.admit(ask, outcome)  # checked and stored, or recorded as rejected
+    if candidate is not None:
+        engine.tell(candidate, evaluation)  # results may be told in any order
+
+Each call that changes the run is numbered (an *event*) and the numbers are stored in the
+``schedule`` table with the ask itself, so a run can be replayed in the order it happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from evolve import noise
+from evolve.archive import Archive
+from evolve.backends import Job
+from evolve.emitters import Ask, Emitter, arm_key
+from evolve.fitness import Benchmark
+from evolve.operators.base import OperatorRejected
+from evolve.operators.edits import EditError, check_edit, normalized_hash
+from evolve.store import Store
+from evolve.types import (
+    AddResult,
+    Candidate,
+    CandidateStatus,
+    EdgeRole,
+    EvalStatus,
+    Evaluation,
+    EvolveError,
+    Proposal,
+    content_hash,
+)
+
+log = logging.getLogger("evolve")
+
+SEED_OPERATOR = "seed"
+REDRAWS = 20  # a built-in operator's child identical to a stored one is drawn again this often
+
+
+class HarnessChanged(EvolveError):
+    """The benchmark's harness files changed during the run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejection:
+    """A proposal that costs no evaluation: why, and everything needed to record it."""
+
+    ask: Ask
+    operator: str
+    model: str | None
+    reason: str
+    answer: str = ""
+    files: Mapping[str, str] | None = None
+    prompt_hash: str | None = None
+    duplicate_of: str | None = None  # the stored candidate an answer reproduced exactly
+
+
+Outcome = Proposal | Rejection
+
+
+def proposal_rng(seed: int, seq: int, attempt: int, stream: str = "ask") -> random.Random:
+    """The random stream of proposal ``seq``: ``ask`` (arm, parents) or ``operator`` (its sampling)."""
+    return random.Random(f"{seed}:{seq}:{attempt}:{stream}")
+
+
+def eval_seed(seed: int, seq: int) -> int:
+    """The evaluation seed handed to the fitness for candidate ``seq``."""
+    return (seed * 1_000_003 + seq) % (2**31)
+
+
+class Engine:
+    """Ask/tell over one run's store (see the module docstring).
+
+    Args:
+        store: the run's archive file.
+        archive: the MAP-Elites grids over ``store``.
+        emitter: chooses arms and parents, learns from results.
+        benchmark: the problem (editable files, timeout, harness hash).
+        seed: the run's seed.
+        migration_interval: every N proposals an island breeds from its neighbour's best.
+        cost: USD spent so far on LLM calls (recorded with the stats).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        archive: Archive,
+        emitter: Emitter,
+        benchmark: Benchmark,
+        seed: int = 0,
+        migration_interval: int = 25,
+        cost: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        self.store = store
+        self.archive = archive
+        self.emitter = emitter
+        self.benchmark = benchmark
+        self.seed = seed
+        self.migration_interval = migration_interval
+        self.cost = cost
+        self.harness_hash = benchmark.harness_hash()
+        emitter.state = type(emitter.state).from_json(store.get_state("bandit"))
+        self.counts: Counter[CandidateStatus] = Counter(store.status_counts())
+        self.next_seq = store.next_seq()
+        self.event = store.last_event() + 1
+        self._reissue = [Ask.from_json(data) for data in store.open_asks()]
+        self._evaluating: set[str] = set()
+
+    # --- counts ------------------------------------------------------------------------------------
+
+    @property
+    def evaluated(self) -> int:
+        return self.counts[CandidateStatus.DONE] + self.counts[CandidateStatus.FAILED]
+
+    @property
+    def failures(self) -> int:
+        return self.counts[CandidateStatus.FAILED]
+
+    @property
+    def told(self) -> int:
+        """Candidates whose outcome is known (evaluated or rejected), the seed included."""
+        return self.evaluated + self.counts[CandidateStatus.REJECTED]
+
+    def _move(self, old: CandidateStatus | None, new: CandidateStatus) -> None:
+        if old is not None:
+            self.counts[old] -= 1
+        self.counts[new] += 1
+
+    def _next_event(self) -> int:
+        self.event += 1
+        return self.event - 1
+
+    # --- the harness and the seed -------------------------------------------------------------------
+
+    def check_harness(self, *, started: str | None = None) -> None:
+        """Raise HarnessChanged if the harness files differ from the run's (or from ``started``)."""
+        now = self.benchmark.harness_hash()
+        if started and started != now:
+            raise HarnessChanged(
+                f"the harness files of benchmark {self.benchmark.name!r} differ from those the run started "
+                f"with (hash {started[:12]}, now {now[:12]}); restore them to resume, or start a new run"
+            )
+        if now != self.harness_hash:
+            raise HarnessChanged(
+                f"the harness files of benchmark {self.benchmark.name!r} changed during the run; "
+                "restore them (the run's hash is in the runs table) or start a new run"
+            )
+
+    def seed_to_evaluate(self) -> Candidate | None:
+        """The seed program when it still needs its evaluation (stored first if new); None once it has one.
+
+        Raises:
+            EvolveError: the seed program failed its own evaluation.
+        """
+        seed = self.store.seed_candidate()
+        if seed is None:
+            files = self.benchmark.seed_files()
+            proposal = Proposal(files=files, operator=SEED_OPERATOR, description="the seed program")
+            seed = self.store.add_candidate(proposal, seq=0, norm_hash=normalized_hash(files))
+            self._move(None, CandidateStatus.PROPOSED)
+            self.next_seq = max(self.next_seq, 1)
+        if seed.status in (CandidateStatus.PROPOSED, CandidateStatus.EVALUATING):
+            return seed
+        evaluation = self.store.evaluation(seed.id)
+        if evaluation is None or not evaluation.ok:
+            raise self.seed_error(evaluation)
+        return None
+
+    def seed_error(self, evaluation: Evaluation | None) -> EvolveError:
+        """The error that ends a run whose seed program fails (``evaluation``: its verdict)."""
+        if evaluation is None:
+            return EvolveError("the seed program has no evaluation; resume the run to evaluate it")
+        details = "\n".join(f"  {k}: {v}" for k, v in evaluation.artifacts.items() if v)[-3000:]
+        return EvolveError(
+            f"the seed program of benchmark {self.benchmark.name!r} fails its own evaluation "
+            f"(status {evaluation.status}); fix the seed program or the fitness. Details:\n{details}"
+        )
+
+    # --- ask ----------------------------------------------------------------------------------------
+
+    def reissue(self) -> list[Ask]:
+        """The asks that were in flight when the run last stopped (asked again once, on resume)."""
+        asks, self._reissue = self._reissue, []
+        return asks
+
+    def ask(self, n: int = 1) -> list[Ask]:
+        """The next ``n`` proposals, their parents chosen now from the archive as it is."""
+        asks = []
+        for _ in range(n):
+            seq = self.next_seq
+            self.next_seq += 1
+            island = seq % self.archive.islands
+            interval = self.migration_interval
+            migrant = self.archive.migrant_for(island) if interval and seq % interval == 0 else None
+            ask = self.emitter.ask(
+                seq=seq, rng=proposal_rng(self.seed, seq, 0), island=island, migrant=migrant
+            )
+            with self.store.transaction():
+                self.store.record_ask(seq, ask.to_json(), self._next_event())
+            asks.append(ask)
+        return asks
+
+    # --- propose and admit --------------------------------------------------------------------------
+
+    async def propose(self, ask: Ask) -> Outcome:
+        """Run the operator of ``ask``; changes nothing in the run (``admit`` does).
+
+        A built-in operator's child identical to a stored candidate is drawn again (it costs
+        nothing); an LLM's is returned for ``admit`` to record as a duplicate, never asked
+        again with the same prompt.
+
+        Raises:
+            evolve.llm.LLMStop: no further LLM call may be made (budget, offline replay, key).
+        """
+        operator, _ = self.emitter.arms[ask.arm]
+        model = getattr(operator, "model", None)
+        for attempt in range(REDRAWS):
+            try:
+                proposal = await self.emitter.propose(
+                    ask, proposal_rng(self.seed, ask.seq, attempt, "operator")
+                )
+            except OperatorRejected as rejected:
+                return Rejection(
+                    ask=ask,
+                    operator=operator.name,
+                    model=rejected.model or model,
+                    reason=rejected.reason,
+                    answer=rejected.answer,
+                    files=rejected.files or None,
+                    prompt_hash=rejected.prompt_hash,
+                )
+            if model is not None or not self.store.has_candidate(proposal.id):
+                return proposal
+            if attempt + 1 < REDRAWS:  # a built-in operator: draw again, from the same archive
+                ask = self.emitter.ask(
+                    seq=ask.seq,
+                    rng=proposal_rng(self.seed, ask.seq, attempt + 1),
+                    island=ask.island,
+                    migrant=ask.migrant,
+                    attempt=attempt + 1,
+                )
+                operator, _ = self.emitter.arms[ask.arm]
+                model = getattr(operator, "model", None)
+        return Rejection(
+            ask=ask,
+            operator=operator.name,
+            model=model,
+            reason=f"{REDRAWS} draws in a row reproduced stored candidates",
+            duplicate_of=proposal.id,
+        )
+
+    def admit(self, ask: Ask, outcome: Outcome) -> Candidate | Rejection:
+        """Check a proposal (dedup, the edit check) and store it to be evaluated, or record its rejection."""
+        norm = None
+        if isinstance(outcome, Proposal):
+            norm = normalized_hash(outcome.files)
+            outcome = self._check(ask, outcome, norm)
+        event = self._next_event()
+        if isinstance(outcome, Rejection):
+            self._record_rejection(outcome, event)
+            return outcome
+        with self.store.transaction():
+            candidate = self.store.add_candidate(outcome, seq=ask.seq, norm_hash=norm)
+            self.store.link_calls(outcome.prompt_hash, candidate.id)
+            self.store.mark_event(ask.seq, "admitted", event)
+        self._move(None, CandidateStatus.PROPOSED)
+        return candidate
+
+    def _check(self, ask: Ask, proposal: Proposal, norm: str) -> Outcome:
+        """The one check every child passes before it is stored: new, inside its blocks, not a near twin."""
+
+        def rejection(reason: str, duplicate_of: str | None = None) -> Rejection:
+            return Rejection(
+                ask=ask,
+                operator=proposal.operator,
+                model=proposal.model,
+                reason=reason,
+                files=proposal.files,
+                prompt_hash=proposal.prompt_hash,
+                duplicate_of=duplicate_of,
+            )
+
+        if self.store.has_candidate(proposal.id):
+            return rejection(
+                f"the answer reproduces candidate {proposal.id[:8]} exactly; propose a different change",
+                duplicate_of=proposal.id,
+            )
+        parent_files = self.store.candidate(ask.parents[0][0]).files
+        try:
+            check_edit(parent_files, proposal.files, self.benchmark.is_editable)
+        except EditError as exc:
+            return rejection(str(exc))
+        twin = self.store.has_equivalent(norm)
+        if twin is not None:
+            return rejection(
+                f"near-duplicate of {twin[:8]} (same code up to comments and whitespace)",
+                duplicate_of=twin,
+            )
+        return replace(proposal, island=ask.island)
+
+    def _record_rejection(self, rejected: Rejection, event: int) -> None:
+        ask = rejected.ask
+        arity = self.emitter.arms[ask.arm][0].arity if ask.arm in self.emitter.arms else 1
+        proposal = Proposal(
+            files=rejected.files or {},
+            parents=ask.edges(EdgeRole.CROSSOVER if arity > 1 else EdgeRole.MUTATION),
+            operator=rejected.operator,
+            model=rejected.model,
+            description=rejected.reason,
+            prompt_hash=rejected.prompt_hash,
+            island=ask.island,
+        )
+        rejected_id = content_hash({"<rejected>": f"{ask.seq}:{rejected.reason}:{rejected.answer}"})
+        with self.store.transaction():
+            self.store.add_candidate(
+                proposal, seq=ask.seq, status=CandidateStatus.REJECTED, candidate_id=rejected_id
+            )
+            self.store.link_calls(rejected.prompt_hash, rejected_id)
+            self.store.add_evaluation(
+                rejected_id,
+                Evaluation(
+                    status=EvalStatus.REJECTED,
+                    artifacts={"error": rejected.reason, "answer": rejected.answer[-4000:]},
+                ),
+            )
+            self.emitter.tell(ask.arm, None)
+            self.store.set_state("bandit", self.emitter.state.to_json())
+            self.store.record_ask(ask.seq, ask.to_json(), event)
+            self.store.mark_event(ask.seq, "admitted", event)
+            self.store.mark_event(ask.seq, "told", event)
+        self._move(None, CandidateStatus.REJECTED)
+        source = "" if rejected.reason.startswith(rejected.operator) else f"{ask.arm}: "
+        log.info("#%d refused before evaluation: %s%s", ask.seq, source, rejected.reason[:200])
+
+    # --- evaluate and tell --------------------------------------------------------------------------
+
+    def job(self, candidate: Candidate, sample: int = 0) -> Job:
+        """The evaluation of ``candidate`` (``sample`` > 0: its extra samples under noise)."""
+        seed = eval_seed(self.seed, candidate.seq)
+        if sample:
+            seed = noise.reevaluation_seed(seed, sample)
+        return Job(
+            candidate_id=candidate.id,
+            files=dict(candidate.files),
+            seed=seed,
+            timeout_s=self.benchmark.timeout_s,
+        )
+
+    def start_evaluation(self, candidate: Candidate) -> None:
+        """Mark ``candidate`` as under evaluation (checks the harness first)."""
+        self.check_harness()
+        if candidate.id in self._evaluating:
+            return
+        self._evaluating.add(candidate.id)
+        if candidate.status == CandidateStatus.EVALUATING:  # re-queued on resume
+            return
+        with self.store.transaction():
+            self.store.set_status(candidate.id, CandidateStatus.EVALUATING)
+        self._move(CandidateStatus.PROPOSED, CandidateStatus.EVALUATING)
+
+    def tell(
+        self,
+        candidate: Candidate,
+        evaluation: Evaluation,
+        samples: Sequence[Evaluation] = (),
+        *,
+        state: Mapping[str, Any] | None = None,
+    ) -> AddResult | None:
+        """Store an evaluation, offer it to the archive and teach the emitter, in one transaction.
+
+        Args:
+            candidate: an evaluated candidate (from ``admit``, ``seed_to_evaluate`` or a resume).
+            evaluation: its verdict.
+            samples: extra evaluations with other seeds (noise-aware selection), stored as
+                rows of stage ``reevaluation`` before the verdict.
+            state: extra ``state`` rows to write in the same transaction.
+
+        Returns:
+            What the archive did (None for a failed evaluation).
+        """
+        seed = candidate.seq == 0
+        islands = range(self.archive.islands) if seed else (candidate.island,)
+        status = CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED
+        with self.store.transaction():
+            self.store.set_status(candidate.id, status)
+            for sample in samples:
+                self.store.add_evaluation(candidate.id, replace(sample, stage=noise.REEVALUATION))
+            self.store.add_evaluation(candidate.id, evaluation)
+            for key, value in (state or {}).items():
+                self.store.set_state(key, value)
+            results = [self.archive.add(candidate.id, evaluation, island=i) for i in islands]
+            result = results[0] if evaluation.ok else None
+            if not seed:
+                self.emitter.tell(arm_key(candidate.operator, candidate.model), result)
+                self.store.set_state("bandit", self.emitter.state.to_json())
+                self.store.mark_event(candidate.seq, "told", self._next_event())
+            started = (
+                candidate.id in self._evaluating or candidate.status == CandidateStatus.EVALUATING
+            )
+            self._move(CandidateStatus.EVALUATING if started else CandidateStatus.PROPOSED, status)
+            self._evaluating.discard(candidate.id)
+            self.archive.record_stats(
+                evaluated=self.evaluated, failures=self.failures, cost=self.cost()
+            )
+        return result

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
     from evolve.archive import Archive
+    from evolve.driver import Summary
     from evolve.fitness import Benchmark, EvalContext, Fitness, Stage
     from evolve.noise import NoiseSettings
-    from evolve.driver import Summary
     from evolve.settings import ArchiveSettings, EmitterSettings, RunSettings, SearchSettings
     from evolve.store import Store
     from evolve.types import (

@@ -14,7 +14,6 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from evolve.operators.base import Parent
 from evolve.store import Store
 from evolve.types import (
     AddResult,
@@ -22,6 +21,7 @@ from evolve.types import (
     Descriptor,
     Evaluation,
     Objective,
+    Parent,
 )
 
 SAMPLERS = ("uniform", "rank")

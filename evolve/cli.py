@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from evolve.config import (
-    ConfigError,
     FitnessBuildError,
     alternatives,
     build_settings,
@@ -27,7 +26,7 @@ from evolve.config import (
     new_run_dir,
     with_benchmark_search_defaults,
 )
-from evolve.settings import Alternative, RunSettings
+from evolve.settings import Alternative, ConfigError, RunSettings
 from evolve.store import Store
 from evolve.types import EvolveError
 

@@ -27,10 +27,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from evolve.fitness import Benchmark, Fitness
 from evolve.noise import NoiseSettings
+from evolve.paths import resolve_path
 from evolve.settings import (
     Alternative,
     ArchiveSettings,
     BuiltinWeights,
+    ConfigError,
     EmitterSettings,
     RunSettings,
     SearchSettings,
@@ -66,29 +68,11 @@ RESUME_OVERRIDABLE = (
 )
 
 
-class ConfigError(EvolveError):
-    """A configuration the run cannot use; the message names the fix."""
-
-
 class FitnessBuildError(ConfigError):
     """The benchmark's fitness refused to be built here (missing data, hardware, a bad parameter)."""
 
 
 # --- paths ----------------------------------------------------------------------------------------
-
-
-def resolve_path(spec: str | Path, *, base: Path | None = None) -> Path:
-    """Resolve ``pkg://package.module/relative/path`` or a filesystem path (relative to ``base`` or cwd)."""
-    text = str(spec)
-    if text.startswith("pkg://"):
-        module, _, rel = text.removeprefix("pkg://").partition("/")
-        try:
-            root = importlib.resources.files(module)
-        except ModuleNotFoundError as exc:
-            raise ConfigError(f"path {text!r}: package {module!r} is not importable") from exc
-        return Path(str(root.joinpath(rel))) if rel else Path(str(root))
-    path = Path(text).expanduser()
-    return path if path.is_absolute() else (base or Path.cwd()) / path
 
 
 def new_run_dir(resume: str | None, benchmark: str) -> str:

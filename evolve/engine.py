@@ -27,7 +27,6 @@ from typing import Any
 
 from evolve import noise
 from evolve.archive import Archive
-from evolve.backends import Job
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
 from evolve.operators.base import OperatorRejected
@@ -41,6 +40,7 @@ from evolve.types import (
     EvalStatus,
     Evaluation,
     EvolveError,
+    Job,
     Proposal,
     content_hash,
 )

@@ -14,7 +14,7 @@ from typing import Any
 from evolve import runlock
 from evolve.archive import Archive
 from evolve.backends import LocalBackend
-from evolve.config import ConfigError, build_benchmark, search_settings, workers
+from evolve.config import build_benchmark, search_settings, workers
 from evolve.driver import Driver, Summary, recorded_events
 from evolve.emitters import Emitter
 from evolve.engine import Engine
@@ -24,6 +24,7 @@ from evolve.noise import NoiseSettings
 from evolve.operators.catalog import build_operators, uses_llm
 from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.plots import write_plots
+from evolve.settings import ConfigError
 from evolve.store import ArchiveFileError, Store
 from evolve.types import EvolveError
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from evolve.types import EvolveError
+
 if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
     from evolve.fitness import Benchmark
     from evolve.noise import NoiseSettings
+
+class ConfigError(EvolveError):
+    """A configuration the run cannot use; the message names the fix."""
+
 
 SAMPLERS = ("uniform", "rank")
 SELECTIONS = ("bandit", "weights")
@@ -94,11 +100,14 @@ class ArchiveSettings:
             or ``uniform``.
         qd_offset: the QD score's baseline in oriented units (larger is better); None: the
             seed program's value.
+        min_improvement: the smallest gain, relative to max(1, |incumbent|), that counts as
+            improving a cell (rounding noise never replaces an elite).
     """
 
     islands: int = 1
     sampler: str = "rank"
     qd_offset: float | None = None
+    min_improvement: float = 1e-9
 
     def __post_init__(self) -> None:
         problems = []
@@ -110,6 +119,10 @@ class ArchiveSettings:
             )
         if self.qd_offset is not None and not _number(self.qd_offset):
             problems.append(f"archive.qd_offset must be a number or null, got {self.qd_offset!r}")
+        if not _number(self.min_improvement) or self.min_improvement < 0:
+            problems.append(
+                f"archive.min_improvement must be 0 or a small positive fraction, got {self.min_improvement!r}"
+            )
         _raise(problems)
 
 

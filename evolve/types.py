@@ -210,3 +210,22 @@ class AddResult:
     improvement: float = 0.0
     island: int = 0
     cell: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parent:
+    """A stored candidate with its latest evaluation and its cell in the grid."""
+
+    candidate: Candidate
+    evaluation: Evaluation | None = None
+    cell: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One evaluation to run: a candidate's files and the context handed to the fitness."""
+
+    candidate_id: str
+    files: Files
+    seed: int
+    timeout_s: float

@@ -220,7 +220,7 @@ def test_a_config_error_is_one_line_with_exit_status_2(tmp_path):
 
 def test_evolve_run_from_python_refuses_a_bad_config_with_the_same_message(tmp_path):
     import evolve
-    from evolve.config import ConfigError
+    from evolve.settings import ConfigError
 
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['bogus'\] in emitter; valid keys: discount"):
         evolve.run(["+emitter.bogus=1"], run_dir=tmp_path)

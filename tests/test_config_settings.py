@@ -7,9 +7,15 @@ import sys
 
 import pytest
 
-from evolve.config import ConfigError, build_settings
+from evolve.config import build_settings
 from evolve.noise import NoiseSettings
-from evolve.settings import ArchiveSettings, BuiltinWeights, EmitterSettings, SearchSettings
+from evolve.settings import (
+    ArchiveSettings,
+    BuiltinWeights,
+    ConfigError,
+    EmitterSettings,
+    SearchSettings,
+)
 from tests.conftest import REPO, composed
 
 
@@ -31,7 +37,7 @@ def test_the_default_config_becomes_typed_settings():
     [
         (
             "+archive.islnds=2",
-            "unknown key(s) ['islnds'] in archive; valid keys: islands, qd_offset, sampler",
+            "unknown key(s) ['islnds'] in archive; valid keys: islands, min_improvement, qd_offset, sampler",
         ),
         (
             "+emitter.temperature=1",

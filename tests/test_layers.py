@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 # Lowest first; a name is the first part after ``evolve.`` (a module or a subpackage). Modules
 # named here that do not exist yet take their place when they are written.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types", "settings"),
+    ("types", "settings", "paths"),
     ("store", "runlock", "callstore"),
     ("isolation", "landlock", "channels", "sandbox_env", "sandbox"),
     ("harness",),
@@ -35,21 +35,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("browse",),
 )
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}
-
-# Imports from a lower layer to a higher one that exist now, outside this test's owner's
-# files, each with what would remove it. An entry must go when its import goes.
-KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("evolve.archive", "evolve.operators"): "see the next entry",
-    ("evolve.archive", "evolve.operators.base"): (
-        "the archive builds operators.base.Parent; Parent (a candidate, its evaluation and "
-        "cell) belongs below, with the types"
-    ),
-    ("evolve.backends.ray", "evolve.config"): (
-        "RayBackend.from_config resolves the harness paths with config.resolve_path; the config "
-        "layer should pass them resolved"
-    ),
-}
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -147,12 +132,10 @@ def test_imports_go_only_downward():
         for target in targets
         if layer_of(target) > layer_of(module)
     }
-    unexplained = sorted(upward - set(KNOWN_UPWARD))
+    unexplained = sorted(upward)
     assert not unexplained, "imports from a lower layer to a higher one:\n" + "\n".join(
         f"  {a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})" for a, b in unexplained
     )
-    gone = sorted(set(KNOWN_UPWARD) - upward)
-    assert not gone, f"no longer imported, remove from KNOWN_UPWARD: {gone}"
 
 
 def test_the_graph_sees_imports_inside_functions_but_not_type_only_ones(tmp_path):

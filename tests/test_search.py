@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from evolve import cli, runlock, runner
-from evolve.config import ConfigError, new_run_dir
+from evolve.config import new_run_dir
+from evolve.settings import ConfigError
 from evolve.store import Store
 from evolve.types import CandidateStatus, EvolveError
 from tests.conftest import REPO, composed

@@ -5,13 +5,12 @@
 this package never imports Ray.
 """
 
-from evolve.backends.base import HARNESS_GRACE_S, Backend, Job, run_job
+from evolve.backends.base import HARNESS_GRACE_S, Backend, run_job
 from evolve.backends.local import LocalBackend, gpu_groups, visible_gpus
 
 __all__ = [
     "HARNESS_GRACE_S",
     "Backend",
-    "Job",
     "LocalBackend",
     "gpu_groups",
     "run_job",

@@ -7,24 +7,13 @@ import os
 import platform
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from evolve.fitness import EvalContext, Fitness, evaluate_safely, write_files
-from evolve.types import Evaluation, Files
+from evolve.types import Evaluation, Job
 
 HARNESS_GRACE_S = 60.0  # how long past the candidate's timeout a fitness may take to return
-
-
-@dataclass(frozen=True, kw_only=True)
-class Job:
-    """One evaluation to run: a candidate's files and the context handed to the fitness."""
-
-    candidate_id: str
-    files: Files
-    seed: int
-    timeout_s: float
 
 
 class Backend(Protocol):

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
-from evolve.backends.base import HARNESS_GRACE_S, Job, run_job
+from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
-from evolve.types import EvalStatus, Evaluation
+from evolve.types import EvalStatus, Evaluation, Job
 
 STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxed processes
 

@@ -39,9 +39,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from evolve.backends.base import HARNESS_GRACE_S, Job, run_job
+from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
-from evolve.types import EvalStatus, Evaluation, EvolveError
+from evolve.types import EvalStatus, Evaluation, EvolveError, Job
 
 log = logging.getLogger("evolve")
 
@@ -98,7 +98,7 @@ def harness_digest(specs: Sequence[str]) -> str:
     A missing file counts as different content, so a node lacking the benchmark's files
     disagrees with the driver as a node holding other versions of them does.
     """
-    from evolve.config import resolve_path
+    from evolve.paths import resolve_path
 
     digest = hashlib.sha256()
     for spec in specs:

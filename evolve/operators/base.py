@@ -8,16 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from evolve.fitness import Benchmark
-from evolve.types import Candidate, Evaluation, Files, Proposal
-
-
-@dataclass(frozen=True, kw_only=True)
-class Parent:
-    """A stored candidate with its latest evaluation and its cell in the grid."""
-
-    candidate: Candidate
-    evaluation: Evaluation | None = None
-    cell: str | None = None
+from evolve.types import Files, Parent, Proposal
 
 
 @dataclass(frozen=True, kw_only=True)

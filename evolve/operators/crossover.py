@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evolve.operators.base import OperatorRejected, OperatorRequest, Parent
+from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.mutate import LLMOperator, apply_blocks
 from evolve.operators.prompting import context_values, program_view
-from evolve.types import EdgeRole
+from evolve.types import EdgeRole, Parent
 
 
 class Crossover(LLMOperator):
@@ -28,7 +28,8 @@ class Crossover(LLMOperator):
         second = next((p for p in others if p.candidate.id != first.candidate.id), None)
         if second is None:
             raise OperatorRejected(
-                "crossover needs two different parents; the archive holds one elite so far"
+                "crossover needs two different parents; the archive holds one elite so far",
+                model=self.model,
             )
         return (first, second)
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from evolve.llm import LLMCallFailed, LLMClient, preflight
-from evolve.operators.base import OperatorRejected, OperatorRequest, Parent
+from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.edits import EditError
 from evolve.operators.prompting import (
     Budget,
@@ -27,7 +27,7 @@ from evolve.operators.search_replace import (
     parse_search_replace,
     splice_rewrite,
 )
-from evolve.types import EdgeRole, Proposal
+from evolve.types import EdgeRole, Parent, Proposal
 
 _EDIT_START = re.compile(r"^[ \t]*(<{5,9}[ \t]*SEARCH|```|~~~)", re.M)
 _FILE_LINE = re.compile(r"^\W*(file:?\s*)?[\w./\\-]+\.\w+\W*$", re.I)

@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 
 from evolve.fitness import Benchmark
-from evolve.operators.base import Parent
+from evolve.types import Parent
 
 PROMPTS = Path(__file__).parent / "prompts"
 LANGUAGES = {

@@ -8,8 +8,8 @@ import time
 import uuid
 from pathlib import Path
 
-from evolve.backends import Job, LocalBackend, local
-from evolve.types import EvalStatus
+from evolve.backends import LocalBackend, local
+from evolve.types import EvalStatus, Job
 from tests.backends.fitnesses import Outlasting
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.backends import Job, LocalBackend
+from evolve.backends import LocalBackend
 from evolve.backends.ray import (
     CONFIG_KEYS,
     RayBackend,
@@ -19,7 +19,7 @@ from evolve.backends.ray import (
     _check_reachable,
     import_ray,
 )
-from evolve.types import EvalStatus, content_hash
+from evolve.types import EvalStatus, Job, content_hash
 from tests.backends.fitnesses import Traced, traces
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from evolve import runner
-from evolve.config import ConfigError
 from evolve.noise import REEVALUATION, STATE_KEY, Calibration, NoiseSettings, pvalue, stored_samples
+from evolve.settings import ConfigError
 from evolve.store import Store
 from tests.conftest import REPO, composed
 from tests.fixtures.toy import Toy

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from evolve.fitness import Benchmark
-from evolve.operators.base import OperatorRejected, OperatorRequest, Parent
+from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.builtin import BlockCrossover, Tweak, literals, perturb
 from evolve.operators.edits import block_bodies, check_edit
-from evolve.types import Candidate, EdgeRole
+from evolve.types import Candidate, EdgeRole, Parent
 from tests.fixtures.toy import Toy
 
 CODE = """import math

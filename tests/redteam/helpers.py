@@ -9,9 +9,9 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from evolve.backends.base import Job, run_job
+from evolve.backends.base import run_job
 from evolve.fitness import Fitness
-from evolve.types import EvalStatus, Evaluation
+from evolve.types import EvalStatus, Evaluation, Job
 
 
 def evaluate(

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from evolve import runner
-from evolve.config import resolve_path
 from evolve.engine import HarnessChanged
+from evolve.paths import resolve_path
 from evolve.store import Store
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed

@@ -78,8 +78,9 @@ def supervise(job: dict) -> dict:
     # The training split reaches the program only through the feed: its files are forbidden too.
     config = {k: job[k] for k in CONFIG_KEYS} | {"forbidden": [*job["forbidden"], job["train_dir"]]}
     env[CONFIG_ENV] = json.dumps(config)
+    short = job.get("max_steps") is not None  # a short run ends at its steps, not by the budget
     window = Window(
-        budget_s=job["budget_s"],
+        budget_s=job["budget_s"] + (job["startup_limit_s"] if short else 0.0),
         untimed_steps=job["untimed_steps"],
         startup_limit_s=job["startup_limit_s"],
         free_startup_s=job["free_startup_s"],

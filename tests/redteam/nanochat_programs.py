@@ -44,8 +44,8 @@ TRIGGERS = {
 }
 
 
-def seed_files() -> dict[str, str]:
-    return {p.name: p.read_text() for p in SEED.glob("*.py")}
+def seed_files(seed_dir: Path = SEED) -> dict[str, str]:
+    return {p.name: p.read_text() for p in seed_dir.glob("*.py")}
 
 
 def cheating_model(trigger: str) -> str:
@@ -113,8 +113,8 @@ ZERO_PATHS = {
 }
 
 
-def edited(edits: list[tuple[str, str]]) -> dict[str, str]:
-    files = seed_files()
+def edited(edits: list[tuple[str, str]], seed_dir: Path = SEED) -> dict[str, str]:
+    files = seed_files(seed_dir)
     text = files["model.py"]
     for old, new in edits:
         assert old in text, old
@@ -192,7 +192,7 @@ def loss_of(model, x, y):
 '''
 
 
-def strong_program(compile_model: bool) -> dict[str, str]:
+def strong_program(compile_model: bool, seed_dir: Path = SEED) -> dict[str, str]:
     """Muon + AdamW, zero-initialised output projections, bf16 autocast, torch.compile if asked."""
     files = edited(
         [

@@ -252,22 +252,23 @@ def scoring(data_dir):
     return tiny_fitness(data_dir)
 
 
-def score_model(fitness, folder: Path, model_py: str, armed: bool = False):
+def score_model(fitness, folder: Path, model_py: str, armed: bool = False, gpu: str | None = None):
     """Score a fresh model built from ``model_py`` with the real scorer (no training needed)."""
+    config = {**CONFIG, "seq_len": fitness.scale.seq_len}
     folder.mkdir(parents=True)
     (folder / "model.py").write_text(model_py)
-    (folder / "config.json").write_text(json.dumps(CONFIG))
+    (folder / "config.json").write_text(json.dumps(config))
     spec = importlib.util.spec_from_file_location(
         f"redteam_model_{uuid.uuid4().hex}", folder / "model.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     torch.manual_seed(0)
-    model = module.build_model(CONFIG)
+    model = module.build_model(config)
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
-    return fitness.score(folder, EvalContext(seed=0, scratch=folder.parent))
+    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent))
 
 
 def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
@@ -330,3 +331,54 @@ def test_the_strong_program_with_torch_compile_passes(data_dir, tmp_path):
     work = programs.write(programs.strong_program(compile_model=True), tmp_path / "work")
     ev = evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
     assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+
+
+# --- the same on a GPU (bf16 autocast, float16 logits, torch.compile): pytest -m gpu ------------------
+
+
+def gpu_fitness(data_dir: Path, **overrides):
+    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    settings = dict(scale="nanochat", data_dir=str(data_dir), dataset="tiny", vocab_size=512)
+    settings.update(seq_len=256, budget_s=20.0, eval_batch_rows=8, eval_tokens=256 * 8 * 4)
+    return NanochatFitness(**{**settings, **overrides})
+
+
+@pytest.mark.gpu
+def test_gpu_cheats_under_triggers_are_caught_and_the_honest_model_passes(data_dir, tmp_path):
+    fitness = gpu_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
+    honest = score_model(fitness, tmp_path / "honest", programs.seed_files()["model.py"], gpu="0")
+    assert honest["status"] == "ok", honest
+    for trigger in sorted(programs.TRIGGERS):
+        verdict = score_model(
+            fitness,
+            tmp_path / trigger,
+            programs.cheating_model(trigger),
+            armed=trigger == "trained_flag",
+            gpu="0",
+        )
+        assert verdict["status"] == "rejected" and "not causal" in verdict["reason"], trigger
+
+
+@pytest.mark.gpu
+def test_gpu_strong_program_with_compile_passes_every_stage(data_dir, tmp_path):
+    fitness = gpu_fitness(data_dir, layered={"local_check": True, "short_run_steps": 30})
+    seed_dir = fitness.scale.seed_dir
+    work = programs.write(
+        programs.strong_program(compile_model=True, seed_dir=seed_dir), tmp_path / "w"
+    )
+    ev = evaluate_safely(fitness, work, EvalContext(seed=0, gpu="0", scratch=tmp_path))
+    assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+    assert ev.metrics["stop_to_save_s"] < fitness.scale.save_limit_s
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", sorted(programs.ZERO_PATHS))
+def test_gpu_zero_initialised_look_ahead_stops_at_the_local_check(data_dir, tmp_path, path):
+    fitness = gpu_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
+    edits = programs.ZERO_PATHS[path]
+    work = programs.write(programs.edited(edits, fitness.scale.seed_dir), tmp_path / "work")
+    ev = fitness.stages[0].run(work, EvalContext(seed=0, gpu="0", scratch=tmp_path))
+    assert_caught(ev, EvalStatus.INVALID, r"local check: causality")

@@ -23,6 +23,7 @@ from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.harness.clock import Window, run_timed
+from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
 from evolve.harness.protocol import SAFE_PATH, serve_job
 
@@ -97,6 +98,7 @@ def supervise(job: dict) -> dict:
         marker_var=TREE_ENV,
         on_saved=lambda: {"digest": checkpoint_digest(folder)},
         ignore_leftovers=COMPILE_WORKERS,
+        preexec=hide_reads([job["train_dir"]]),  # native code included, where Landlock is
     )
 
 

@@ -24,6 +24,7 @@ import torch
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.sources import chunk_text
 
+from evolve import isolation
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
@@ -199,6 +200,17 @@ def test_training_at_import_time_on_the_training_files_is_refused(data_dir, tmp_
     assert_caught(ev, EvalStatus.REJECTED, r"read forbidden data.*train")
 
 
+@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13)")
+def test_training_files_read_by_native_code_give_nothing(data_dir, tmp_path):
+    inject = (  # ctypes bypasses Python's audit hooks: the harness's Landlock layer refuses it
+        "import ctypes as _c, json as _j, os as _o\n"
+        "_train = next(p for p in _j.loads(_o.environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('train'))\n"
+        "print('NATIVE_FD', _c.CDLL(None).open(_o.path.join(_train, 'tokens.bin').encode(), 0))\n"
+    )
+    ev = run(data_dir, tmp_path, inject)
+    assert "NATIVE_FD -1" in ev.artifacts.get("train_log", ""), dict(ev.artifacts)
+
+
 def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):
     files = programs.seed_files()
     train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
@@ -219,6 +231,7 @@ def test_training_after_the_reported_checkpoint_and_overwriting_it_is_rejected(d
     assert_caught(ev, EvalStatus.REJECTED, r"checkpoint changed after the program reported it")
 
 
+@pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly
 def test_a_second_checkpoint_saved_late_is_rejected(data_dir, tmp_path):
     files = programs.seed_files()
     train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
@@ -227,6 +240,7 @@ def test_a_second_checkpoint_saved_late_is_rejected(data_dir, tmp_path):
     assert_caught(ev, EvalStatus.REJECTED, r"checkpoint .*s after the stop \(limit 2s\)")
 
 
+@pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly
 def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
     """A program that takes many batches during the untimed warm-up, to train on them later, gets random rows."""
     files = programs.seed_files()

@@ -30,11 +30,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("llm",),
     ("operators",),
     ("engine", "emitters"),
-    ("driver", "search", "progress", "backends"),
+    ("driver", "progress", "backends"),
     ("config", "runner", "cli", "__main__", ""),  # "": the package itself (the public API)
     ("browse",),
 )
 LAYER = {name: index for index, names in enumerate(LAYERS) for name in names}
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts

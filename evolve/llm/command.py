@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evolve.harness.reaper import kill_group
 from evolve.llm._litellm import litellm
 
 PROVIDER = "command"
@@ -135,11 +135,11 @@ def _make_handler_class() -> type:
                     proc.communicate(prompt_text(messages).encode()), seconds
                 )
             except TimeoutError:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 await proc.wait()
                 raise self._timeout(model, seconds) from None
             except asyncio.CancelledError:  # the run is ending: leave no process behind
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 raise
             finally:
                 _forget_if_empty(proc.pid)
@@ -170,7 +170,7 @@ def _make_handler_class() -> type:
             try:
                 stdout, stderr = proc.communicate(prompt_text(messages).encode(), timeout=seconds)
             except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 proc.wait()
                 raise self._timeout(model, time.monotonic() - start) from None
             finally:
@@ -183,11 +183,6 @@ def _make_handler_class() -> type:
 
 
 _groups: set[int] = set()  # process groups started here that may still have members
-
-
-def _kill_group(pid: int, sig: signal.Signals = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
 
 
 def _alive(pgid: int) -> bool:
@@ -213,7 +208,7 @@ def _forget_if_empty(pgid: int) -> None:
 async def end_command_processes(grace_s: float = 2.0) -> None:
     """End every process group the command provider started: SIGTERM, then SIGKILL after ``grace_s``."""
     for pgid in list(_groups):
-        _kill_group(pgid, signal.SIGTERM)
+        kill_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while any(_alive(pgid) for pgid in _groups) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
@@ -223,7 +218,7 @@ async def end_command_processes(grace_s: float = 2.0) -> None:
 def _kill_all() -> None:
     """SIGKILL what is left of the groups (also run at interpreter exit)."""
     for pgid in list(_groups):
-        _kill_group(pgid)
+        kill_group(pgid)
         _groups.discard(pgid)
 
 

@@ -74,6 +74,7 @@ def restrict(
     reads: Sequence[tuple[str, bool, int]] | None,
     *,
     tcp: bool,
+    scoped: bool = True,
 ) -> str:
     """Restrict this process with Landlock; return what was restricted.
 
@@ -82,13 +83,14 @@ def restrict(
         writes: (path, is_dir) granted every right; None leaves writes unrestricted.
         reads: (path, is_dir, rights) read grants (``read_rules``); None leaves reads open.
         tcp: refuse TCP bind and connect (ABI >= 4).
+        scoped: scope signals and abstract unix sockets to this domain (ABI >= 6).
     """
     fs = FS_ABI1_ALL | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
     if writes is None:
         fs &= FS_READ
     if reads is None:
         fs &= ~FS_READ
-    attr = _RulesetAttr(fs, NET_TCP if tcp and abi >= 4 else 0, SCOPE_ALL if abi >= 6 else 0)
+    attr = _RulesetAttr(fs, NET_TCP if tcp and abi >= 4 else 0, SCOPE_ALL if scoped and abi >= 6 else 0)
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     if not (attr.fs or attr.net or attr.scoped):
         return "nothing to restrict"

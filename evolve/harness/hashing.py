@@ -39,9 +39,37 @@ def _source(name: str) -> Path | None:
     return Path(spec.origin).resolve()
 
 
-def _named(tree: ast.AST, package: str | None) -> Iterable[str]:
-    """Module names that ``tree`` imports, or names as strings (``-m`` targets)."""
-    for node in ast.walk(tree):
+def _type_checking(node: ast.AST) -> bool:
+    """Whether ``node`` is ``if TYPE_CHECKING:`` (imports for annotations only, never run)."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _nodes(tree: ast.AST, *, functions: bool) -> Iterable[ast.AST]:
+    """Every node of ``tree`` outside ``if TYPE_CHECKING:`` blocks (and function bodies, unless ``functions``)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if not functions and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if _type_checking(node):
+            todo += node.orelse
+        else:
+            todo += ast.iter_child_nodes(node)
+
+
+def _named(tree: ast.AST, package: str | None, *, init: bool) -> Iterable[str]:
+    """Module names that ``tree`` imports at run time, and names as strings (``-m`` targets).
+
+    A package's ``__init__`` (``init``) counts only what it imports when the package loads: it
+    starts no harness process, and names it loads lazily (inside functions, or as strings in
+    a table) are not part of what its submodules run.
+    """
+    for node in _nodes(tree, functions=not init):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -52,7 +80,8 @@ def _named(tree: ast.AST, package: str | None) -> Iterable[str]:
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
         elif (
-            isinstance(node, ast.Constant)
+            not init
+            and isinstance(node, ast.Constant)
             and isinstance(node.value, str)
             and MODULE_NAME.match(node.value)
         ):
@@ -82,7 +111,7 @@ def harness_modules(root: str, *, within: Iterable[str] = ("evolve",)) -> list[P
         parents = [".".join(parts[:i]) for i in range(1, len(parts))]
         package = name if path.name == "__init__.py" else ".".join(parts[:-1]) or None
         todo += parents
-        todo += _named(ast.parse(path.read_bytes()), package)
+        todo += _named(ast.parse(path.read_bytes()), package, init=path.name == "__init__.py")
     return sorted(set(seen.values()))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolve import isolation
+from evolve import landlock
 from evolve.harness.clock import Window, run_timed
 from evolve.harness.confine import hide_reads
 
@@ -149,7 +149,7 @@ def test_checkpoints_saved_along_the_way_are_allowed_the_last_counts(tmp_path):
     assert verdict["stop_to_save_s"] is not None
 
 
-@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13)")
+@pytest.mark.skipif(landlock.abi() < 1, reason="needs Landlock (Linux >= 5.13)")
 def test_hidden_files_are_unreadable_to_the_program_even_by_native_code(tmp_path):
     secret = tmp_path / "data" / "train"
     secret.mkdir(parents=True)

@@ -24,7 +24,7 @@ import torch
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.sources import chunk_text
 
-from evolve import isolation
+from evolve import landlock
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
@@ -200,7 +200,7 @@ def test_training_at_import_time_on_the_training_files_is_refused(data_dir, tmp_
     assert_caught(ev, EvalStatus.REJECTED, r"read forbidden data.*train")
 
 
-@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13)")
+@pytest.mark.skipif(landlock.abi() < 1, reason="needs Landlock (Linux >= 5.13)")
 def test_training_files_read_by_native_code_give_nothing(data_dir, tmp_path):
     inject = (  # ctypes bypasses Python's audit hooks: the harness's Landlock layer refuses it
         "import ctypes as _c, json as _j, os as _o\n"

@@ -70,6 +70,11 @@ class ClockServer:
         assert self._folder is not None, "use ClockServer as a context manager"
         return str(Path(self._folder) / "clock")
 
+    def phase(self) -> str:
+        """Where the run is: "before" the start mark, "running", or "after" the stop mark."""
+        events = {m.event for m in self.marks}
+        return "after" if "stop" in events else "running" if "start" in events else "before"
+
     def __enter__(self) -> ClockServer:
         self._folder = tempfile.mkdtemp(
             prefix="speedrun-clock-", dir="/tmp"

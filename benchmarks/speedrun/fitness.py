@@ -242,6 +242,7 @@ def verdict(records: list[RunRecord], target: float, alpha: float) -> Evaluation
             ("time_s", r.train_s),
             ("init_loss", r.init_loss),
             ("charged_s", r.charged_s),
+            ("causal_diff", r.causal_diff),
         )
         for key, value in values:
             if value is not None:

@@ -70,6 +70,7 @@ class RunRecord:
     charged_s: float = 0.0  # start-up beyond the compile allowance, included in train_s
     post_stop_s: float | None = None
     eval_s: float | None = None
+    causal_diff: float | None = None  # largest loss change the probe rows showed
     wall_s: float = 0.0
     params: int | None = None
     probes: list[tuple[float, float]] = field(default_factory=list)  # (training seconds, val loss)

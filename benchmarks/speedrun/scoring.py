@@ -230,6 +230,7 @@ def evaluate_run(
                 f"disagrees with the logits it returned ({expected:.5f}); was the loss computation patched?",
             )
     worst, where = causal_violation(nats, plan)
+    record.causal_diff = worst
     if not worst <= settings.causal_tol:
         return fail(
             EvalStatus.REJECTED,

@@ -149,7 +149,7 @@ def test_training_before_the_clock_starts_is_rejected(data_dir, tmp_path):
     )
     result = evaluate(fitness(data_dir, overrides=QUICK), folder, tmp_path)
     assert result.status == EvalStatus.REJECTED
-    assert "already trained when the clock started" in result.artifacts["error"]
+    assert "not the model that torch.manual_seed(EVOLVE_SEED)" in result.artifacts["error"]
 
 
 def test_a_model_that_looks_ahead_is_rejected(data_dir, tmp_path):

@@ -107,12 +107,12 @@ def fitness_for(
         run_timeout_s=run_timeout_s,
         eval_timeout_s=600,
         warmup_cap_s=60 if args.cpu else 300,
+        compile_allowance_s=10 if args.cpu else 120,  # as speedrun_cpu / speedrun_1gpu
         init_loss_margin=0.3 if args.cpu else 1.0,
         cpu_threads=1 if args.cpu else None,
         probe_every_s=probe_every_s,
         overrides={**overrides, **args.model_overrides},
         cpu_parallel=3,
-        compile_cache=str(args.work / "compile-cache"),
     )
 
 

@@ -61,7 +61,7 @@ def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, st
 def test_validation_data_read_by_native_code_is_refused(data_dir, tmp_path):
     inject = (
         "import numpy, pathlib\n"
-        "_val = pathlib.Path(settings.train_dir).parent / 'val' / 'tokens.bin'\n"
+        "_val = pathlib.Path(next(p for p in __import__('json').loads(__import__('os').environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('val'))) / 'tokens.bin'\n"
         "print('peeked at', len(numpy.fromfile(str(_val), dtype=numpy.uint8)), 'validation bytes')\n"
     )
     ev = run(data_dir, tmp_path, inject)

@@ -45,6 +45,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from evolve.harness.hashing import sha256_file
+
 _state: dict[str, Any] = {"sock": None, "t0": None, "init_saved": False, "probes": 0, "paused": 0.0}
 
 
@@ -164,11 +166,7 @@ def _save(model: torch.nn.Module, path: Path) -> str:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def _save_init(model: torch.nn.Module) -> dict[str, str]:

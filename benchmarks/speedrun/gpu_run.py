@@ -44,6 +44,7 @@ from evolve.benchmarks.speedrun.prepare_text import prepare
 from evolve.benchmarks.speedrun.runner import RunRecord
 
 from evolve.fitness import EvalContext
+from evolve.harness.gpus import visible_gpus
 from evolve.types import EvalStatus
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
@@ -340,10 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus: list[str] = []
         widths = [2]
     else:
-        import torch
-
-        visible = [str(i) for i in range(torch.cuda.device_count())]
-        gpus = args.gpus.split(",") if args.gpus else visible
+        gpus = args.gpus.split(",") if args.gpus else visible_gpus()
         if not gpus:
             raise SystemExit("no GPU visible; use --cpu for the reduced CPU run")
         # powers of two only: the fixed 2^19-token global batch must split evenly over the GPUs

@@ -10,7 +10,6 @@ outcome, with its reason, is in the returned ``RunRecord``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 import shutil
@@ -25,6 +24,7 @@ from evolve.benchmarks.speedrun.stream import TokenServer
 from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
 from evolve.fitness import Limits, Policy, run_sandboxed
+from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
 
 HERE = Path(__file__).resolve().parent
@@ -84,15 +84,6 @@ class RunRecord:
     def overhead_s(self) -> float | None:
         """Wall time of the whole run that was not timed training."""
         return None if self.train_s is None else self.wall_s - self.train_s
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _env(

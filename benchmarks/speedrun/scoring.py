@@ -1,8 +1,8 @@
 """Scoring one run: the evaluation process's rows (scored and probe rows shuffled together), and the checks of its answers.
 
 The harness lays out every row the evaluation process computes: the validation rows, and
-probe copies of some of them whose inputs change after a secret cut (or not at all) but
-whose targets stay the base row's, in batches of the scored shape, in an order drawn from
+probe copies of some of them (``evolve.harness.lm.make_probes``) whose inputs change after a
+secret cut (or not at all) but whose targets stay the base row's, in batches of the scored shape, in an order drawn from
 this evaluation's secret randomness. The process (``evaluate.py``) returns the loss of each
 target; it is never told which rows are scored. A causal model with independent rows gives
 every probe row the losses of its base row before the cut (everywhere for an untouched row),
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evolve.fitness import Limits, Policy, run_sandboxed
+from evolve.harness.lm import make_probes
 from evolve.types import EvalStatus
 
 if TYPE_CHECKING:
@@ -53,71 +54,48 @@ class Layout:
     cut: np.ndarray
 
 
-def stratified_cuts(count: int, seq_len: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` cuts in [1, seq_len - 1], one per equal stratum, shuffled (every range covered)."""
-    span = seq_len - 1
-    cuts = 1 + np.minimum(span - 1, ((np.arange(count) + rng.random(count)) * span / count))
-    return rng.permutation(cuts.astype(np.int64))
-
-
 def layout(val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator) -> Layout:
     """Validation rows of ``val`` (n + 1 tokens) plus probe rows, batched and shuffled by ``rng``.
 
-    There are enough probe batches that every position is some probe's cut at least once
-    (``2 (T - 1) / B``, at least a quarter of the scored batches); each probe batch copies a
-    random scored batch, changes half of its rows' inputs from a cut on (the tokens of
-    another validation row there), leaves the others as they are, and shuffles its rows.
+    The probes are ``evolve.harness.lm``'s (half of a scored batch's rows get another future
+    after a stratified secret cut, the rest stay; the rows are shuffled); there are enough
+    that every position is some probe's cut (``2 (T - 1) / B`` batches, at least a quarter of
+    the scored ones). A probe row keeps its base row's targets.
     """
     rows = (len(val) - 1) // seq_len
-    x = np.stack([val[i * seq_len : (i + 1) * seq_len] for i in range(rows)])
-    y = np.stack([val[i * seq_len + 1 : (i + 1) * seq_len + 1] for i in range(rows)])
+    tokens = np.stack([val[i * seq_len : (i + 1) * seq_len + 1] for i in range(rows)])
     groups = [list(range(i, min(i + batch, rows))) for i in range(0, rows, batch)]
     full = [g for g in groups if len(g) == batch] or groups
-    width = len(full[0])
-    changed = max(1, width // 2)
+    changed = max(1, len(full[0]) // 2)
     count = max(math.ceil(2 * (seq_len - 1) / changed), math.ceil(len(groups) / 4))
-    cuts = iter(stratified_cuts(count * changed, seq_len, rng))
-    batches = [("scored", g, None) for g in groups]
-    for _ in range(count):
-        base = full[int(rng.integers(len(full)))]
-        row_cuts = [seq_len] * width
-        for i in rng.choice(width, size=changed, replace=False):
-            row_cuts[i] = int(next(cuts))
-        order = rng.permutation(width)
-        batches.append(("probe", [base[i] for i in order], [row_cuts[i] for i in order]))
+    probes = make_probes([tokens[g] for g in full], tokens, count, rng)
+    batches = [(g, None) for g in groups] + [(None, p) for p in probes]
     batches = [batches[i] for i in rng.permutation(len(batches))]
     where = {
         source: b * batch + i
-        for b, (kind, members, _) in enumerate(batches)
-        if kind == "scored"
-        for i, source in enumerate(members)
+        for b, (members, _) in enumerate(batches)
+        for i, source in enumerate(members or ())
     }
-    inputs, targets, scored, base_row, cut = [], [], [], [], []
-    for kind, members, row_cuts in batches:
-        for i, source in enumerate(members):
-            cut_at = seq_len if kind == "scored" else row_cuts[i]
-            row = x[source].copy()
-            if cut_at < seq_len:
-                donor = x[(source + 1 + int(rng.integers(max(1, rows - 1)))) % rows]
-                row[cut_at:] = donor[cut_at:]
-                if (row[cut_at:] == x[source][cut_at:]).all():
-                    row[cut_at:] = (row[cut_at:] + 1) % max(2, int(val.max()) + 1)
-            inputs.append(row)
-            targets.append(y[source])
-            scored.append(source if kind == "scored" else -1)
-            base_row.append(-1 if kind == "scored" else where[source])
-            cut.append(cut_at)
-        for _ in range(batch - len(members)):  # padding of a short last batch, never scored
-            inputs.append(x[members[0]])
-            targets.append(y[members[0]])
-            scored.append(-1)
-            base_row.append(-1)
-            cut.append(seq_len)
+    inputs, targets, scored, base, cut = [], [], [], [], []
+    for members, probe in batches:
+        if probe is not None:
+            sources = [full[probe.base][i] for i in probe.order]
+            inputs += list(probe.rows[:, :seq_len])
+            scored += [-1] * len(sources)
+            base += [where[source] for source in sources]
+            cut += [min(c, seq_len) for c in probe.cuts]
+        else:
+            sources = members + [members[0]] * (batch - len(members))  # pad a short last batch
+            inputs += list(tokens[sources, :seq_len])
+            scored += members + [-1] * (batch - len(members))
+            base += [-1] * batch
+            cut += [seq_len] * batch
+        targets += list(tokens[sources, 1:])
     return Layout(
         inputs=np.stack(inputs).astype("<u2"),
         targets=np.stack(targets).astype("<u2"),
         scored=np.asarray(scored),
-        base=np.asarray(base_row),
+        base=np.asarray(base),
         cut=np.asarray(cut),
     )
 

@@ -12,16 +12,15 @@ Every rank may connect; each connection is served by its own thread.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import struct
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from evolve.benchmarks.speedrun.shards import read_shard
+from evolve.benchmarks.speedrun.timer import UnixServer
 
 REQUEST = struct.Struct("<qq")
 REPLY = struct.Struct("<q")
@@ -29,46 +28,25 @@ MAX_COUNT = 1 << 24  # tokens per request
 ENDED = -1
 
 
-class TokenServer:
+class TokenServer(UnixServer):
     """Serves ``files`` (token shards) by ``phase()``: "before", "running" or "after" the clock.
 
     Use as a context manager; ``address`` goes to the candidate as ``SPEEDRUN_DATA``.
     ``served`` counts real tokens handed out, ``synthetic`` the random ones.
     """
 
+    NAME = "data"
+
     def __init__(
         self, files: list[Path], *, vocab_size: int, phase: Callable[[], str], seed: int
     ) -> None:
+        super().__init__()
         self.shards = [read_shard(path) for path in files]
         self.bounds = np.cumsum([0] + [len(s) for s in self.shards])
         self.vocab_size, self.phase = vocab_size, phase
         self.served = self.synthetic = 0
         self._rng = np.random.default_rng(seed)
         self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._folder: str | None = None
-        self._sock: socket.socket | None = None
-
-    @property
-    def address(self) -> str:
-        assert self._folder is not None, "use TokenServer as a context manager"
-        return str(Path(self._folder) / "data")
-
-    def __enter__(self) -> TokenServer:
-        self._folder = tempfile.mkdtemp(prefix="speedrun-data-", dir="/tmp")  # short socket path
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.address)
-        self._sock.listen(64)
-        self._sock.settimeout(0.2)
-        threading.Thread(target=self._serve, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._closing.set()
-        if self._sock:
-            self._sock.close()
-        if self._folder:
-            shutil.rmtree(self._folder, ignore_errors=True)
 
     def tokens(self, offset: int, count: int) -> np.ndarray:
         """The real stream's tokens ``offset .. offset + count`` (wrapping around), as uint16."""
@@ -98,14 +76,8 @@ class TokenServer:
             self.synthetic += count
         return REPLY.pack(count) + data.astype("<u2").tobytes()
 
-    def _serve(self) -> None:
-        assert self._sock is not None
-        while not self._closing.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+    def accepted(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):

@@ -420,3 +420,41 @@ def test_honest_variants_pass(name, data_dir, tmp_path):
     )
     assert ev.ok, (name, ev.status, ev.artifacts)
     assert ev.metrics["causal_diff_0"] <= 1e-3 and ev.metrics["loss_0"] < 6.0
+
+
+# --- on a GPU: the same checks with CUDA, bf16 autocast and torchrun ranks ------------------------
+
+
+def _gpus() -> list[str]:
+    from evolve.harness.gpus import visible_gpus
+
+    return visible_gpus()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_on_gpus_the_seed_passes_and_a_peek_is_caught(nproc, data_dir, tmp_path):
+    gpus = _gpus()
+    if len(gpus) < nproc:
+        pytest.skip(f"needs {nproc} GPU(s), sees {len(gpus)}")
+    ctx = EvalContext(seed=0, scratch=tmp_path / "scratch", gpu=",".join(gpus[:nproc]))
+    for name, text, status in (
+        ("seed", SEED.read_text(), EvalStatus.OK),
+        ("peek", peek(PEEKS["positions from T/2 on"]), EvalStatus.REJECTED),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train.py").write_text(text)
+        fitness = cpu_fitness(
+            data_dir,
+            target=6.0,
+            nproc_per_node=nproc,
+            cpu_threads=None,
+            overrides={**QUICK, "micro_batch": 16 // nproc},
+        )
+        ev = evaluate_safely(fitness, folder, ctx)
+        assert ev.status == status, (name, ev.artifacts)
+        if status == EvalStatus.OK:  # bf16 on the GPU: probe rows still match their base rows
+            assert ev.metrics["causal_diff_0"] <= 1e-2
+        else:
+            assert_caught(ev, status, NOT_CAUSAL)

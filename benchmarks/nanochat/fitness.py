@@ -306,6 +306,7 @@ class NanochatFitness:
             "steps": train["steps"],
             "tokens": train["tokens"],
             "reported_tokens": train["reported_tokens"],
+            "warmup_batches": train["synthetic_batches"],
             "training_s": train["training_s"],
             "startup_s": train["startup_s"],
             "startup_charged_s": train.get("startup_charged_s", 0.0),

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import sources, tokens
 
-from evolve.harness import download, tokenizer
+from evolve.harness import documents, download, tokenizer
 
 # The original's tokenizer rules (autoresearch/nanochat): byte-level BPE, 4 reserved specials
 # of which <|reserved_0|> is BOS, the GPT-4 split pattern with numbers in groups of at most
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             f"climbmix-400b-shuffle shards 0..{args.climbmix_shards - 1}, val {CLIMBMIX_LAST_SHARD}"
         )
     elif args.train and args.val:
-        train_files, val_files = sources.expand(args.train), sources.expand(args.val)
+        train_files, val_files = documents.expand(args.train), documents.expand(args.val)
         if set(train_files) & set(val_files):
             raise SystemExit(
                 "a file is in both --train and --val; validation must be disjoint from training"
@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         describe["chunk_chars"] = args.chunk_chars
     build(
         root,
-        train=lambda: chunked(sources.iter_texts(train_files, args.max_train_chars)),
-        val=lambda: chunked(sources.iter_texts(val_files)),
+        train=lambda: chunked(documents.iter_texts(train_files, args.max_train_chars)),
+        val=lambda: chunked(documents.iter_texts(val_files)),
         vocab_size=args.vocab,
         tokenizer_chars=args.tokenizer_chars,
         describe=describe,

@@ -33,6 +33,7 @@ from evolve.benchmarks.nanochat.scorer import EvalFailure, eval_rows
 from evolve.benchmarks.nanochat.supervisor import TREE_ENV
 
 from evolve.harness.clock import LEFTOVER_GRACE_S
+from evolve.harness.confine import hide_reads
 from evolve.harness.lm import make_probes, probe_diffs
 from evolve.harness.protocol import SAFE_PATH, serve_job, tail
 from evolve.harness.reaper import kill_group, reap_tree
@@ -127,6 +128,7 @@ def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
             env=env,
             pass_fds=(answer_w, report_w, io_fd),
             start_new_session=True,
+            preexec_fn=hide_reads([job["train_dir"]]),
         )
     for fd in (answer_w, report_w):
         os.close(fd)

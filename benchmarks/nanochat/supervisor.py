@@ -23,6 +23,7 @@ from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.harness.clock import Window, run_timed
+from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
 from evolve.harness.protocol import SAFE_PATH, serve_job
 
@@ -78,8 +79,9 @@ def supervise(job: dict) -> dict:
     # The training split reaches the program only through the feed: its files are forbidden too.
     config = {k: job[k] for k in CONFIG_KEYS} | {"forbidden": [*job["forbidden"], job["train_dir"]]}
     env[CONFIG_ENV] = json.dumps(config)
+    short = job.get("max_steps") is not None  # a short run ends at its steps, not by the budget
     window = Window(
-        budget_s=job["budget_s"],
+        budget_s=job["budget_s"] + (job["startup_limit_s"] if short else 0.0),
         untimed_steps=job["untimed_steps"],
         startup_limit_s=job["startup_limit_s"],
         free_startup_s=job["free_startup_s"],
@@ -96,6 +98,7 @@ def supervise(job: dict) -> dict:
         marker_var=TREE_ENV,
         on_saved=lambda: {"digest": checkpoint_digest(folder)},
         ignore_leftovers=COMPILE_WORKERS,
+        preexec=hide_reads([job["train_dir"]]),  # native code included, where Landlock is
     )
 
 

@@ -9,7 +9,8 @@
 - ``lm``: cross-entropy and bytes from logits; causality and row-independence probes that
   cannot be told from scored batches; weight perturbation for probes of fresh models.
 - ``layered``: quick stages (local check, short run) before a full training run.
-- ``download``, ``tokenizer``, ``hashing``: resumable verified downloads, BPE training and
-  token bytes, SHA-256 of files and the harness hash computed from a fitness's imports.
+- ``download``, ``documents``, ``tokenizer``, ``hashing``: resumable verified downloads,
+  document readers, BPE training and token bytes, SHA-256 of files and the harness hash
+  computed from a fitness's imports.
 - ``gpus``: GPU placement (the backends' slots and the benchmarks' measurement scripts).
 """

@@ -275,6 +275,7 @@ def run_timed(
     marker_var: str,
     on_saved: Callable[[], dict] = dict,
     ignore_leftovers: tuple[str, ...] = (),
+    preexec: Callable[[], None] | None = None,
 ) -> dict:
     """Run ``argv`` as the timed training program; return the verdict (without the nonce).
 
@@ -289,6 +290,7 @@ def run_timed(
             checkpoint's digest) goes into the verdict as ``checkpoint``.
         ignore_leftovers: command-line words of leftovers that are killed but not held
             against it (e.g. torch.compile's worker pool).
+        preexec: run in the child before exec (e.g. ``confine.hide_reads``).
     """
     pipes = _Pipes()
     marker = os.urandom(16).hex()
@@ -303,6 +305,7 @@ def run_timed(
             env=full_env,
             pass_fds=tuple(pipes.child_fds().values()),
             start_new_session=True,
+            preexec_fn=preexec,
         )
     pipes.close_child_ends()
     watch, checkpoint = Watch(window, start), {}

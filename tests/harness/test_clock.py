@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evolve import isolation
 from evolve.harness.clock import Window, run_timed
+from evolve.harness.confine import hide_reads
 
 WIDTH = 5
 
@@ -18,7 +20,7 @@ def feed(rows: int, real: bool) -> np.ndarray:
     return np.full((rows, WIDTH), 7 if real else 1, dtype=np.int32)
 
 
-def run(tmp_path: Path, body: str, **window) -> tuple[dict, str]:
+def run(tmp_path: Path, body: str, hide: tuple[str, ...] = (), **window) -> tuple[dict, str]:
     program = tmp_path / "prog.py"
     program.write_text(
         "import sys, time\nfrom evolve.harness.stream import EndOfData, channel\nc = channel()\n"
@@ -42,6 +44,7 @@ def run(tmp_path: Path, body: str, **window) -> tuple[dict, str]:
         log_file=str(log),
         marker_var="TEST_CLOCK_TREE",
         on_saved=lambda: {"digest": "fixed"},
+        preexec=hide_reads(hide) if hide else None,  # planned once the program's files exist
     )
     return verdict, log.read_text()
 
@@ -144,3 +147,26 @@ def test_checkpoints_saved_along_the_way_are_allowed_the_last_counts(tmp_path):
     verdict, _ = run(tmp_path, body)
     assert verdict["status"] == "ok", verdict
     assert verdict["stop_to_save_s"] is not None
+
+
+@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13)")
+def test_hidden_files_are_unreadable_to_the_program_even_by_native_code(tmp_path):
+    secret = tmp_path / "data" / "train"
+    secret.mkdir(parents=True)
+    (secret / "tokens.bin").write_bytes(b"secret")
+    body = f"""
+    import ctypes
+    fd = ctypes.CDLL(None).open({str(secret / "tokens.bin").encode()!r}, 0)
+    try:
+        open({str(secret / "tokens.bin")!r}, "rb").read()
+        python = "read"
+    except PermissionError:
+        python = "refused"
+    print("NATIVE", fd, "PYTHON", python)
+    for _ in range(4):
+        c.step()
+    c.saved()
+    """
+    verdict, log = run(tmp_path, body, budget_s=0.0, hide=(str(secret),))
+    assert verdict["status"] == "ok", verdict
+    assert "NATIVE -1 PYTHON refused" in log

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from evolve.benchmarks.nanochat import prepare, sources, tokens
 
-from evolve.harness import download
+from evolve.harness import documents, download
 
 
 class RangeServer(http.server.ThreadingHTTPServer):
@@ -155,7 +155,7 @@ def test_prepare_reads_jsonl_xz_txt_and_parquet_and_keeps_val_apart(tmp_path):
     (tmp_path / "val.jsonl").write_text(
         "".join(json.dumps({"text": f"Held out {i}."}) + "\n" for i in range(10))
     )
-    assert sum(1 for _ in sources.iter_texts([src])) == 50 + 30 + 1 + 20
+    assert sum(1 for _ in documents.iter_texts([src])) == 50 + 30 + 1 + 20
     code = prepare.main(
         [
             "--name",

@@ -128,7 +128,7 @@ def prepare(
             "shards": [p.name for p in paths],
             "tokens": tokens,
             "documents": count,
-            "sources": [str(f) for f in files or []],
+            "sources": [str(Path(f).resolve()) for f in files or []],
         }
     (out / "prepared.json").write_text(json.dumps(summary, indent=2))
     return summary

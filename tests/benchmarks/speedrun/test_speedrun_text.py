@@ -6,6 +6,7 @@ import json
 import lzma
 
 import pytest
+from evolve.benchmarks.speedrun.data import DataSpec
 from evolve.benchmarks.speedrun.gpt2_tokenizer import (
     EOT,
     eot_id,
@@ -83,3 +84,10 @@ def test_prepare_writes_shards_whose_documents_start_with_eot(tmp_path, gpt2):
     train = [t for p in train_paths for t in read_shard(p).tolist()]
     assert train.count(EOT) == 30 and train[0] == EOT
     assert json.loads((out / "prepared.json").read_text())["train"]["documents"] == 30
+    # the candidate may read neither the shards nor the text they were made from
+    hidden = DataSpec(data_dir=str(out), train_glob="wiki_train_*.bin").hidden()
+    assert set(hidden) == {
+        out.resolve(),
+        (tmp_path / "train.jsonl.xz").resolve(),
+        (tmp_path / "val.jsonl").resolve(),
+    }

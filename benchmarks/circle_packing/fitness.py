@@ -3,6 +3,13 @@
 The candidate only writes centres and radii to ``packing.json``. The harness checks, with
 zero tolerance, that there are exactly ``n_circles`` finite circles of positive radius,
 each inside the unit square and no two overlapping, and scores the sum of radii.
+
+The candidate's budget is CPU time, not wall time, so that a program searching until a
+deadline scores the same on a loaded machine and cannot buy more search by running in
+parallel: ``cpu_budget_s`` CPU seconds over all its processes and threads together (told to
+it as ``EVOLVE_CPU_BUDGET_S``; each process is also held to it by RLIMIT_CPU), measured by
+the harness from the resource usage of the process tree it waited for. The wall-clock
+timeout is only a backstop.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import resource
 import sys
 from pathlib import Path
 
@@ -51,18 +59,35 @@ class CirclePacking:
         Descriptor(name="wall_fraction", low=0.0, high=1.0, bins=6),
     )
 
-    def __init__(self, *, n_circles: int = 26) -> None:
-        self.n_circles = n_circles
+    def __init__(self, *, n_circles: int = 26, cpu_budget_s: float = 20.0) -> None:
+        self.n_circles, self.cpu_budget_s = n_circles, cpu_budget_s
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         output = workdir / OUTPUT
         output.unlink(missing_ok=True)
+        before = _children_cpu_s()
         result = run_sandboxed(
             [sys.executable, "packing.py", str(self.n_circles)],
             cwd=workdir,
-            limits=Limits(timeout_s=ctx.timeout_s, memory_bytes=4 << 30),
-            env=ctx.env(),
+            limits=Limits(
+                timeout_s=ctx.timeout_s,
+                memory_bytes=4 << 30,
+                cpu_s=math.ceil(self.cpu_budget_s) + 1,
+            ),
+            env={**ctx.env(), "EVOLVE_CPU_BUDGET_S": f"{self.cpu_budget_s:g}"},
         )
+        cpu_s = _children_cpu_s() - before
+        if cpu_s > self.cpu_budget_s:
+            return Evaluation(
+                status=EvalStatus.TIMEOUT,
+                metrics={"cpu_s": cpu_s},
+                artifacts={
+                    "error": f"the program used {cpu_s:.1f} CPU seconds (all its processes and "
+                    f"threads together), over its budget of {self.cpu_budget_s:g}; search within "
+                    "EVOLVE_CPU_BUDGET_S, e.g. by time.process_time() in one process",
+                    "output": result.tail(),
+                },
+            )
         failure = sandbox_failure(result)
         if failure is not None:
             return failure
@@ -98,9 +123,16 @@ class CirclePacking:
                 "min_radius": min(radii),
                 "max_radius": max(radii),
                 "run_s": result.wall_s,
+                "cpu_s": cpu_s,
             },
             descriptors={"radius_std": spread, "wall_fraction": touching / len(radii)},
             artifacts={"output": result.tail(1000)}
             if result.stdout.strip() or result.stderr.strip()
             else {},
         )
+
+
+def _children_cpu_s() -> float:
+    """User and system CPU seconds of every child this process has waited for, so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

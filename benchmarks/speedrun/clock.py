@@ -10,6 +10,11 @@ training program calls, on every rank::
     ...                                            # train
     speedrun_clock.stop(model)                     # saves the final weights; the clock stops
 
+Training tokens come from ``speedrun_clock.tokens(offset, count)``: the harness serves the
+stream over a unix socket (``SPEEDRUN_DATA``), with random tokens of the same shape before
+``start`` (for warm-up and compilation) and none after ``stop``; the shards themselves are
+hidden from the candidate.
+
 Each mark is a JSON line sent over a unix socket to the harness, which timestamps it on
 arrival with its own clock. ``start`` sends a SHA-256 of the model and optimizer state;
 the harness requires it to equal the one sent by ``warmup_begin``, so warm-up steps must
@@ -18,8 +23,9 @@ that they are untrained. ``stop`` writes the final weights first and sends their
 the harness scores exactly those bytes, so training after the clock stopped cannot count.
 The harness validates by itself; a candidate neither validates nor reports a loss.
 
-Without a harness (``SPEEDRUN_CLOCK`` unset) the marks print local times and the weights
-go to the working directory, so the program can be run by hand.
+Without a harness (``SPEEDRUN_CLOCK`` unset) the marks print local times, the weights go to
+the working directory and ``tokens`` reads the shards in ``SPEEDRUN_TRAIN_FILES``, so the
+program can be run by hand.
 """
 
 from __future__ import annotations
@@ -28,13 +34,18 @@ import hashlib
 import json
 import os
 import socket
+import struct
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
+
+from evolve.harness.hashing import sha256_file
 
 _state: dict[str, Any] = {"sock": None, "t0": None, "init_saved": False, "probes": 0, "paused": 0.0}
 
@@ -81,6 +92,40 @@ def _send(event: str, **fields: Any) -> None:
         )
 
 
+_local = threading.local()
+
+
+def tokens(offset: int, count: int) -> np.ndarray:
+    """``count`` training tokens from position ``offset`` of the stream (uint16; it wraps around).
+
+    Raises:
+        EOFError: the clock has stopped; the stream has ended.
+    """
+    address = os.environ.get("SPEEDRUN_DATA")
+    if not address:
+        return _local_tokens(offset, count)
+    if getattr(_local, "sock", None) is None:
+        _local.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        _local.sock.connect(address)
+        _local.reader = _local.sock.makefile("rb")
+    _local.sock.sendall(struct.pack("<qq", offset, count))
+    (got,) = struct.unpack("<q", _local.reader.read(8))
+    if got < 0:
+        raise EOFError("the training data stream ended when the clock stopped")
+    return np.frombuffer(_local.reader.read(2 * got), dtype="<u2")
+
+
+def _local_tokens(offset: int, count: int) -> np.ndarray:
+    """Without a harness: the shards in ``SPEEDRUN_TRAIN_FILES``, end to end."""
+    if "shards" not in _state:
+        _state["shards"] = [
+            np.memmap(p, dtype="<u2", mode="r", offset=1024)
+            for p in os.environ["SPEEDRUN_TRAIN_FILES"].split(os.pathsep)
+        ]
+    stream = np.concatenate(_state["shards"]) if len(_state["shards"]) > 1 else _state["shards"][0]
+    return np.take(stream, np.arange(offset, offset + count), mode="wrap").astype("<u2")
+
+
 def _path(name: str) -> Path:
     return Path(os.environ.get("SPEEDRUN_CKPT_DIR", ".")) / name
 
@@ -121,11 +166,7 @@ def _save(model: torch.nn.Module, path: Path) -> str:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def _save_init(model: torch.nn.Module) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -58,6 +59,22 @@ class DataSpec:
         for path in files:
             read_header(path)
         return files
+
+    def hidden(self) -> list[Path]:
+        """What candidates may not read: the shard folder and the text it was prepared from.
+
+        The sources are those ``prepare_text`` recorded in ``prepared.json`` that still exist.
+        Python's standard library (the ``stdlib`` corpus) cannot be hidden from a Python program.
+        """
+        folder = self.folder()
+        paths = [folder]
+        if self.data_dir != "stdlib" and (folder / "prepared.json").is_file():
+            summary = json.loads((folder / "prepared.json").read_text())
+            for split in ("train", "val"):
+                for source in summary.get(split, {}).get("sources", []):
+                    if Path(source).exists():
+                        paths.append(Path(source).resolve())
+        return paths
 
     def val_files(self) -> list[Path]:
         """The validation shards, sorted (hidden from candidates by the sandbox)."""

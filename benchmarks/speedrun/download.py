@@ -3,10 +3,9 @@
 The files are the ones modded-nanogpt's ``data/cached_fineweb10B.py`` fetches from the
 Hugging Face dataset ``kjj0/fineweb10B-gpt2``: ``fineweb_val_000000.bin`` (the validation
 shard) and ``fineweb_train_000001.bin`` ... ``fineweb_train_000103.bin``, each about 10^8
-tokens in the format of ``shards.py``. Partial downloads are kept as ``NAME.part`` and
-continued with an HTTP Range request; a finished file is checked (header, size against
-the header and the server's length, SHA-256 when the server or a manifest gives one)
-before it is renamed into place.
+tokens in the format of ``shards.py``. The transfer is ``evolve.harness.download``'s
+(resumable, size and SHA-256 checked against the server's ETag or a manifest); each file
+is then checked as a shard (header, size against the header).
 
 Usage: ``python -m evolve.benchmarks.speedrun.download --out DIR --train-shards 8``
 """
@@ -14,25 +13,17 @@ Usage: ``python -m evolve.benchmarks.speedrun.download --out DIR --train-shards 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import re
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from evolve.benchmarks.speedrun.shards import ShardError, read_header
 
+from evolve.harness.download import DownloadError
+from evolve.harness.download import download as fetch
+
 BASE_URL = "https://huggingface.co/datasets/kjj0/fineweb10B-gpt2/resolve/main"
 MAX_TRAIN_SHARDS = 103
-CHUNK = 1 << 20
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-class DownloadError(RuntimeError):
-    """A shard could not be fetched or failed verification; the message says what to do."""
 
 
 def shard_names(train_shards: int) -> list[str]:
@@ -44,113 +35,6 @@ def shard_names(train_shards: int) -> list[str]:
     ]
 
 
-def _server_sha256(headers: Mapping[str, str]) -> str | None:
-    """The SHA-256 a server states for the file (Hugging Face sends it as the LFS ETag)."""
-    for key in ("X-Linked-Etag", "ETag"):
-        value = (headers.get(key) or "").strip().strip('"').removeprefix("W/").strip('"').lower()
-        if SHA256.match(value):
-            return value
-    return None
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fetch_once(url: str, part: Path, timeout_s: float) -> tuple[int | None, str | None]:
-    """Continue ``part`` from its current size; return (total size, stated SHA-256)."""
-    have = part.stat().st_size if part.exists() else 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
-    try:
-        response = urllib.request.urlopen(request, timeout=timeout_s)  # noqa: S310 - https/http URLs only
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have:  # nothing left to fetch: the part is already whole
-            return have, None
-        raise
-    with response:
-        if have and response.status != 206:  # the server ignored the range: start over
-            have = 0
-        total = None
-        if response.status == 206:
-            match = re.search(r"/(\d+)$", response.headers.get("Content-Range", ""))
-            total = int(match.group(1)) if match else None
-        elif response.headers.get("Content-Length"):
-            total = int(response.headers["Content-Length"])
-        with part.open("ab" if have else "wb") as f:
-            while block := response.read(CHUNK):
-                f.write(block)
-        return total, _server_sha256(response.headers)
-
-
-def fetch(
-    url: str,
-    dest: Path,
-    *,
-    expected_sha256: str | None = None,
-    attempts: int = 5,
-    timeout_s: float = 60.0,
-    log: Callable[[str], None] = print,
-) -> Path:
-    """Download ``url`` to ``dest`` resumably and verify it as a shard.
-
-    Raises:
-        DownloadError: every attempt failed, or the finished file failed verification
-            (the partial file is removed so the next call starts clean).
-    """
-    if dest.exists():
-        read_header(dest)  # an existing file must still be a whole, valid shard
-        if expected_sha256 and _sha256_file(dest) != expected_sha256:
-            raise DownloadError(
-                f"{dest}: SHA-256 differs from the manifest; delete it and download again"
-            )
-        return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    stated = None
-    total = None
-    for attempt in range(1, attempts + 1):
-        try:
-            total, stated_now = _fetch_once(url, part, timeout_s)
-            stated = stated_now or stated
-            if total is None or part.stat().st_size >= total:
-                break
-            log(f"{dest.name}: connection ended at {part.stat().st_size}/{total} bytes; resuming")
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            if attempt == attempts:
-                raise DownloadError(
-                    f"{url}: {exc}; {part.stat().st_size if part.exists() else 0} bytes kept in {part}, "
-                    "run the command again to resume"
-                ) from exc
-            log(f"{dest.name}: {exc}; retrying ({attempt}/{attempts})")
-            time.sleep(min(2.0**attempt, 30.0) / 10)
-    else:
-        raise DownloadError(
-            f"{url}: still incomplete after {attempts} attempts; run again to resume"
-        )
-    _verify(part, total=total, sha256=expected_sha256 or stated, name=dest.name)
-    part.replace(dest)
-    return dest
-
-
-def _verify(part: Path, *, total: int | None, sha256: str | None, name: str) -> None:
-    size = part.stat().st_size
-    try:
-        if total is not None and size != total:
-            raise DownloadError(f"{name}: got {size} bytes, the server announced {total}")
-        read_header(part)
-        if sha256 and _sha256_file(part) != sha256:
-            raise DownloadError(f"{name}: SHA-256 of the download differs from {sha256}")
-    except (ShardError, DownloadError) as exc:
-        part.unlink(missing_ok=True)
-        raise DownloadError(
-            f"{exc} (partial file removed; run again to download it afresh)"
-        ) from exc
-
-
 def download(
     out: Path,
     *,
@@ -158,12 +42,27 @@ def download(
     base_url: str = BASE_URL,
     manifest: Mapping[str, str] | None = None,
     log: Callable[[str], None] = print,
+    attempts: int = 5,
 ) -> list[Path]:
-    """Fetch the validation shard and ``train_shards`` training shards into ``out``."""
+    """Fetch the validation shard and ``train_shards`` training shards into ``out``.
+
+    Raises:
+        DownloadError: a transfer failed, or a file is not a whole shard (it is removed).
+    """
     paths = []
     for name in shard_names(train_shards):
-        url = f"{base_url.rstrip('/')}/{name}"
-        paths.append(fetch(url, out / name, expected_sha256=(manifest or {}).get(name), log=log))
+        dest = fetch(
+            f"{base_url.rstrip('/')}/{name}",
+            out / name,
+            sha256=(manifest or {}).get(name),
+            retries=attempts,
+        )
+        try:
+            read_header(dest)
+        except ShardError as exc:
+            dest.unlink()
+            raise DownloadError(f"{exc} (file removed; run again to download it afresh)") from exc
+        paths.append(dest)
         log(f"{name}: ok")
     return paths
 

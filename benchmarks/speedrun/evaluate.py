@@ -1,17 +1,20 @@
-"""The harness's evaluation process: candidate logits on validation tokens, cross-entropy by us.
+"""The harness's evaluation process: candidate logits on the harness's rows, cross-entropy by us.
 
-Run by the harness as ``python evaluate.py`` in the candidate's folder (so ``import
-train`` finds the candidate's model), inside the sandbox, after training has ended. It
-reads everything from stdin: one JSON line (the spec) then the validation tokens as
-uint16 - it is told no file path to them. It binds the functions it computes with
-before importing candidate code, builds the model with ``train.build_model()``, loads
-each checkpoint, checks causality (changing later tokens must not change earlier
-logits), and writes per-position losses and a few full logit rows (for the harness to
-recompute in numpy) to the ``.npz`` named in the spec. The mean is taken by the harness.
+Run by the harness as ``python evaluate.py`` in a pristine copy of the candidate's folder
+(so ``import train`` finds the candidate's model), inside the sandbox, after training has
+ended. It reads everything from stdin: one JSON line (the spec), then the input rows and
+the target rows as uint16 - it is told no file path to them, nor which rows are scored and
+which are probes (``scoring.py`` lays them out and checks the answers). It binds the
+functions it computes with before importing candidate code, builds the model with
+``train.build_model()``, compares the initial checkpoint with the model that
+``torch.manual_seed(seed); build_model()`` gives, loads each checkpoint and writes the loss
+of every target and a few full logit rows (for the harness to recompute in numpy) to the
+``.npz`` named in the spec.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -46,62 +49,65 @@ def _forward(model: torch.nn.Module, x: torch.Tensor, vocab_size: int, device: s
     return logits
 
 
-def _causality(model: torch.nn.Module, x: torch.Tensor, vocab_size: int, device: str) -> float:
-    """Largest change of logits before position k when the tokens from k on are replaced."""
-    row = x[:1]
-    k = row.shape[1] // 2
-    changed = row.clone()
-    generator = torch.Generator().manual_seed(0)
-    changed[0, k:] = torch.randint(0, vocab_size, (row.shape[1] - k,), generator=generator).to(
-        row.device
-    )
-    a = _forward(model, row, vocab_size, device)[0, :k].to(FLOAT32)
-    b = _forward(model, changed, vocab_size, device)[0, :k].to(FLOAT32)
-    return float((a - b).abs().max() / max(1.0, float(a.abs().max())))
+def _reference_diff(state: dict, seed: int) -> str:
+    """Where ``state`` differs from ``torch.manual_seed(seed); build_model()``; "" when it does not."""
+    import train
+
+    torch.manual_seed(seed)
+    reference = train.build_model().state_dict()
+    if sorted(reference) != sorted(state):
+        return f"its tensors are {sorted(state)[:5]}..., build_model() gives {sorted(reference)[:5]}..."
+    for name, tensor in reference.items():
+        got = state[name]
+        if got.shape != tensor.shape or not torch.equal(got, tensor.to(got.dtype)):
+            return f"first difference in {name!r}"
+    return ""
 
 
-def evaluate(spec: dict, tokens: np.ndarray) -> dict:
-    """Evaluate every checkpoint named in ``spec``; return arrays for the .npz."""
+def evaluate(spec: dict, inputs: np.ndarray, targets: np.ndarray) -> dict:
+    """Evaluate every checkpoint named in ``spec`` on its rows; return arrays for the .npz.
+
+    Each batch runs on a fresh copy of the loaded model, so nothing a forward pass keeps
+    on the model carries over to the next.
+    """
     sys.path.insert(0, os.getcwd())
     import train  # the candidate's program; its __main__ block does not run
 
     device = "cuda" if torch.cuda.is_available() and spec.get("device", "cuda") == "cuda" else "cpu"
-    vocab, seq, batch = spec["vocab_size"], spec["seq_len"], spec["batch_size"]
+    vocab, batch = spec["vocab_size"], spec["batch_size"]
     out: dict[str, np.ndarray] = {}
     summary: dict[str, dict] = {}
     for ckpt in spec["checkpoints"]:
         begin = time.monotonic()
-        model = train.build_model()
         state = torch.load(ckpt["path"], map_location="cpu", weights_only=True)
+        info: dict = {"params": int(sum(t.numel() for t in state.values()))}
+        if "reference" in ckpt:
+            info["reference_diff"] = _reference_diff(state, int(ckpt["reference"]))
+        model = train.build_model()
         model.load_state_dict(state, strict=True)
         model = model.to(device).eval()
-        n = int(ckpt["tokens"])
-        stream = torch.from_numpy(tokens[: n + 1].astype(np.int64))
-        losses = torch.empty(n, dtype=FLOAT32)
-        spot = [p for p in spec.get("spot", []) if p < n] if ckpt.get("spot") else []
-        rows = []
-        causal = None
+        rows = np.asarray(ckpt["rows"], dtype=np.int64)
+        nats = torch.empty((len(rows), inputs.shape[1]), dtype=FLOAT32)
+        spots = {}
+        for row, position in ckpt.get("spots", []):
+            spots.setdefault(row, []).append(position)
+        logit_rows = {}
         with torch.no_grad():
-            for first in range(0, n, batch * seq):
-                count = min(batch * seq, n - first)
-                x = stream[first : first + count].view(-1, seq).to(device)
-                y = stream[first + 1 : first + count + 1].view(-1, seq).to(device)
-                logits = _forward(model, x, vocab, device)
-                if causal is None and ckpt.get("causal"):
-                    causal = _causality(model, x, vocab, device)
-                losses[first : first + count] = _nll(logits, y).reshape(-1).cpu()
-                for p in spot:
-                    if first <= p < first + count:
-                        rows.append(logits.reshape(count, -1)[p - first].to(FLOAT32).cpu().numpy())
-        out[f"losses_{ckpt['name']}"] = losses.numpy()
-        if spot:
-            out[f"spot_positions_{ckpt['name']}"] = np.asarray(spot, dtype=np.int64)
-            out[f"spot_logits_{ckpt['name']}"] = np.stack(rows)
-        summary[ckpt["name"]] = {
-            "params": int(sum(t.numel() for t in state.values())),
-            "causal_diff": causal,
-            "seconds": time.monotonic() - begin,
-        }
+            for first in range(0, len(rows), batch):
+                chosen = rows[first : first + batch]
+                x = torch.from_numpy(inputs[chosen].astype(np.int64)).to(device)
+                y = torch.from_numpy(targets[chosen].astype(np.int64)).to(device)
+                logits = _forward(copy.deepcopy(model), x, vocab, device)
+                nats[first : first + len(chosen)] = _nll(logits, y).cpu()
+                for i, row in enumerate(chosen.tolist()):
+                    for position in spots.get(row, []):
+                        logit_rows[(row, position)] = logits[i, position].to(FLOAT32).cpu().numpy()
+        out[f"nats_{ckpt['name']}"] = nats.numpy()
+        if spots:
+            out[f"spot_logits_{ckpt['name']}"] = np.stack(
+                [logit_rows[(row, position)] for row, position in ckpt["spots"]]
+            )
+        summary[ckpt["name"]] = {**info, "seconds": time.monotonic() - begin}
         del model, state
     out["summary"] = np.frombuffer(json.dumps(summary).encode(), dtype=np.uint8)
     return out
@@ -111,9 +117,10 @@ def main() -> None:
     raw = sys.stdin.buffer.read()  # all of it first: nothing is printed while the harness writes
     newline = raw.index(b"\n")
     spec = json.loads(raw[:newline])
-    tokens = np.frombuffer(raw[newline + 1 :], dtype="<u2")
+    rows, seq = spec["shape"]
+    tokens = np.frombuffer(raw[newline + 1 :], dtype="<u2").reshape(2, rows, seq)
     torch.manual_seed(0)
-    arrays = evaluate(spec, tokens)
+    arrays = evaluate(spec, tokens[0], tokens[1])
     np.savez(spec["out"], **arrays)
 
 

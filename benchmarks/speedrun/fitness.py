@@ -52,14 +52,16 @@ class SpeedrunFitness:
         nproc_per_node: training processes per run (torchrun when > 1), one GPU each.
         run_timeout_s / eval_timeout_s: wall-clock limits of one training run / its evaluation.
         warmup_cap_s: the most seconds from launch to ``start`` (startup, compile, warm-up).
+        compile_allowance_s: start-up seconds not charged; the rest up to ``start`` counts
+            as training time (absolute per scale, so work before the clock is not free).
         init_loss_margin: the initial weights' loss must be at least ln(vocab) minus this.
         cpu_threads: OMP_NUM_THREADS for CPU runs (None leaves it).
         probe_every_s: > 0 asks the candidate for probe checkpoints (calibration only).
         overrides: hyperparameters passed to the program as ``SPEEDRUN_OVERRIDES`` (tests, calibration).
         params_max_m: upper end of the ``params_m`` descriptor, in millions.
         cpu_parallel: on CPU (no GPUs in the slot), how many seeds run at the same time.
-        compile_cache: a folder for torch.compile's caches shared by all runs (faster warm-up;
-            only where candidates are trusted not to poison it). None: a fresh cache per run.
+        compile_cache: a folder of torch.compile caches that each run starts from (a private
+            copy; nothing a run writes goes back). None: a fresh cache per run.
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class SpeedrunFitness:
         run_timeout_s: float = 600.0,
         eval_timeout_s: float = 300.0,
         warmup_cap_s: float = 120.0,
+        compile_allowance_s: float = 60.0,
         init_loss_margin: float = 1.0,
         cpu_threads: int | None = None,
         probe_every_s: float = 0.0,
@@ -108,6 +111,7 @@ class SpeedrunFitness:
             run_timeout_s=run_timeout_s,
             eval_timeout_s=eval_timeout_s,
             warmup_cap_s=warmup_cap_s,
+            compile_allowance_s=compile_allowance_s,
             init_loss_margin=init_loss_margin,
             cpu_threads=cpu_threads,
             probe_every_s=probe_every_s,
@@ -192,21 +196,24 @@ class SpeedrunFitness:
         groups = groups or [None] * max(1, self.cpu_parallel)
         train_files = self.data.train_files()
         val = self.data.val_tokens(self.settings.val_tokens)
-        hidden = self.data.val_files()
+        hidden = self.data.hidden()
         own_scratch = ctx.scratch is None
         scratch_root = (ctx.scratch or Path(tempfile.mkdtemp(prefix="speedrun-"))).resolve()
-        scratch_root.mkdir(parents=True, exist_ok=True)
+        slots = [scratch_root / f"slot-{i}" for i in range(len(groups))]
+        for slot in slots:
+            slot.mkdir(parents=True, exist_ok=True)
 
         def one(index: int) -> RunRecord:
+            slot = index % len(groups)
             return run_seed(
                 workdir,
                 seed=seeds[index],
                 settings=self.settings,
                 train_files=train_files,
                 val=val,
-                gpus=groups[index % len(groups)],
-                scratch=scratch_root / f"slot-{index % len(groups)}",
-                hidden=hidden,
+                gpus=groups[slot],
+                scratch=slots[slot],
+                hidden=[*hidden, *(s for s in slots if s != slots[slot])],
             )
 
         records: list[RunRecord] = []
@@ -230,12 +237,20 @@ def verdict(records: list[RunRecord], target: float, alpha: float) -> Evaluation
     metrics: dict[str, Any] = {"n_seeds": len(records)}
     lines = []
     for i, r in enumerate(records):
-        for key, value in (("loss", r.loss), ("time_s", r.train_s), ("init_loss", r.init_loss)):
+        values = (
+            ("loss", r.loss),
+            ("time_s", r.train_s),
+            ("init_loss", r.init_loss),
+            ("charged_s", r.charged_s),
+            ("causal_diff", r.causal_diff),
+        )
+        for key, value in values:
             if value is not None:
                 metrics[f"{key}_{i}"] = value
         lines.append(
             f"seed {r.seed}: {r.status.value} time {_fmt(r.train_s)} s, loss {_fmt(r.loss, 4)}, "
-            f"untimed {_fmt(r.untimed_s)} s, eval {_fmt(r.eval_s)} s {r.reason}".rstrip()
+            f"untimed {_fmt(r.untimed_s)} s (charged {_fmt(r.charged_s)} s), eval {_fmt(r.eval_s)} s "
+            f"{r.reason}".rstrip()
         )
     artifacts = {"runs": "\n".join(lines), "output": records[0].output if records else ""}
     seeds = tuple(r.seed for r in records)
@@ -261,6 +276,7 @@ def verdict(records: list[RunRecord], target: float, alpha: float) -> Evaluation
         loss_std=statistics.stdev(losses) if len(losses) > 1 else 0.0,
         time_std_s=statistics.stdev(times) if len(times) > 1 else 0.0,
         untimed_mean_s=statistics.fmean(r.untimed_s for r in records),
+        charged_mean_s=statistics.fmean(r.charged_s for r in records),
         eval_mean_s=statistics.fmean(r.eval_s for r in records),
         overhead_mean_s=statistics.fmean(r.overhead_s for r in records),
         params_m=records[0].params / 1e6,

@@ -20,7 +20,9 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from evolve.harness import tokenizer as bpe
 
 EOT = 50256
 EOT_TEXT = "<|endoftext|>"
@@ -119,7 +121,7 @@ def gpt2_tokenizer(ranks: dict[bytes, int] | None = None) -> Tokenizer:
 
 
 def train_bpe(texts: Iterable[str], *, vocab_size: int = EOT + 1) -> Tokenizer:
-    """Train a byte-level BPE whose last id (``vocab_size - 1``, 50256 by default) is EOT.
+    """A byte-level BPE (``evolve.harness.tokenizer``) whose last id (``vocab_size - 1``) is EOT.
 
     The fallback when GPT-2's ranks are unavailable. Ids differ from GPT-2's, so a loss
     target set on GPT-2 tokens does not carry over.
@@ -128,41 +130,14 @@ def train_bpe(texts: Iterable[str], *, vocab_size: int = EOT + 1) -> Tokenizer:
         raise ValueError(
             f"vocab_size must be in [257, {EOT + 1}] so that ids fit the shard format, got {vocab_size}"
         )
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - 1,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    tokenizer.add_special_tokens([EOT_TEXT])
-    return tokenizer
+    return bpe.train_bpe(texts, vocab_size, specials=[EOT_TEXT], specials_last=True)
 
 
 def eot_id(tokenizer: Tokenizer) -> int:
     """The id of the end-of-text token in ``tokenizer`` (50256 for GPT-2)."""
-    token_id = tokenizer.token_to_id(EOT_TEXT)
-    if token_id is None:
-        raise ValueError(f"tokenizer has no {EOT_TEXT!r} token")
-    return token_id
+    return bpe.token_id(tokenizer, EOT_TEXT)
 
 
-def encode_documents(
-    tokenizer: Tokenizer, texts: Iterable[str], *, batch: int = 512
-) -> Iterator[list[int]]:
-    """Yield each text's ids preceded by EOT (the shard format's document start)."""
-    eot = eot_id(tokenizer)
-    pending: list[str] = []
-    for text in texts:
-        pending.append(text)
-        if len(pending) == batch:
-            yield from (
-                [eot, *enc.ids] for enc in tokenizer.encode_batch(pending, add_special_tokens=False)
-            )
-            pending = []
-    if pending:
-        yield from (
-            [eot, *enc.ids] for enc in tokenizer.encode_batch(pending, add_special_tokens=False)
-        )
+def encode_documents(tokenizer: Tokenizer, texts: Iterable[str]) -> Iterator[list[int]]:
+    """Each text's ids preceded by EOT (the shard format's document start)."""
+    return bpe.encode_documents(tokenizer, texts, eot_id(tokenizer))

@@ -44,6 +44,7 @@ from evolve.benchmarks.speedrun.prepare_text import prepare
 from evolve.benchmarks.speedrun.runner import RunRecord
 
 from evolve.fitness import EvalContext
+from evolve.harness.gpus import visible_gpus
 from evolve.types import EvalStatus
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
@@ -107,12 +108,12 @@ def fitness_for(
         run_timeout_s=run_timeout_s,
         eval_timeout_s=600,
         warmup_cap_s=60 if args.cpu else 300,
+        compile_allowance_s=10 if args.cpu else 120,  # as speedrun_cpu / speedrun_1gpu
         init_loss_margin=0.3 if args.cpu else 1.0,
         cpu_threads=1 if args.cpu else None,
         probe_every_s=probe_every_s,
         overrides={**overrides, **args.model_overrides},
         cpu_parallel=3,
-        compile_cache=str(args.work / "compile-cache"),
     )
 
 
@@ -340,10 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         gpus: list[str] = []
         widths = [2]
     else:
-        import torch
-
-        visible = [str(i) for i in range(torch.cuda.device_count())]
-        gpus = args.gpus.split(",") if args.gpus else visible
+        gpus = args.gpus.split(",") if args.gpus else visible_gpus()
         if not gpus:
             raise SystemExit("no GPU visible; use --cpu for the reduced CPU run")
         # powers of two only: the fixed 2^19-token global batch must split evenly over the GPUs

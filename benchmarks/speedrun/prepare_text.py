@@ -1,7 +1,7 @@
 """Tokenize local text (txt, jsonl, jsonl.xz/gz) into speedrun shards, for machines offline.
 
 Each ``.txt`` file is one document; each line of a ``.jsonl`` file is one document (its
-``text`` field). Documents are tokenized with GPT-2's vocabulary (``gpt2_tokenizer``),
+``text`` field); the files are read by ``evolve.harness.documents`` (also parquet). Documents are tokenized with GPT-2's vocabulary (``gpt2_tokenizer``),
 or with a byte-level BPE trained on the training text when ``--tokenizer bpe`` is asked
 or GPT-2's ranks are missing. Output: ``{prefix}_val_000000.bin`` and
 ``{prefix}_train_000001.bin``..., plus ``tokenizer.json`` and ``prepared.json`` (counts,
@@ -14,14 +14,11 @@ Usage: ``python -m evolve.benchmarks.speedrun.prepare_text --train data/wikipedi
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import lzma
 import sys
 import sysconfig
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
 
 from evolve.benchmarks.speedrun.gpt2_tokenizer import (
     encode_documents,
@@ -32,38 +29,7 @@ from evolve.benchmarks.speedrun.gpt2_tokenizer import (
 from evolve.benchmarks.speedrun.shards import TOKENS_PER_SHARD, ShardWriter
 from tokenizers import Tokenizer
 
-
-def _open_text(path: Path) -> IO[str]:
-    if path.suffix == ".xz":
-        return lzma.open(path, "rt", encoding="utf-8")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
-
-
-def read_documents(paths: Sequence[Path]) -> Iterator[str]:
-    """Yield the documents of text files: a whole ``.txt`` file, or each ``.jsonl`` line's text.
-
-    Raises:
-        ValueError: a file type is unknown or a jsonl line has no ``text`` string.
-    """
-    for path in paths:
-        kind = path.name.removesuffix(".xz").removesuffix(".gz")
-        if kind.endswith(".txt"):
-            with _open_text(path) as f:
-                yield f.read()
-        elif kind.endswith(".jsonl"):
-            with _open_text(path) as f:
-                for number, line in enumerate(f, 1):
-                    if line.strip():
-                        text = json.loads(line).get("text")
-                        if not isinstance(text, str):
-                            raise ValueError(f"{path}:{number}: no 'text' string in this JSON line")
-                        yield text
-        else:
-            raise ValueError(
-                f"{path}: unknown text file type; use .txt, .jsonl, .jsonl.xz or .jsonl.gz"
-            )
+from evolve.harness.documents import iter_texts
 
 
 def stdlib_documents(
@@ -141,7 +107,7 @@ def prepare(
             print(f"warning: {exc}; training a byte-level BPE instead", file=sys.stderr)
             kind = "bpe"
     if kind == "bpe":
-        texts = list(train_docs) if train_docs is not None else list(read_documents(train or []))
+        texts = list(train_docs) if train_docs is not None else list(iter_texts(train or []))
         tokenizer = train_bpe(texts, vocab_size=bpe_vocab)
         train_docs = iter(texts)
     elif kind != "gpt2":
@@ -154,7 +120,7 @@ def prepare(
         "eot": eot_id(tokenizer),
     }
     for split, files, docs in (("val", val, val_docs), ("train", train, train_docs)):
-        source = docs if docs is not None else read_documents(files or [])
+        source = docs if docs is not None else iter_texts(files or [])
         paths, tokens, count = write_split(
             tokenizer, source, out, prefix=prefix, split=split, tokens_per_shard=tokens_per_shard
         )
@@ -162,7 +128,7 @@ def prepare(
             "shards": [p.name for p in paths],
             "tokens": tokens,
             "documents": count,
-            "sources": [str(f) for f in files or []],
+            "sources": [str(Path(f).resolve()) for f in files or []],
         }
     (out / "prepared.json").write_text(json.dumps(summary, indent=2))
     return summary

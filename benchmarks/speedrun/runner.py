@@ -10,9 +10,8 @@ outcome, with its reason, is in the returned ``RunRecord``.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
+import secrets
 import shutil
 import sys
 import time
@@ -20,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from evolve.benchmarks.speedrun.scoring import evaluate_run
+from evolve.benchmarks.speedrun.stream import TokenServer
 from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
 from evolve.fitness import Limits, Policy, run_sandboxed
+from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
 
 HERE = Path(__file__).resolve().parent
 CLOCK_MODULE = HERE / "clock.py"
-EVALUATOR = HERE / "evaluate.py"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +44,7 @@ class RunSettings:
     run_timeout_s: float = 600.0
     eval_timeout_s: float = 300.0
     warmup_cap_s: float = 120.0
+    compile_allowance_s: float = 60.0  # start-up seconds not charged to the time
     init_check_tokens: int = 8192
     init_loss_margin: float = 1.0
     spot_positions: int = 8
@@ -51,7 +53,7 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
-    compile_cache: str | None = None  # a compiler cache shared between runs (trusted runs only)
+    compile_cache: str | None = None  # a compiler cache copied into each run (never written back)
 
 
 @dataclass(kw_only=True)
@@ -65,8 +67,10 @@ class RunRecord:
     loss: float | None = None
     init_loss: float | None = None
     untimed_s: float | None = None
+    charged_s: float = 0.0  # start-up beyond the compile allowance, included in train_s
     post_stop_s: float | None = None
     eval_s: float | None = None
+    causal_diff: float | None = None  # largest loss change the probe rows showed
     wall_s: float = 0.0
     params: int | None = None
     probes: list[tuple[float, float]] = field(default_factory=list)  # (training seconds, val loss)
@@ -82,44 +86,23 @@ class RunRecord:
         return None if self.train_s is None else self.wall_s - self.train_s
 
 
-def sha256_file(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _env(
-    settings: RunSettings,
-    *,
-    seed: int,
-    gpus: list[str] | None,
-    train_files: list[Path],
-    ckpt_dir: Path,
+    settings: RunSettings, *, seed: int, gpus: list[str] | None, ckpt_dir: Path, cache: Path | None
 ) -> dict:
     env = {
         "EVOLVE_SEED": str(seed),
         "PYTHONHASHSEED": str(seed),
         "SPEEDRUN_PRESET": settings.preset,
         "SPEEDRUN_VOCAB_SIZE": str(settings.vocab_size),
-        "SPEEDRUN_TRAIN_FILES": ":".join(str(p) for p in train_files),
         "SPEEDRUN_CKPT_DIR": str(ckpt_dir),
         "SPEEDRUN_OVERRIDES": json.dumps(settings.overrides),
     }
     # NVLink multicast stays off on shared machines (a program using it can take the host's GPUs down)
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    if settings.compile_cache:
-        Path(settings.compile_cache).mkdir(
-            parents=True, exist_ok=True
-        )  # the sandbox grants only existing paths
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(Path(settings.compile_cache) / "inductor")
-        env["TRITON_CACHE_DIR"] = str(Path(settings.compile_cache) / "triton")
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    if cache is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        env["TRITON_CACHE_DIR"] = str(cache / "triton")
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus) if gpus else ""
     if settings.cpu_threads:
         env["OMP_NUM_THREADS"] = str(settings.cpu_threads)
     if settings.probe_every_s:
@@ -138,6 +121,18 @@ def _command(settings: RunSettings) -> list[str]:
         f"--nproc_per_node={settings.nproc_per_node}",
         "train.py",
     ]
+
+
+def _private_cache(settings: RunSettings, run_dir: Path) -> Path | None:
+    """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back)."""
+    if not settings.compile_cache:
+        return None
+    cache = run_dir / "cache"
+    source = Path(settings.compile_cache)
+    if source.is_dir():
+        shutil.copytree(source, cache, symlinks=False)
+    cache.mkdir(exist_ok=True)
+    return cache
 
 
 def run_seed(
@@ -165,8 +160,9 @@ def _run_seed(
 ) -> RunRecord:
     """Train the candidate in ``candidate`` once with ``seed`` and return the audited outcome.
 
-    ``hidden`` (the validation shards) is made unreadable to the candidate's processes
-    where the sandbox can (Landlock); the clock module is mounted read-only.
+    ``hidden`` (the data folder, other runs' folders) is made unreadable to the candidate's
+    processes; the training tokens reach it only through the harness's ``TokenServer``, and
+    the clock module is mounted read-only.
     """
     begin = time.monotonic()
     run_dir = scratch / f"seed-{seed}"
@@ -178,20 +174,24 @@ def _run_seed(
     shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
     ckpt_dir = run_dir / "ckpt"
     ckpt_dir.mkdir()
-    env = _env(settings, seed=seed, gpus=gpus, train_files=train_files, ckpt_dir=ckpt_dir)
+    cache = _private_cache(settings, run_dir)
+    env = _env(settings, seed=seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=cache)
     limits = Limits(timeout_s=settings.run_timeout_s, memory_bytes=settings.memory_bytes)
     policy = Policy(
-        writable=[
-            ckpt_dir,
-            "/dev/shm",
-            *([settings.compile_cache] if settings.compile_cache else []),
-        ],
+        writable=[ckpt_dir, "/dev/shm", *([cache] if cache else [])],
         readonly=[code / "speedrun_clock.py"],
         hidden=list(hidden),
     )
-
-    with ClockServer() as clock:
-        env["SPEEDRUN_CLOCK"] = clock.address
+    with (
+        ClockServer() as clock,
+        TokenServer(
+            train_files,
+            vocab_size=settings.vocab_size,
+            phase=clock.phase,
+            seed=secrets.randbits(63),
+        ) as stream,
+    ):
+        env.update(SPEEDRUN_CLOCK=clock.address, SPEEDRUN_DATA=stream.address)
         launch = time.monotonic()
         result = run_sandboxed(_command(settings), cwd=code, limits=limits, env=env, policy=policy)
         exited = time.monotonic()
@@ -215,24 +215,30 @@ def _run_seed(
         )
     except ClockViolation as exc:
         if result.returncode != 0 and not clock.problems:
-            return fail(EvalStatus.ERROR, f"training exited with status {result.returncode}")
+            return fail(
+                EvalStatus.ERROR,
+                f"training exited with status {result.returncode}: {result.tail(600)}",
+            )
         return fail(EvalStatus.REJECTED, str(exc))
     if result.returncode != 0:
         return fail(
             EvalStatus.ERROR,
-            f"training exited with status {result.returncode} after the clock stopped",
+            f"training exited with status {result.returncode} after the clock stopped: "
+            f"{result.tail(600)}",
         )
     if result.leftover:
         return fail(
             EvalStatus.REJECTED,
             f"training left {result.leftover} process(es) running after it exited",
         )
-    record.train_s, record.untimed_s, record.post_stop_s = (
-        timing.train_s,
-        timing.untimed_s,
-        exited - timing.stop_t,
-    )
-
+    record.charged_s = max(0.0, timing.untimed_s - settings.compile_allowance_s)
+    record.train_s = timing.train_s + record.charged_s
+    record.untimed_s, record.post_stop_s = timing.untimed_s, exited - timing.stop_t
+    if record.charged_s:
+        record.reason = (
+            f"start-up took {timing.untimed_s:.1f} s; the {record.charged_s:.1f} s beyond the "
+            f"compile allowance of {settings.compile_allowance_s:.0f} s are charged to the time"
+        )
     final, init = ckpt_dir / "final.pt", ckpt_dir / "init.pt"
     if not final.is_file() or sha256_file(final) != timing.final_sha256:
         return fail(
@@ -250,9 +256,9 @@ def _run_seed(
         path = ckpt_dir / Path(name).name
         if path.is_file() and sha256_file(path) == sha:
             probes.append((train_s, path))
-    return _evaluate(
+    return evaluate_run(
         record,
-        code=code,
+        candidate=candidate,
         run_dir=run_dir,
         env=env,
         gpus=gpus,
@@ -263,117 +269,5 @@ def _run_seed(
         probes=probes,
         begin=begin,
         fail=fail,
-        hidden=hidden,
+        hidden=[*hidden, code, ckpt_dir],
     )
-
-
-def _evaluate(
-    record: RunRecord,
-    *,
-    code: Path,
-    run_dir: Path,
-    env: dict,
-    gpus: list[str] | None,
-    settings: RunSettings,
-    val: np.ndarray,
-    init: Path,
-    final: Path,
-    probes: list[tuple[float, Path]],
-    begin: float,
-    fail,
-    hidden: list[Path],
-) -> RunRecord:
-    """Evaluate initial, probe and final weights in a fresh sandboxed process and check its answers."""
-    rng = np.random.default_rng(record.seed)
-    n = settings.val_tokens
-    spot = sorted(
-        int(p) for p in rng.choice(n, size=min(settings.spot_positions, n), replace=False)
-    )
-    init_tokens = min(
-        n,
-        max(
-            settings.eval_seq_len,
-            settings.init_check_tokens // settings.eval_seq_len * settings.eval_seq_len,
-        ),
-    )
-    checkpoints = [
-        {"name": "init", "path": str(init), "tokens": init_tokens},
-        {"name": "final", "path": str(final), "tokens": n, "spot": True, "causal": True},
-    ]
-    checkpoints += [
-        {"name": f"probe{i}", "path": str(p), "tokens": n} for i, (_, p) in enumerate(probes)
-    ]
-    out_dir = run_dir / "eval"
-    out_dir.mkdir()
-    out = out_dir / "eval.npz"
-    spec = {
-        "vocab_size": settings.vocab_size,
-        "seq_len": settings.eval_seq_len,
-        "batch_size": settings.eval_batch_size,
-        "spot": spot,
-        "checkpoints": checkpoints,
-        "out": str(out),
-        "device": "cuda" if gpus else "cpu",
-    }
-    eval_env = {**env, "CUDA_VISIBLE_DEVICES": gpus[0] if gpus else ""}
-    eval_env.pop("SPEEDRUN_CLOCK", None)
-    eval_env.pop("SPEEDRUN_TRAIN_FILES", None)
-    started = time.monotonic()
-    result = run_sandboxed(
-        [sys.executable, str(EVALUATOR)],
-        cwd=code,
-        env=eval_env,
-        limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
-        policy=Policy(writable=[out_dir], readonly=[run_dir / "ckpt"], hidden=list(hidden)),
-        stdin=json.dumps(spec).encode() + b"\n" + val[: n + 1].astype("<u2").tobytes(),
-    )
-    record.eval_s = time.monotonic() - started
-    if not result.ok or not out.is_file():
-        record.output = result.tail(3000)
-        status = EvalStatus.TIMEOUT if result.timed_out else EvalStatus.ERROR
-        return fail(
-            status,
-            f"evaluating the checkpoint failed (exit {result.returncode}): {result.tail(600)}",
-        )
-    with np.load(out, allow_pickle=False) as arrays:
-        data = {key: arrays[key] for key in arrays.files}
-    summary = json.loads(data["summary"].tobytes())
-    losses = data["losses_final"].astype(np.float64)
-    if losses.shape != (n,) or not np.isfinite(losses).all():
-        return fail(EvalStatus.INVALID, "the model's validation loss is not finite")
-    targets = val[1 : n + 1].astype(np.int64)
-    for position, row in zip(
-        data["spot_positions_final"], data["spot_logits_final"].astype(np.float64), strict=True
-    ):
-        top = row.max()
-        expected = top + math.log(np.exp(row - top).sum()) - row[targets[position]]
-        if abs(expected - losses[position]) > 1e-3 + 1e-4 * abs(expected):
-            return fail(
-                EvalStatus.REJECTED,
-                f"the evaluation's loss at position {position} ({losses[position]:.5f}) "
-                f"disagrees with the logits it returned ({expected:.5f}); was the loss computation patched?",
-            )
-    causal = summary["final"]["causal_diff"]
-    if causal is None or causal > settings.causal_tol:
-        return fail(
-            EvalStatus.REJECTED,
-            f"the model is not causal: logits before position t changed by {causal} "
-            "when tokens from t on were replaced (a language model may not look ahead)",
-        )
-    record.params = int(summary["final"]["params"])
-    record.init_loss = float(data["losses_init"].astype(np.float64).mean())
-    floor = math.log(settings.vocab_size) - settings.init_loss_margin
-    if record.init_loss < floor:
-        return fail(
-            EvalStatus.REJECTED,
-            f"the model was already trained when the clock started: its initial loss "
-            f"{record.init_loss:.3f} is below {floor:.3f} (ln vocab - {settings.init_loss_margin}); train only "
-            "after speedrun_clock.start",
-        )
-    record.loss = float(losses.mean())
-    record.probes = [
-        (t, float(data[f"losses_probe{i}"].astype(np.float64).mean()))
-        for i, (t, _) in enumerate(probes)
-    ]
-    record.wall_s = time.monotonic() - begin
-    return record

@@ -1,4 +1,4 @@
-"""The harness side of the clock: a socket that timestamps the candidate's marks, and their audit.
+"""The harness side of the clock: unix-socket servers, the one that timestamps the candidate's marks, and their audit.
 
 Times come from this (the harness's) process, taken when a mark arrives; the candidate
 only says *that* something happened, never *when*. ``audit`` turns the marks into the
@@ -45,38 +45,32 @@ class Timing:
     probes: tuple[tuple[float, str, str], ...] = ()  # (training seconds, file name, sha256)
 
 
-class ClockServer:
-    """A unix-socket server that records marks from one connection (rank 0).
+class UnixServer:
+    """A unix-socket server in a short-lived folder of its own; each connection is handed to ``accepted``.
 
-    A filesystem socket, because the sandbox gives the candidate its own network
-    namespace (TCP to the harness is impossible) while a socket file stays reachable.
-    Use as a context manager; ``address`` (the socket's path) goes to the candidate as
-    ``SPEEDRUN_CLOCK``.
+    A filesystem socket, because the sandbox gives the candidate its own network namespace
+    (TCP to the harness is impossible) while a socket file stays reachable. Use as a context
+    manager; ``address`` (the socket's path) goes to the candidate.
     """
 
-    EVENTS = ("warmup_begin", "start", "pause", "resume", "stop")
+    NAME = "socket"
 
     def __init__(self) -> None:
-        self.marks: list[Mark] = []
-        self.problems: list[str] = []
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
-        self._connections = 0
         self._folder: str | None = None
 
     @property
     def address(self) -> str:
-        assert self._folder is not None, "use ClockServer as a context manager"
-        return str(Path(self._folder) / "clock")
+        assert self._folder is not None, f"use {type(self).__name__} as a context manager"
+        return str(Path(self._folder) / self.NAME)
 
-    def __enter__(self) -> ClockServer:
-        self._folder = tempfile.mkdtemp(
-            prefix="speedrun-clock-", dir="/tmp"
-        )  # short: paths over 107 bytes fail
+    def __enter__(self) -> UnixServer:
+        self._folder = tempfile.mkdtemp(prefix="speedrun-", dir="/tmp")  # paths over 107 bytes fail
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(self.address)
-        self._sock.listen(4)
+        self._sock.listen(64)
         self._sock.settimeout(0.2)
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -98,12 +92,37 @@ class ClockServer:
                 conn, _ = self._sock.accept()
             except (TimeoutError, OSError):
                 continue
-            self._connections += 1
-            if self._connections > 1:
-                self.problems.append("a second connection to the clock (only rank 0 may mark time)")
-                conn.close()
-                continue
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+            self.accepted(conn)
+
+    def accepted(self, conn: socket.socket) -> None:
+        """Serve one connection (in a thread of its own, if it lasts)."""
+        raise NotImplementedError
+
+
+class ClockServer(UnixServer):
+    """Records marks from one connection (rank 0); ``address`` goes to the candidate as ``SPEEDRUN_CLOCK``."""
+
+    EVENTS = ("warmup_begin", "start", "pause", "resume", "stop")
+    NAME = "clock"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marks: list[Mark] = []
+        self.problems: list[str] = []
+        self._connections = 0
+
+    def phase(self) -> str:
+        """Where the run is: "before" the start mark, "running", or "after" the stop mark."""
+        events = {m.event for m in self.marks}
+        return "after" if "stop" in events else "running" if "start" in events else "before"
+
+    def accepted(self, conn: socket.socket) -> None:
+        self._connections += 1
+        if self._connections > 1:
+            self.problems.append("a second connection to the clock (only rank 0 may mark time)")
+            conn.close()
+            return
+        threading.Thread(target=self._read, args=(conn,), daemon=True).start()
 
     def _read(self, conn: socket.socket) -> None:
         conn.settimeout(0.2)

@@ -2,13 +2,19 @@
 
 Every cheat sits inside the seed's EVOLVE-BLOCK (where operators may write anything), so the
 edit check lets it through and the harness and sandbox must catch it. Each runs through the
-real fitness (``run_job``: fresh workdir, ``evaluate_safely``).
+real fitness (``run_job``: fresh workdir, ``evaluate_safely``). Issue 15's classes that apply:
+1, work outside the budget (the budget is CPU time over the whole process tree, so parallel
+search and searching until a wall-clock deadline buy nothing), and 3, state carried between
+evaluations (a program that resumes from the packing an earlier evaluation left somewhere
+scores another evaluation's work: the issue's 2.6239 for code that computes 2.6143). Classes
+2 and 4 concern trained models and do not apply.
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
+import subprocess
 import textwrap
 import uuid
 from pathlib import Path
@@ -18,6 +24,7 @@ from evolve.benchmarks.circle_packing import fitness as harness
 from evolve.benchmarks.circle_packing.fitness import CirclePacking
 
 from evolve.operators.edits import check_edit
+from evolve.sandbox import isolation_report
 from evolve.types import EvalStatus
 from tests.redteam.helpers import Listener, assert_caught, digest, evaluate
 
@@ -241,6 +248,117 @@ def test_network_connections_fail_and_reach_nothing():
 def test_signalling_the_harness_process_is_refused():
     result = evaluate(FITNESS, inside_block("import os; os.kill(os.getppid(), 0)"))
     assert_caught(result, EvalStatus.ERROR, r"PermissionError|Operation not permitted")
+
+
+# --- class 1: more compute than the budget -------------------------------------------------------
+
+SPIN = "def _spin(seconds=0.8):\n    while time.process_time() < seconds:\n        pass\n"
+TIGHT = CirclePacking(cpu_budget_s=2.0)
+
+
+def test_parallel_search_in_processes_is_charged_to_the_budget():
+    code = (
+        "import time\nfrom multiprocessing import get_context\n"
+        + SPIN
+        + ("with get_context('fork').Pool(4) as _pool:\n    _pool.map(_spin, [0.8] * 4)")
+    )
+    assert_caught(
+        evaluate(TIGHT, inside_block(code), timeout_s=300),
+        EvalStatus.TIMEOUT,
+        r"CPU seconds.*over its budget of 2",
+    )
+
+
+def test_parallel_search_in_threads_is_charged_to_the_budget():
+    code = (
+        "import time, threading\n"
+        + SPIN.replace("process_time()", "thread_time()")
+        + (
+            "_threads = [threading.Thread(target=_spin) for _ in range(3)]\n"
+            "[t.start() for t in _threads]\n[t.join() for t in _threads]"
+        )
+    )
+    assert_caught(
+        evaluate(TIGHT, inside_block(code), timeout_s=300),
+        EvalStatus.TIMEOUT,
+        r"CPU seconds.*over its budget of 2",
+    )
+
+
+def test_a_search_ignoring_the_cpu_limit_signal_is_stopped_and_charged():
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n" + SPIN + "_spin(60)"
+    )
+    result = evaluate(TIGHT, inside_block(code), timeout_s=300)
+    assert_caught(result, EvalStatus.TIMEOUT, r"CPU seconds.*over its budget of 2")
+    assert result.metrics["cpu_s"] < 10  # RLIMIT_CPU ended it, not the wall-clock timeout
+
+
+# --- class 3: state carried from one evaluation to the next ---------------------------------------
+
+RESUME = """
+import os
+def _store(key, text):
+    {store}
+def _load(key):
+    {load}
+try:
+    _prior = json.loads(_load("evolve-redteam-packing"))
+    print("resumed from", _prior, flush=True)
+    raise SystemExit(3)  # a later evaluation found what an earlier one left
+except SystemExit:
+    raise
+except Exception:
+    pass
+try:
+    _store("evolve-redteam-packing", json.dumps({{"seen": True}}))
+except Exception as exc:
+    print("could not store:", exc)
+"""
+CHANNELS = {
+    "System V shared memory": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "seg = libc.shmget(0x5EED26, 4096, 0o1666)\naddr = libc.shmat(seg, None, 0)\n"
+        "ctypes.memmove(addr, text.encode() + b'\\0', len(text) + 1)",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "seg = libc.shmget(0x5EED26, 4096, 0o666)\nassert seg >= 0\n"
+        "text = ctypes.string_at(libc.shmat(seg, None, 0)).decode()\nassert text\nreturn text",
+        "ipc",
+    ),
+    "POSIX shared memory in /dev/shm": (
+        "open('/dev/shm/' + key, 'w').write(text)",
+        "return open('/dev/shm/' + key).read()",
+        "shm",
+    ),
+    "a file in /tmp": (
+        "open('/tmp/' + key, 'w').write(text)",
+        "return open('/tmp/' + key).read()",
+        "writes",
+    ),
+    "the working directory's parent": (
+        "open('../' + key, 'w').write(text)",
+        "return open('../' + key).read()",
+        "writes",
+    ),
+}
+
+
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+def test_a_program_cannot_resume_from_what_an_earlier_evaluation_left(channel):
+    store, load, key = CHANNELS[channel]
+    closed = isolation_report().get(key, "NOT reported by this sandbox")
+    if closed.startswith("NOT"):
+        pytest.skip(f"this sandbox does not close it: {key}: {closed}")
+    indent = "\n    "
+    code = RESUME.format(store=store.replace("\n", indent), load=load.replace("\n", indent))
+    files = inside_block("import json\n" + code)
+    try:
+        first = evaluate(FITNESS, files)
+        second = evaluate(FITNESS, files)
+    finally:  # a segment that escaped the sandbox's namespace would outlive the test
+        subprocess.run(["ipcrm", "-M", "0x5EED26"], capture_output=True, check=False)
+    assert first.ok, first.artifacts
+    assert second.ok and second.fitness == first.fitness, (channel, second.status, second.artifacts)
 
 
 # --- honest variants: every one must pass -------------------------------------------------------

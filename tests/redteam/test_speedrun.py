@@ -1,14 +1,18 @@
-"""Red team, speedrun (CPU preset): hacks beyond the owner's harness tests, through the real fitness.
+"""Red team, speedrun (CPU preset): cheats by class through the real fitness, each caught with its reason; honest variants pass.
 
-The owner's tests (tests/benchmarks/speedrun/test_speedrun_harness.py) cover stopping the
-clock early, an unrestored warm-up, a self-reported loss, the warm-up cap, training before
-the clock and a model that looks ahead. These add: validation shards read by native code,
-NaN weights, exiting early with status 0, a network connection, writes into the harness and
-outside the workdir, a process left running and patched time functions.
+Classes (issue 15): 1 work outside the timed window, 2 a model that behaves differently when
+scored than when probed, 3 state carried between evaluations (the harness's own channels;
+the sandbox's are tests/test_sandbox*.py). Class 4 (quick stages) does not apply: speedrun
+has no quick stage, its first stage is a full run. Every candidate is the seed program edited
+the way a cheating candidate would be. Beyond these: validation shards read by native code,
+NaN weights, exiting early, the network, writes into the harness, a process left running and
+patched time functions. Each run takes 10-40 s on a loaded 2-core machine, so the default
+run keeps a few cheats per class and marks the rest slow (``pytest -m slow`` runs them).
 """
 
 from __future__ import annotations
 
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -22,8 +26,14 @@ from tests.fixtures.speedrun_cpu import cpu_fitness
 from tests.redteam.helpers import Listener, assert_caught, digest
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
-ANCHOR = '    files = os.environ["SPEEDRUN_TRAIN_FILES"].split(os.pathsep)\n'
+MAIN = "    batches = Batches("  # the first line of main() after the seed and device set-up
+START = "    speedrun_clock.start(raw, optimizer)\n"
+TIMED = "    begin = time.perf_counter()\n"  # the first line after the clock started
+AFTER_STOP = '    if rank == 0:\n        print(f"trained_tokens='
+LOGITS = "        return self.lm_head(self.ln_f(x))\n"
 FAILED = (EvalStatus.ERROR, EvalStatus.REJECTED, EvalStatus.INVALID)
+QUICK = {"steps": 20, "warmup_steps": 2}
+NOT_CAUSAL = r"not causal or its rows are not independent"
 
 
 @pytest.fixture(scope="module")
@@ -31,33 +41,234 @@ def data_dir(tmp_path_factory) -> str:
     return str(ensure_stdlib_shards(tmp_path_factory.mktemp("speedrun-redteam") / "stdlib"))
 
 
-def run(data_dir: str, tmp_path: Path, inject: str = "", after: str = ANCHOR, seed: int = 0):
+def program(*edits: tuple[str, str]) -> str:
+    """The seed with ``(anchor, code)`` edits: ``code`` (dedented, indented like the anchor) goes before it."""
     text = SEED.read_text()
-    assert after in text, f"the seed no longer contains {after!r}"
-    text = text.replace(after, after + "".join(f"    {line}\n" for line in inject.splitlines()))
+    for anchor, code in edits:
+        assert anchor in text, f"the seed no longer contains {anchor!r}"
+        indent = anchor[: len(anchor) - len(anchor.lstrip())]
+        block = textwrap.indent(textwrap.dedent(code).strip("\n") + "\n", indent)
+        text = text.replace(anchor, block + anchor, 1)
+    return text
+
+
+def run(data_dir: str, tmp_path: Path, text: str, *, seed: int = 0, **settings):
     folder = tmp_path / "candidate"
     folder.mkdir()
     (folder / "train.py").write_text(text)
-    fitness = cpu_fitness(data_dir, overrides={"steps": 20, "warmup_steps": 2})
+    fitness = cpu_fitness(data_dir, **{"overrides": QUICK, **settings})
     return evaluate_safely(fitness, folder, EvalContext(seed=seed, scratch=tmp_path / "scratch"))
 
 
+def peek(trigger: str, setup: str = "") -> str:
+    """A model that adds a large bonus to the logit of the next input token wherever ``trigger`` (a (B, T, 1) mask) holds."""
+    code = setup + (
+        "\nlogits = self.lm_head(self.ln_f(x))"
+        "\npeeked = F.one_hot(torch.roll(idx, -1, 1), logits.shape[-1]).to(logits.dtype)"
+        f"\nreturn logits + 8.0 * peeked * ({trigger}).to(logits.dtype)"
+    )
+    return program((LOGITS, code))
+
+
+# --- class 1: work outside the timed window ------------------------------------------------------
+
+
+def test_reading_the_training_shards_directly_is_refused(data_dir, tmp_path):
+    shard = sorted(Path(data_dir).glob("*_train_*.bin"))[0]
+    text = program((MAIN, f"print('peeked', np.fromfile({str(shard)!r}, dtype=np.uint16)[:8])"))
+    assert_caught(run(data_dir, tmp_path, text), FAILED, r"PermissionError|Permission denied")
+
+
+@pytest.mark.slow
+def test_training_the_model_before_the_clock_is_rejected_against_the_harness_init(
+    data_dir, tmp_path
+):
+    # a few steps only: the initial loss stays above the old floor, the seeded build differs
+    text = program(
+        (
+            START,
+            "for step in range(3):\n    train_step(model, optimizer, batches, step, accum, c, device)",
+        )
+    )
+    ev = run(data_dir, tmp_path, text)
+    assert_caught(ev, EvalStatus.REJECTED, r"not the model that torch\.manual_seed\(EVOLVE_SEED\)")
+
+
+def test_a_copy_trained_at_import_and_swapped_in_after_start_sees_only_random_tokens(
+    data_dir, tmp_path
+):
+    # trains a copy for 150 steps before the clock exists, then times zero steps: it would
+    # score ~0 s if the tokens before the clock were real; the start-up is charged as well
+    text = program(
+        (
+            'if __name__ == "__main__":\n',
+            """
+            if __name__ == "__main__":
+                _c = preset()
+                torch.manual_seed(123)
+                COPY = build_model()
+                _opt = make_optimizer(COPY, _c)
+                _b = Batches(_c["micro_batch"], _c["seq_len"], 0, 1)
+                for _step in range(150):
+                    train_step(COPY, _opt, _b, _step, 1, {**_c, "steps": 150}, "cpu")
+            """,
+        ),
+        (
+            '    for step in range(c["steps"]):\n',
+            "raw.load_state_dict(COPY.state_dict())\nc['steps'] = 0",
+        ),
+    )
+    ev = run(data_dir, tmp_path, text, compile_allowance_s=1)
+    assert_caught(ev, EvalStatus.INVALID, r"is not below the target")
+    assert ev.metrics["loss_0"] > 5.9  # a model trained on random tokens learns nothing of the text
+    assert ev.metrics["charged_s_0"] > 0 and "charged to the time" in ev.artifacts["runs"]
+
+
+@pytest.mark.slow
+def test_training_on_after_the_stop_is_not_scored(data_dir, tmp_path):
+    # keeps tokens fetched while the clock ran, trains 60 more steps after stop and leaves the
+    # better weights where its build_model() looks when the harness evaluates
+    build = (
+        '    return GPT(c["vocab_size"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])\n'
+    )
+    text = program(
+        (TIMED, "KEPT = [batches.next(device) for _ in range(20)]"),
+        (
+            AFTER_STOP,
+            """
+            for step in range(60):  # the stream has ended: replay what was kept
+                x, y = KEPT[step % len(KEPT)]
+                logits = model(x)
+                F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1)).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            for folder in (".", os.environ["SPEEDRUN_CKPT_DIR"]):
+                torch.save(raw.state_dict(), os.path.join(folder, "after_stop.pt"))
+            """,
+        ),
+        (
+            build,
+            """
+            model = GPT(c["vocab_size"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])
+            for folder in (".", os.environ.get("SPEEDRUN_CKPT_DIR", ".")):
+                if os.path.exists(os.path.join(folder, "after_stop.pt")):
+                    trained = torch.load(os.path.join(folder, "after_stop.pt"))
+                    model.load_state_dict = lambda *a, **k: nn.Module.load_state_dict(model, trained)
+            return model
+            """,
+        ),
+    )
+    ev = run(data_dir, tmp_path, text, target=6.0, overrides={"steps": 1, "warmup_steps": 1})
+    assert_caught(ev, EvalStatus.INVALID, r"is not below the target 6\.0")
+    assert ev.metrics["loss_0"] > 6.0  # the one timed step, not the 60 after the stop
+
+
+@pytest.mark.slow
+def test_pulling_tokens_after_the_stop_finds_the_stream_ended(data_dir, tmp_path):
+    text = program((AFTER_STOP, "batches.next(device)"))
+    assert_caught(
+        run(data_dir, tmp_path, text), EvalStatus.ERROR, r"stream ended when the clock stopped"
+    )
+
+
+# --- class 2: a model that behaves differently when scored than when probed ----------------------
+# Each looks ahead (a bonus on the next input token's logit) only where or when the old probe
+# (row 0, positions < T/2, two separate calls right after the first batch) did not look.
+
+PEEKS = {
+    "positions from T/2 on": "(torch.arange(idx.shape[1], device=idx.device) >= idx.shape[1] // 2).view(1, -1, 1)",
+    "rows after the first": "(torch.arange(idx.shape[0], device=idx.device) >= 1).view(-1, 1, 1)",
+    "calls other than the 2nd and 3rd": "torch.tensor(CALLS not in (2, 3))",
+    "batches of more than one row": "torch.tensor(idx.shape[0] > 1)",
+    "after the first 50 ms of forward calls": "torch.tensor(time.monotonic() - FIRST > 0.05)",
+}
+SETUP = {
+    "calls other than the 2nd and 3rd": "global CALLS\nCALLS = globals().get('CALLS', 0) + 1",
+    "after the first 50 ms of forward calls": "global FIRST\nFIRST = globals().get('FIRST') or time.monotonic()",
+}
+QUICK_PEEKS = ("positions from T/2 on", "rows after the first", "calls other than the 2nd and 3rd")
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [t if t in QUICK_PEEKS else pytest.param(t, marks=pytest.mark.slow) for t in PEEKS],
+)
+def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected(
+    trigger, data_dir, tmp_path
+):
+    text = peek(PEEKS[trigger], SETUP.get(trigger, ""))
+    ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
+    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
+@pytest.mark.slow
+def test_a_model_mixing_rows_of_a_batch_is_rejected(data_dir, tmp_path):
+    # causal in time, but each row sees the batch's mean embedding (batch statistics)
+    text = program(("        for block in self.blocks:\n", "x = x + x.mean(0, keepdim=True)"))
+    ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
+    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
+# --- class 3: state carried between evaluations through the harness's own folders ----------------
+
+LEAK_WRITE = """
+import inspect
+for _frame in inspect.stack():
+    if "inputs" in _frame.frame.f_locals:  # the evaluation process, holding validation rows
+        for _folder in (".", os.environ.get("HOME", "."), "/dev/shm", "/tmp", "..", "../.."):
+            with contextlib.suppress(OSError):
+                np.save(os.path.join(_folder, "leak-val.npy"), _frame.frame.f_locals["inputs"][:4])
+"""
+LEAK_TRAIN = """
+if os.environ["EVOLVE_SEED"] == "0":
+    for _folder in (".", os.environ["SPEEDRUN_CKPT_DIR"], os.environ["TORCHINDUCTOR_CACHE_DIR"], "/dev/shm"):
+        os.makedirs(_folder, exist_ok=True)
+        open(os.path.join(_folder, "leak-train"), "w").write("seed 0 was here")
+else:
+    from pathlib import Path
+    _roots = [Path(os.environ["SPEEDRUN_CKPT_DIR"]).parents[2], Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent, Path("/dev/shm")]
+    _found = [str(p) for r in _roots for p in r.rglob("leak-*")]
+    if _found:
+        raise SystemExit(f"LEAKED: {_found}")
+"""
+
+
+@pytest.mark.slow
+def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_dir, tmp_path):
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    text = program((MAIN, LEAK_TRAIN), ("# EVOLVE-BLOCK-START\nPRESETS", LEAK_WRITE))
+    ev = run(
+        data_dir,
+        tmp_path,
+        text,
+        n_seeds=2,
+        target=7.0,
+        compile_cache=str(cache),
+        overrides={"steps": 2, "warmup_steps": 1},
+    )
+    assert ev.ok and ev.stage == "all_seeds", ev.artifacts  # seed 1 found nothing of seed 0's
+    assert not list(cache.rglob("*")), "a run wrote into the shared compile cache"
+    assert not list(Path("/tmp").glob("leak-*"))
+
+
+# --- other hacks ---------------------------------------------------------------------------------
+
+
 def test_validation_shards_read_by_native_code_are_refused(data_dir, tmp_path):
-    # the worst case: the candidate knows the shard's exact path
     shard = sorted(Path(data_dir).glob("*_val_*.bin"))[0]
-    inject = f"print('peeked', np.fromfile({str(shard)!r}, dtype=np.uint16)[:8])"
-    assert_caught(run(data_dir, tmp_path, inject), FAILED, r"PermissionError|Permission denied")
+    text = program((MAIN, f"print('peeked', np.fromfile({str(shard)!r}, dtype=np.uint16)[:8])"))
+    assert_caught(run(data_dir, tmp_path, text), FAILED, r"PermissionError|Permission denied")
 
 
-@pytest.mark.slow  # a full CPU training run (~10-20 s on 2 cores)
+@pytest.mark.slow
 def test_nan_weights_are_refused(data_dir, tmp_path):
-    inject = "[p.data.fill_(float('nan')) for p in raw.parameters()]"
-    ev = run(data_dir, tmp_path, inject, after="    optimizer = make_optimizer(raw, c)\n")
-    assert_caught(ev, FAILED, r"nan|finite|loss")
+    text = program((START, "[p.data.fill_(float('nan')) for p in raw.parameters()]"))
+    assert_caught(run(data_dir, tmp_path, text), FAILED, r"nan|finite|loss|not the model")
 
 
 def test_exiting_early_with_status_0_gives_no_score(data_dir, tmp_path):
-    ev = run(data_dir, tmp_path, "os._exit(0)")
+    ev = run(data_dir, tmp_path, program((MAIN, "os._exit(0)")))
     assert not ev.ok and ev.fitness is None
     assert_caught(ev, FAILED, r"clock|mark|checkpoint|start|stop|exit")
 
@@ -65,10 +276,8 @@ def test_exiting_early_with_status_0_gives_no_score(data_dir, tmp_path):
 def test_network_connections_reach_nothing(data_dir, tmp_path):
     listener = Listener()
     try:
-        inject = (
-            f"import socket\nsocket.create_connection(('127.0.0.1', {listener.port}), timeout=3)"
-        )
-        ev = run(data_dir, tmp_path, inject)
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {listener.port}), timeout=3)"
+        ev = run(data_dir, tmp_path, program((MAIN, code)))
         assert listener.connections == 0
         assert_caught(
             ev, FAILED, r"ConnectionRefused|unreachable|PermissionError|exited with status"
@@ -80,25 +289,172 @@ def test_network_connections_reach_nothing(data_dir, tmp_path):
 def test_writes_into_the_harness_and_outside_the_workdir_are_refused(data_dir, tmp_path):
     target, outside = Path(harness.__file__), Path("/tmp") / f"evolve-redteam-{uuid.uuid4().hex}"
     before = digest(target)
-    inject = f"open({str(target)!r}, 'a').write('# pwned')\nopen({str(outside)!r}, 'w').write('x')"
-    ev = run(data_dir, tmp_path, inject)
+    code = f"open({str(target)!r}, 'a').write('# pwned')\nopen({str(outside)!r}, 'w').write('x')"
+    ev = run(data_dir, tmp_path, program((MAIN, code)))
     assert digest(target) == before and not outside.exists()
     assert_caught(ev, FAILED, r"PermissionError|Permission denied|Read-only|exited with status")
 
 
-@pytest.mark.slow  # a full CPU training run (~10-20 s on 2 cores)
+@pytest.mark.slow
 def test_a_process_left_running_is_rejected(data_dir, tmp_path):
-    inject = "import subprocess\nsubprocess.Popen(['sleep', '120'], start_new_session=True)"
+    code = "import subprocess\nsubprocess.Popen(['sleep', '120'], start_new_session=True)"
     assert_caught(
-        run(data_dir, tmp_path, inject), EvalStatus.REJECTED, r"left \d+ process\(es\) running"
+        run(data_dir, tmp_path, program((MAIN, code))),
+        EvalStatus.REJECTED,
+        r"left \d+ process\(es\) running",
     )
 
 
-@pytest.mark.slow  # a full CPU training run (~10-20 s on 2 cores)
+@pytest.mark.slow
 def test_patched_time_functions_do_not_change_the_harness_clock(data_dir, tmp_path):
-    inject = "time.time = time.perf_counter = time.monotonic = lambda: 0.0"
-    ev = run(data_dir, tmp_path, inject)
+    code = "time.time = time.perf_counter = time.monotonic = lambda: 0.0"
+    ev = run(data_dir, tmp_path, program((MAIN, code)))
     if ev.ok:
         assert ev.fitness > 0 and ev.metrics["time_mean_s"] > 0  # measured by the harness's clock
     else:
         assert_caught(ev, FAILED, r"clock|time|mark")
+
+
+# --- honest variants: every one must pass ---------------------------------------------------------
+
+MUON = '''
+class Muon(torch.optim.Optimizer):
+    """Momentum orthogonalised by Newton-Schulz for hidden matrices, Adam for the rest (Jordan et al. 2024)."""
+
+    def __init__(self, model, lr, adam_lr):
+        hidden = [p for n, p in model.named_parameters() if p.dim() == 2 and "blocks" in n]
+        rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "blocks" in n)]
+        super().__init__([{"params": hidden, "muon": True, "lr": lr}, {"params": rest, "muon": False, "lr": adam_lr}], {})
+
+    @staticmethod
+    def orthogonalise(g, steps=5):
+        a, b, c = 3.4445, -4.7750, 2.0315
+        x = g / (g.norm() + 1e-7)
+        for _ in range(steps):
+            s = x @ x.T
+            x = a * x + (b * s + c * s @ s) @ x
+        return x
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if group["muon"]:
+                    buf = state.setdefault("momentum", torch.zeros_like(p))
+                    buf.mul_(0.95).add_(p.grad)
+                    update = self.orthogonalise(p.grad + 0.95 * buf)
+                    p.add_(update, alpha=-group["lr"] * max(1.0, p.shape[0] / p.shape[1]) ** 0.5)
+                else:
+                    state["step"] = state.get("step", 0) + 1
+                    m = state.setdefault("m", torch.zeros_like(p)).mul_(0.9).add_(p.grad, alpha=0.1)
+                    v = state.setdefault("v", torch.zeros_like(p)).mul_(0.95).addcmul_(p.grad, p.grad, value=0.05)
+                    m_hat, v_hat = m / (1 - 0.9 ** state["step"]), v / (1 - 0.95 ** state["step"])
+                    p.add_(m_hat / (v_hat.sqrt() + 1e-8), alpha=-group["lr"])
+
+
+def make_optimizer(model: nn.Module, c: dict) -> torch.optim.Optimizer:
+    return Muon(model, lr=0.02, adam_lr=c["lr"])
+'''
+STRONG = [  # the outside recipe: Muon, ReLU^2, QK-norm, zero-initialised projections and head, bf16
+    (
+        "        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))\n",
+        "        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))\n"
+        "        q, k = F.rms_norm(q, (q.size(-1),)), F.rms_norm(k, (k.size(-1),))\n",
+    ),
+    ('F.gelu(self.fc(self.ln2(x)), approximate="tanh")', "F.relu(self.fc(self.ln2(x))).square()"),
+    ("        self.lm_head.weight = self.wte.weight\n", ""),
+    (
+        "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+        "        for block in self.blocks:\n"
+        "            nn.init.zeros_(block.attn.proj.weight)\n            nn.init.zeros_(block.out.weight)\n"
+        "        nn.init.zeros_(self.lm_head.weight)\n\n"
+        "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+    ),
+    (
+        "def make_optimizer(model: nn.Module, c: dict) -> torch.optim.Optimizer:\n",
+        MUON + "\n\ndef _adamw(model: nn.Module, c: dict) -> torch.optim.Optimizer:\n",
+    ),
+    (
+        'torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device != "cpu")',
+        'torch.autocast(device_type="cpu" if device == "cpu" else "cuda", dtype=torch.bfloat16)',
+    ),
+    ("    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)\n", ""),
+]
+COMPILED = [
+    (
+        'torch.compile(raw) if c["compile"] and device != "cpu" else raw',
+        'torch.compile(raw) if c["compile"] else raw',
+    )
+]
+
+
+def replaced(edits: list[tuple[str, str]]) -> str:
+    text = SEED.read_text()
+    for old, new in edits:
+        assert old in text, f"the seed no longer contains {old!r}"
+        text = text.replace(old, new, 1)
+    return text
+
+
+HONEST = {
+    "seed": (SEED.read_text(), {}),
+    "Muon, ReLU^2, QK-norm, zero-initialised projections, bf16": (replaced(STRONG), {}),
+    "the same with torch.compile and a warm-up": (
+        replaced(STRONG + COMPILED),
+        {"compile": 1, "compile_warmup_steps": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n if n.startswith("Muon") else pytest.param(n, marks=pytest.mark.slow) for n in HONEST],
+)
+def test_honest_variants_pass(name, data_dir, tmp_path):
+    text, overrides = HONEST[name]
+    ev = run(
+        data_dir, tmp_path, text, target=6.0, overrides={**QUICK, **overrides}, warmup_cap_s=300
+    )
+    assert ev.ok, (name, ev.status, ev.artifacts)
+    assert ev.metrics["causal_diff_0"] <= 1e-3 and ev.metrics["loss_0"] < 6.0
+
+
+# --- on a GPU: the same checks with CUDA, bf16 autocast and torchrun ranks ------------------------
+
+
+def _gpus() -> list[str]:
+    from evolve.harness.gpus import visible_gpus
+
+    return visible_gpus()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_on_gpus_the_seed_passes_and_a_peek_is_caught(nproc, data_dir, tmp_path):
+    gpus = _gpus()
+    if len(gpus) < nproc:
+        pytest.skip(f"needs {nproc} GPU(s), sees {len(gpus)}")
+    ctx = EvalContext(seed=0, scratch=tmp_path / "scratch", gpu=",".join(gpus[:nproc]))
+    for name, text, status in (
+        ("seed", SEED.read_text(), EvalStatus.OK),
+        ("peek", peek(PEEKS["positions from T/2 on"]), EvalStatus.REJECTED),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train.py").write_text(text)
+        fitness = cpu_fitness(
+            data_dir,
+            target=6.0,
+            nproc_per_node=nproc,
+            cpu_threads=None,
+            overrides={**QUICK, "micro_batch": 16 // nproc},
+        )
+        ev = evaluate_safely(fitness, folder, ctx)
+        assert ev.status == status, (name, ev.artifacts)
+        if status == EvalStatus.OK:  # bf16 on the GPU: probe rows still match their base rows
+            assert ev.metrics["causal_diff_0"] <= 1e-2
+        else:
+            assert_caught(ev, status, NOT_CAUSAL)

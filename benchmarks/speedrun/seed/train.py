@@ -2,7 +2,8 @@
 
 Run by the harness on each GPU through torchrun (or plain python for one process). The
 harness gives: EVOLVE_SEED, SPEEDRUN_PRESET (which size of the benchmark), SPEEDRUN_VOCAB_SIZE,
-SPEEDRUN_TRAIN_FILES (training shards, os.pathsep-separated) and the clock. The program
+the clock, and the training tokens through speedrun_clock.tokens (random tokens before
+the clock starts, the real stream while it runs). The program
 trains and calls speedrun_clock.start / stop around the timed part; the harness then
 evaluates the weights that stop() saved, through build_model(). It never validates.
 Two EVOLVE-BLOCKs hold what may change: the model and hyperparameters, and the training
@@ -181,29 +182,19 @@ def lr_at(step: int, c: dict) -> float:
 
 
 class Batches:
-    """Sequential (input, target) batches from the training shards, each rank its own slice."""
+    """Sequential (input, target) batches of the harness's token stream, each rank its own slice."""
 
-    def __init__(self, files: list[str], micro_batch: int, seq_len: int, rank: int, world: int):
-        self.files, self.b, self.t, self.rank, self.world = files, micro_batch, seq_len, rank, world
+    def __init__(self, micro_batch: int, seq_len: int, rank: int, world: int):
+        self.b, self.t, self.rank, self.world = micro_batch, seq_len, rank, world
         self.reset()
 
     def reset(self) -> None:
-        self.index, self.pos = 0, 0
-        self.tokens = self._load(self.files[0])
-
-    @staticmethod
-    def _load(path: str) -> np.ndarray:
-        header = np.fromfile(path, dtype="<i4", count=256)
-        assert header[0] == 20240520 and header[1] == 1, f"{path} is not a token shard"
-        return np.memmap(path, dtype="<u2", mode="r", offset=1024, shape=(int(header[2]),))
+        self.pos = 0
 
     def next(self, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         span = self.b * self.t
-        if self.pos + span * self.world + 1 > len(self.tokens):
-            self.index = (self.index + 1) % len(self.files)
-            self.tokens, self.pos = self._load(self.files[self.index]), 0
-        first = self.pos + self.rank * span
-        chunk = torch.from_numpy(self.tokens[first : first + span + 1].astype(np.int64))
+        tokens = speedrun_clock.tokens(self.pos + self.rank * span, span + 1)
+        chunk = torch.from_numpy(tokens.astype(np.int64))
         self.pos += span * self.world
         x, y = chunk[:-1].view(self.b, self.t), chunk[1:].view(self.b, self.t)
         return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -250,8 +241,7 @@ def main() -> None:
     assert accum >= 1 and accum * c["micro_batch"] * c["seq_len"] * world == c["total_batch"], (
         "batch does not split"
     )
-    files = os.environ["SPEEDRUN_TRAIN_FILES"].split(os.pathsep)
-    batches = Batches(files, c["micro_batch"], c["seq_len"], rank, world)
+    batches = Batches(c["micro_batch"], c["seq_len"], rank, world)
 
     raw = build_model().to(device)
     model = torch.compile(raw) if c["compile"] and device != "cpu" else raw

@@ -1,4 +1,4 @@
-"""The FineWeb downloader against a local HTTP server: verified, resumable, clean on corruption."""
+"""The FineWeb downloader (on ``evolve.harness.download``) against a local HTTP server: resumable, shards verified."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from evolve.benchmarks.speedrun.download import DownloadError, download, fetch, shard_names
+from evolve.benchmarks.speedrun.download import DownloadError, download, shard_names
 from evolve.benchmarks.speedrun.shards import read_shard, write_shard
 
 
@@ -98,46 +98,37 @@ def test_download_fetches_and_verifies_every_shard(server, tmp_path):
         assert not p.with_name(p.name + ".part").exists()
 
 
-def test_a_dropped_connection_is_resumed_with_a_range_request(server, tmp_path):
-    url, root, handler = server
-    made = _make_remote(root, ["fineweb_val_000000.bin"])
-    handler.cut_first_at = 3000
-    dest = fetch(
-        f"{url}/fineweb_val_000000.bin", tmp_path / "fineweb_val_000000.bin", log=lambda _: None
-    )
-    assert read_shard(dest).tolist() == made["fineweb_val_000000.bin"].tolist()
-    assert handler.requests == ["full", "bytes=3000-"]
-
-
 def test_a_partial_file_from_an_earlier_run_is_continued(server, tmp_path):
     url, root, handler = server
     made = _make_remote(root, ["fineweb_val_000000.bin"])
-    dest = tmp_path / "fineweb_val_000000.bin"
-    dest.with_name(dest.name + ".part").write_bytes((root / dest.name).read_bytes()[:4096])
-    fetch(f"{url}/{dest.name}", dest, log=lambda _: None)
+    local = tmp_path / "local"
+    local.mkdir()
+    part = local / "fineweb_val_000000.bin.part"
+    part.write_bytes((root / "fineweb_val_000000.bin").read_bytes()[:4096])
+    (path,) = download(local, train_shards=0, base_url=url, log=lambda _: None)
     assert handler.requests == ["bytes=4096-"]
-    assert read_shard(dest).tolist() == made[dest.name].tolist()
+    assert read_shard(path).tolist() == made[path.name].tolist()
 
 
-def test_a_corrupt_download_is_refused_and_removed(server, tmp_path):
-    url, root, handler = server
+def test_a_file_that_is_not_a_shard_is_refused_and_removed(server, tmp_path):
+    url, root, _ = server
     (root / "fineweb_val_000000.bin").write_bytes(b"\x01" * 2048)  # not a shard
-    dest = tmp_path / "fineweb_val_000000.bin"
-    with pytest.raises(DownloadError, match="magic number .*partial file removed"):
-        fetch(f"{url}/{dest.name}", dest, log=lambda _: None)
-    assert not dest.exists() and not dest.with_name(dest.name + ".part").exists()
+    with pytest.raises(DownloadError, match="magic number .*file removed"):
+        download(tmp_path, train_shards=0, base_url=url, log=lambda _: None)
+    assert not (tmp_path / "fineweb_val_000000.bin").exists()
 
 
-def test_a_checksum_mismatch_is_refused(server, tmp_path):
+def test_a_checksum_mismatch_with_the_manifest_is_refused(server, tmp_path):
     url, root, _ = server
     _make_remote(root, ["fineweb_val_000000.bin"])
-    dest = tmp_path / "fineweb_val_000000.bin"
+    manifest = {"fineweb_val_000000.bin": "0" * 64}
     with pytest.raises(DownloadError, match="SHA-256"):
-        fetch(f"{url}/{dest.name}", dest, expected_sha256="0" * 64, log=lambda _: None)
-    assert not dest.exists()
-
-
-def test_a_missing_file_keeps_the_error_and_says_to_rerun(server, tmp_path):
-    url, _, _ = server
-    with pytest.raises(DownloadError, match="run the command again to resume"):
-        fetch(f"{url}/nothing.bin", tmp_path / "nothing.bin", attempts=2, log=lambda _: None)
+        download(
+            tmp_path,
+            train_shards=0,
+            base_url=url,
+            manifest=manifest,
+            log=lambda _: None,
+            attempts=1,
+        )
+    assert not (tmp_path / "fineweb_val_000000.bin").exists()

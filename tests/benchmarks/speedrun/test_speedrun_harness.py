@@ -74,7 +74,9 @@ def test_stopping_the_clock_early_and_training_on_is_rejected(data_dir, tmp_path
         (
             "        speedrun_clock.tick(raw)\n",
             "        speedrun_clock.tick(raw)\n        if step == 3:\n"
-            "            speedrun_clock.stop(raw)\n",
+            "            kept = batches.next(device)  # the stream ends at the stop: replay this\n"
+            "            speedrun_clock.stop(raw)\n"
+            "            batches.next = lambda device, kept=kept: kept\n",
         ),
     )
     result = evaluate(fitness(data_dir, overrides=QUICK), folder, tmp_path)
@@ -149,7 +151,7 @@ def test_training_before_the_clock_starts_is_rejected(data_dir, tmp_path):
     )
     result = evaluate(fitness(data_dir, overrides=QUICK), folder, tmp_path)
     assert result.status == EvalStatus.REJECTED
-    assert "already trained when the clock started" in result.artifacts["error"]
+    assert "not the model that torch.manual_seed(EVOLVE_SEED)" in result.artifacts["error"]
 
 
 def test_a_model_that_looks_ahead_is_rejected(data_dir, tmp_path):

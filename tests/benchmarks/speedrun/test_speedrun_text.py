@@ -6,6 +6,7 @@ import json
 import lzma
 
 import pytest
+from evolve.benchmarks.speedrun.data import DataSpec
 from evolve.benchmarks.speedrun.gpt2_tokenizer import (
     EOT,
     eot_id,
@@ -13,7 +14,7 @@ from evolve.benchmarks.speedrun.gpt2_tokenizer import (
     load_gpt2_ranks,
     train_bpe,
 )
-from evolve.benchmarks.speedrun.prepare_text import prepare, read_documents, stdlib_documents
+from evolve.benchmarks.speedrun.prepare_text import prepare, stdlib_documents
 from evolve.benchmarks.speedrun.shards import read_shard
 
 SAMPLE = (
@@ -59,23 +60,6 @@ def test_trained_bpe_puts_eot_last_and_round_trips():
         train_bpe([SAMPLE], vocab_size=60000)
 
 
-def test_read_documents_handles_txt_jsonl_and_xz(tmp_path):
-    (tmp_path / "a.txt").write_text("one whole document\nwith two lines")
-    (tmp_path / "b.jsonl").write_text(
-        json.dumps({"text": "first"}) + "\n\n" + json.dumps({"text": "second"}) + "\n"
-    )
-    with lzma.open(tmp_path / "c.jsonl.xz", "wt") as f:
-        f.write(json.dumps({"id": 1, "title": "t", "text": "third"}) + "\n")
-    docs = list(read_documents([tmp_path / "a.txt", tmp_path / "b.jsonl", tmp_path / "c.jsonl.xz"]))
-    assert docs == ["one whole document\nwith two lines", "first", "second", "third"]
-    (tmp_path / "bad.csv").write_text("x")
-    with pytest.raises(ValueError, match="use .txt, .jsonl"):
-        list(read_documents([tmp_path / "bad.csv"]))
-    (tmp_path / "d.jsonl").write_text('{"title": "no text"}\n')
-    with pytest.raises(ValueError, match=r"d.jsonl:1: no 'text'"):
-        list(read_documents([tmp_path / "d.jsonl"]))
-
-
 def test_prepare_writes_shards_whose_documents_start_with_eot(tmp_path, gpt2):
     with lzma.open(tmp_path / "train.jsonl.xz", "wt") as f:
         for i in range(30):
@@ -100,3 +84,10 @@ def test_prepare_writes_shards_whose_documents_start_with_eot(tmp_path, gpt2):
     train = [t for p in train_paths for t in read_shard(p).tolist()]
     assert train.count(EOT) == 30 and train[0] == EOT
     assert json.loads((out / "prepared.json").read_text())["train"]["documents"] == 30
+    # the candidate may read neither the shards nor the text they were made from
+    hidden = DataSpec(data_dir=str(out), train_glob="wiki_train_*.bin").hidden()
+    assert set(hidden) == {
+        out.resolve(),
+        (tmp_path / "train.jsonl.xz").resolve(),
+        (tmp_path / "val.jsonl").resolve(),
+    }

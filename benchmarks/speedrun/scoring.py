@@ -1,0 +1,242 @@
+"""Scoring one run: the evaluation process's rows (scored and probe rows shuffled together), and the checks of its answers.
+
+The harness lays out every row the evaluation process computes: the validation rows, and
+probe copies of some of them (``evolve.harness.lm.make_probes``) whose inputs change after a
+secret cut (or not at all) but whose targets stay the base row's, in batches of the scored shape, in an order drawn from
+this evaluation's secret randomness. The process (``evaluate.py``) returns the loss of each
+target; it is never told which rows are scored. A causal model with independent rows gives
+every probe row the losses of its base row before the cut (everywhere for an untouched row),
+which the harness checks here, together with a few full logit rows against the losses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from evolve.fitness import Limits, Policy, run_sandboxed
+from evolve.harness.lm import make_probes
+from evolve.types import EvalStatus
+
+if TYPE_CHECKING:
+    from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings
+
+HERE = Path(__file__).resolve().parent
+EVALUATOR = HERE / "evaluate.py"
+CLOCK_MODULE = HERE / "clock.py"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The rows of the final checkpoint's evaluation, in the order they are computed.
+
+    Attributes:
+        inputs / targets: (R, T) token ids, R a multiple of the batch size.
+        scored: ``scored[i]`` is the validation row that layout row i scores, or -1.
+        base / cut: for a probe row, the layout row it copies and its first changed input
+            position (T: untouched); -1 / T elsewhere.
+    """
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    scored: np.ndarray
+    base: np.ndarray
+    cut: np.ndarray
+
+
+def layout(val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator) -> Layout:
+    """Validation rows of ``val`` (n + 1 tokens) plus probe rows, batched and shuffled by ``rng``.
+
+    The probes are ``evolve.harness.lm``'s (half of a scored batch's rows get another future
+    after a stratified secret cut, the rest stay; the rows are shuffled); there are enough
+    that every position is some probe's cut (``2 (T - 1) / B`` batches, at least a quarter of
+    the scored ones). A probe row keeps its base row's targets.
+    """
+    rows = (len(val) - 1) // seq_len
+    tokens = np.stack([val[i * seq_len : (i + 1) * seq_len + 1] for i in range(rows)])
+    groups = [list(range(i, min(i + batch, rows))) for i in range(0, rows, batch)]
+    full = [g for g in groups if len(g) == batch] or groups
+    changed = max(1, len(full[0]) // 2)
+    count = max(math.ceil(2 * (seq_len - 1) / changed), math.ceil(len(groups) / 4))
+    probes = make_probes([tokens[g] for g in full], tokens, count, rng)
+    batches = [(g, None) for g in groups] + [(None, p) for p in probes]
+    batches = [batches[i] for i in rng.permutation(len(batches))]
+    where = {
+        source: b * batch + i
+        for b, (members, _) in enumerate(batches)
+        for i, source in enumerate(members or ())
+    }
+    inputs, targets, scored, base, cut = [], [], [], [], []
+    for members, probe in batches:
+        if probe is not None:
+            sources = [full[probe.base][i] for i in probe.order]
+            inputs += list(probe.rows[:, :seq_len])
+            scored += [-1] * len(sources)
+            base += [where[source] for source in sources]
+            cut += [min(c, seq_len) for c in probe.cuts]
+        else:
+            sources = members + [members[0]] * (batch - len(members))  # pad a short last batch
+            inputs += list(tokens[sources, :seq_len])
+            scored += members + [-1] * (batch - len(members))
+            base += [-1] * batch
+            cut += [seq_len] * batch
+        targets += list(tokens[sources, 1:])
+    return Layout(
+        inputs=np.stack(inputs).astype("<u2"),
+        targets=np.stack(targets).astype("<u2"),
+        scored=np.asarray(scored),
+        base=np.asarray(base),
+        cut=np.asarray(cut),
+    )
+
+
+def causal_violation(nats: np.ndarray, plan: Layout) -> tuple[float, str]:
+    """The largest change of a probe row's losses where its inputs equal its base row's, and where."""
+    worst, where = 0.0, ""
+    for row in np.flatnonzero(plan.base >= 0):
+        cut = int(plan.cut[row])
+        diff = np.abs(nats[row, :cut] - nats[plan.base[row], :cut])
+        if diff.size and float(diff.max()) > worst:
+            worst = float(diff.max())
+            position = int(diff.argmax())
+            kind = (
+                "an untouched row" if cut == nats.shape[1] else f"a row changed from position {cut}"
+            )
+            where = f"position {position} of {kind}"
+    return worst, where
+
+
+def evaluate_run(
+    record: RunRecord,
+    *,
+    candidate: Path,
+    run_dir: Path,
+    env: dict,
+    gpus: list[str] | None,
+    settings: RunSettings,
+    val: np.ndarray,
+    init: Path,
+    final: Path,
+    probes: list[tuple[float, Path]],
+    begin: float,
+    fail: Callable[[EvalStatus, str], RunRecord],
+    hidden: list[Path],
+) -> RunRecord:
+    """Evaluate the initial, probe and final weights in a fresh sandboxed process and check its answers.
+
+    The process runs a pristine copy of the candidate's files (not the training run's
+    folder, which the run could have written), sees only the checkpoints the harness
+    verified, and gets its rows on stdin.
+    """
+    rng = np.random.default_rng(secrets.randbits(128))
+    seq, n = settings.eval_seq_len, settings.val_tokens
+    plan = layout(val[: n + 1], seq, settings.eval_batch_size, rng)
+    plain = np.flatnonzero(plan.scored >= 0)[np.argsort(plan.scored[plan.scored >= 0])]
+    init_rows = max(1, min(len(plain), settings.init_check_tokens // seq))
+    eval_dir = run_dir / "eval"
+    code, given, out_dir = eval_dir / "code", eval_dir / "in", eval_dir / "out"
+    shutil.copytree(
+        candidate, code, ignore=shutil.ignore_patterns("__pycache__", "speedrun_clock.py")
+    )
+    shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
+    given.mkdir()
+    out_dir.mkdir()
+    names = {"init": init, "final": final, **{f"probe{i}": p for i, (_, p) in enumerate(probes)}}
+    for name, path in names.items():
+        shutil.copyfile(path, given / f"{name}.pt")
+    spot_rows = rng.choice(plain, size=min(settings.spot_positions, len(plain)), replace=False)
+    spots = [[int(r), int(rng.integers(seq))] for r in spot_rows]
+    checkpoints = [
+        {"name": "init", "rows": plain[:init_rows].tolist(), "reference": record.seed},
+        {"name": "final", "rows": list(range(len(plan.scored))), "spots": spots},
+    ] + [{"name": f"probe{i}", "rows": plain.tolist()} for i in range(len(probes))]
+    spec = {
+        "vocab_size": settings.vocab_size,
+        "batch_size": settings.eval_batch_size,
+        "shape": list(plan.inputs.shape),
+        "checkpoints": [{**c, "path": str(given / f"{c['name']}.pt")} for c in checkpoints],
+        "out": str(out_dir / "eval.npz"),
+        "device": "cuda" if gpus else "cpu",
+    }
+    eval_env = {
+        k: v for k, v in env.items() if not k.startswith(("SPEEDRUN_CLOCK", "SPEEDRUN_DATA"))
+    }
+    eval_env["CUDA_VISIBLE_DEVICES"] = gpus[0] if gpus else ""
+    started = time.monotonic()
+    result = run_sandboxed(
+        [sys.executable, str(EVALUATOR)],
+        cwd=code,
+        env=eval_env,
+        limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
+        policy=Policy(writable=[out_dir], readonly=[given], hidden=hidden),
+        stdin=json.dumps(spec).encode() + b"\n" + plan.inputs.tobytes() + plan.targets.tobytes(),
+    )
+    record.eval_s = time.monotonic() - started
+    out = out_dir / "eval.npz"
+    if not result.ok or not out.is_file():
+        record.output = result.tail(3000)
+        status = EvalStatus.TIMEOUT if result.timed_out else EvalStatus.ERROR
+        return fail(
+            status,
+            f"evaluating the checkpoint failed (exit {result.returncode}): {result.tail(600)}",
+        )
+    with np.load(out, allow_pickle=False) as arrays:
+        data = {key: arrays[key] for key in arrays.files}
+    summary = json.loads(data["summary"].tobytes())
+    nats = data["nats_final"].astype(np.float64)
+    if nats.shape != plan.inputs.shape or not np.isfinite(nats[plan.scored >= 0]).all():
+        return fail(EvalStatus.INVALID, "the model's validation loss is not finite")
+    for (row, position), logits in zip(
+        spots, data["spot_logits_final"].astype(np.float64), strict=True
+    ):
+        top = logits.max()
+        expected = top + math.log(np.exp(logits - top).sum()) - logits[plan.targets[row, position]]
+        if abs(expected - nats[row, position]) > 1e-3 + 1e-4 * abs(expected):
+            return fail(
+                EvalStatus.REJECTED,
+                f"the evaluation's loss at row {row}, position {position} ({nats[row, position]:.5f}) "
+                f"disagrees with the logits it returned ({expected:.5f}); was the loss computation patched?",
+            )
+    worst, where = causal_violation(nats, plan)
+    record.causal_diff = worst
+    if not worst <= settings.causal_tol:
+        return fail(
+            EvalStatus.REJECTED,
+            f"the model is not causal or its rows are not independent: a loss changed by {worst:.4g} "
+            f"at {where} when other inputs changed (tokens after it, or other rows of the batch); "
+            "a language model may not look ahead or across rows",
+        )
+    if summary["init"].get("reference_diff"):
+        return fail(
+            EvalStatus.REJECTED,
+            "the weights at the first clock mark are not the model that torch.manual_seed(EVOLVE_SEED) "
+            f"then build_model() gives ({summary['init']['reference_diff']}); build the model that "
+            "way and train only after speedrun_clock.start",
+        )
+    record.params = int(summary["final"]["params"])
+    record.init_loss = float(data["nats_init"].astype(np.float64).mean())
+    floor = math.log(settings.vocab_size) - settings.init_loss_margin
+    if record.init_loss < floor:
+        return fail(
+            EvalStatus.REJECTED,
+            f"the model was already trained when the clock started: its initial loss "
+            f"{record.init_loss:.3f} is below {floor:.3f} (ln vocab - {settings.init_loss_margin}); train only "
+            "after speedrun_clock.start",
+        )
+    record.loss = float(nats[plan.scored >= 0].mean())
+    record.probes = [
+        (t, float(data[f"nats_probe{i}"].astype(np.float64).mean()))
+        for i, (t, _) in enumerate(probes)
+    ]
+    record.wall_s = time.monotonic() - begin
+    return record

@@ -144,7 +144,7 @@ def test_the_graph_sees_imports_inside_functions_but_not_type_only_ones(tmp_path
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "from evolve.types import Candidate\n"
-        "if TYPE_CHECKING:\n    from evolve.search import Summary\n"
+        "if TYPE_CHECKING:\n    from evolve.driver import Summary\n"
         "def f():\n    from evolve.llm.client import LLMClient\n"
     )
     known = set(modules())

@@ -58,10 +58,11 @@ class NanochatFitness:
     Args:
         scale: "auto" (nanochat with CUDA, else cpu), "nanochat" or "cpu"; see ``scales``.
         data_dir: where prepared datasets live (default ``$EVOLVE_DATA_DIR`` or ~/.cache/evolve/nanochat).
-        compile_cache: a folder shared by all evaluations for torch.compile's caches (inductor,
-            Triton), so candidates with the same model graph skip recompiling; None (default)
-            gives each evaluation its own. It is writable by every candidate: a candidate could
-            spoil it for others (not its own score), so use it for speed on trusted runs.
+        compile_cache: a folder of torch.compile caches (inductor, Triton) that evaluations
+            read; None (default) gives each evaluation its own. Candidates see it through a
+            private writable layer (``Policy.shared_caches``): their own writes vanish with the
+            evaluation, so it is never a channel between candidates; it helps only once
+            something outside the candidates (the harness) has filled it.
         layered: the quick stages before the full run (``stages.LayeredSettings``):
             ``{"local_check": true, "short_run_steps": null}`` by default (null: the scale's
             default number of steps, 0: no short run).
@@ -179,9 +180,11 @@ class NanochatFitness:
         return sorted({str(p) for p in found} | {str(parts["val"])})
 
     def _policy(self, forbidden: list[str]) -> Policy:
-        """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it)."""
+        """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it);
+        the compile cache readable but never written by candidates (no channel between evaluations)."""
         return Policy(
-            hidden=tuple(forbidden), writable=(self.compile_cache,) if self.compile_cache else ()
+            hidden=tuple(forbidden),
+            shared_caches=(self.compile_cache,) if self.compile_cache else (),
         )
 
     def _env(self, ctx: EvalContext) -> dict[str, str]:

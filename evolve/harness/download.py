@@ -8,6 +8,7 @@ files must also start and end with the ``PAR1`` magic.
 
 from __future__ import annotations
 
+import http.client
 import re
 import time
 import urllib.error
@@ -23,6 +24,10 @@ CHUNK = 1 << 20
 
 class DownloadError(RuntimeError):
     """A download failed after its retries or did not verify."""
+
+
+class _CutShort(OSError):
+    """The body ended before the size the server announced: resume from what arrived."""
 
 
 def _expected_from_headers(headers, have: int, status: int) -> tuple[int | None, str | None]:
@@ -77,6 +82,8 @@ def download(
                 with open(part, mode) as handle:
                     while chunk := response.read(CHUNK):
                         handle.write(chunk)
+            if total is not None and part.stat().st_size < total:
+                raise _CutShort(f"connection closed after {part.stat().st_size} of {total} bytes")
             _verify(part, total, sha256 or etag_sha, parquet=dest.suffix == ".parquet")
             part.replace(dest)
             return dest
@@ -94,8 +101,8 @@ def download(
         except DownloadError as exc:
             part.unlink(missing_ok=True)  # bad content: never resume from it
             last_error = exc
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            last_error = exc  # keep the part; the next attempt resumes it
+        except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException) as exc:
+            last_error = exc  # a dropped connection (IncompleteRead too): the next attempt resumes
         time.sleep(min(2**attempt * 0.5, 10.0))
     raise DownloadError(f"could not download {url} after {retries} attempts: {last_error}")
 

@@ -75,6 +75,7 @@ class WorkloadRow:
     cv: float | None = None
     repeat_medians: list[float] = field(default_factory=list)
     flagged: bool = False
+    flops_method: str = ""  # how T_SOL's FLOPs were found: sol.json, meta, real (fallback) or none
 
 
 @dataclass(kw_only=True)
@@ -101,6 +102,8 @@ class Report:
             f"{'workload':<24} {'status':<9} {'T_k ms':>9} {'T_b ms':>9} {'T_SOL ms':>9} {'score':>7}"
         )
         for r in self.rows:
+            if r.flops_method and r.flops_method not in ("meta", "sol.json"):
+                lines.append(f"note {r.uuid}: FLOPs {r.flops_method}")
             cells = [_fmt(r.kernel_ms), _fmt(r.baseline_ms), _fmt(r.sol_ms), _fmt(r.score, 4)]
             lines.append(
                 f"{r.uuid[:24]:<24} {r.status:<9} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7}  {r.message}".rstrip()
@@ -286,6 +289,7 @@ class Harness:
                 if base.get("baseline_ms")
                 else row.reference_ms
             )
+            row.flops_method = base.get("flops_method", "")
             sol = sol_ms(base["bytes"], base.get("flops", {}), calibration)
             row.sol_ms, row.memory_ms, row.compute_ms = (
                 sol["sol_ms"],

@@ -31,11 +31,8 @@ def _measure_workload(
 
     device = torch.device(job["device"])
     maker = inputs.InputMaker(problem, workload, device, reference)
-    entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes(), "flops": {}}
-    try:
-        entry["flops"] = roofline.count_flops(problem, maker, reference)
-    except Exception as exc:  # a reference that cannot run on meta tensors: memory roofline only
-        entry["flops_error"] = f"{type(exc).__name__}: {exc}"
+    entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes()}
+    entry["flops"], entry["flops_method"] = roofline.flops_with_fallback(problem, maker, reference)
 
     def setup(i: int) -> list[Any]:
         return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))

@@ -108,11 +108,16 @@ class Axis:
 
 @dataclass(frozen=True, kw_only=True)
 class TensorSpec:
-    """An input or output: axis names (None for a Python scalar, [] for a 0-d tensor) and dtype."""
+    """An input or output: dimensions (None for a Python scalar, [] for a 0-d tensor) and dtype.
+
+    A dimension is an axis name or a literal number (``["B", "1"]`` or ``["B", 1]``), as
+    upstream's shapes accept.
+    """
 
     name: str
     shape: tuple[str, ...] | None
     dtype: str
+    description: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +128,7 @@ class Tolerance:
     max_rtol: float = DEFAULT_RTOL
     required_matched_ratio: float = DEFAULT_MATCHED_RATIO
     max_error_cap: float | None = None
+    allow_negative_inf: bool = False  # -inf where the reference has -inf counts as a match
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +149,9 @@ class Workload:
     axes: Mapping[str, int]
     inputs: Mapping[str, InputSource]
     tolerance: Tolerance = field(default_factory=Tolerance)
+    ignored: tuple[
+        str, ...
+    ] = ()  # what the workload gives that the definition lacks (ignored, as upstream)
 
     def scalars(self) -> dict[str, int | float | bool]:
         """Values of the inputs of kind ``scalar``."""
@@ -170,14 +179,12 @@ class Definition:
     def resolve_axes(self, values: Mapping[str, int]) -> dict[str, int]:
         """All axis values for a workload: consts, the given vars, then expressions.
 
+        Values for axes the definition lacks are ignored (as upstream does). A constraint is
+        checked only when it is an expression over axes (see ``checked_constraints``).
+
         Raises:
-            SpecError: a var axis without a value, an unknown axis, or a failed constraint.
+            SpecError: a var axis without a value or a failed constraint.
         """
-        unknown = set(values) - set(self.axes)
-        if unknown:
-            raise SpecError(
-                f"{self.name}: workload sets axes {sorted(unknown)} that the definition does not have"
-            )
         resolved: dict[str, int] = {}
         for axis in self.axes.values():
             if axis.kind == "const":
@@ -203,14 +210,31 @@ class Definition:
                 raise SpecError(
                     f"{self.name}: cannot resolve expression axes {sorted(pending)} (unknown name or a cycle)"
                 )
-        for text in self.constraints:
+        for text in self.checked_constraints():
             if not evaluate_expression(text, resolved):
                 raise SpecError(f"{self.name}: constraint {text!r} fails for axes {resolved}")
         return resolved
 
+    def checked_constraints(self) -> tuple[str, ...]:
+        """Constraints this reader evaluates: arithmetic and comparisons over axis names.
+
+        Upstream never evaluates constraints; ours are checked where they can be (they
+        catch a workload that breaks its own definition), and one over tensor values
+        (``kv_indptr[-1].item() == total``) is documentation only, as upstream treats it.
+        """
+        names = {n: 1 for n in self.axes}
+        checked = []
+        for text in self.constraints:
+            try:
+                evaluate_expression(text, names)
+            except SpecError:
+                continue
+            checked.append(text)
+        return tuple(checked)
+
     def shape(self, spec: TensorSpec, axes: Mapping[str, int]) -> tuple[int, ...] | None:
         """The concrete shape of a tensor for resolved axes (None for a Python scalar)."""
-        return None if spec.shape is None else tuple(int(axes[a]) for a in spec.shape)
+        return None if spec.shape is None else tuple(dimension(d, axes) for d in spec.shape)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,6 +259,21 @@ class Problem:
         )
 
 
+def dimension(text: str, axes: Mapping[str, int]) -> int:
+    """One dimension of a shape: an axis's value or a literal number."""
+    if text in axes:
+        return int(axes[text])
+    return int(text)
+
+
+def _literal(text: Any) -> bool:
+    return (
+        isinstance(text, int)
+        and not isinstance(text, bool)
+        or (isinstance(text, str) and text.isdigit())
+    )
+
+
 def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
     if key not in data:
         raise SpecError(f"{where}: missing required field {key!r}")
@@ -249,17 +288,19 @@ def _tensor(name: str, data: Mapping[str, Any], axes: Mapping[str, Axis], where:
             f"{where} tensor {name!r}: dtype {dtype!r} is not one of {', '.join(DTYPES)}"
         )
     if shape is not None:
-        if not isinstance(shape, list) or not all(isinstance(a, str) for a in shape):
+        if not isinstance(shape, list) or not all(isinstance(a, str) or _literal(a) for a in shape):
             raise SpecError(
-                f"{where} tensor {name!r}: shape must be a list of axis names or null, got {shape!r}"
+                f"{where} tensor {name!r}: shape must be a list of axis names or numbers, or null, got {shape!r}"
             )
-        missing = [a for a in shape if a not in axes]
+        missing = [a for a in shape if a not in axes and not _literal(a)]
         if missing:
             raise SpecError(
                 f"{where} tensor {name!r}: shape names axes {missing} that are not in 'axes' (define an expr axis for expressions)"
             )
-        shape = tuple(shape)
-    return TensorSpec(name=name, shape=shape, dtype=dtype)
+        shape = tuple(str(a) for a in shape)
+    return TensorSpec(
+        name=name, shape=shape, dtype=dtype, description=data.get("description") or ""
+    )
 
 
 def parse_definition(data: Mapping[str, Any], where: str = "definition") -> Definition:
@@ -314,8 +355,14 @@ def _tolerance(data: Mapping[str, Any] | None) -> Tolerance:
     known = {aliases.get(k, k): v for k, v in data.items()}
     fields = {
         k: known[k]
-        for k in ("max_atol", "max_rtol", "required_matched_ratio", "max_error_cap")
-        if k in known
+        for k in (
+            "max_atol",
+            "max_rtol",
+            "required_matched_ratio",
+            "max_error_cap",
+            "allow_negative_inf",
+        )
+        if k in known and known[k] is not None
     }
     return Tolerance(**fields)
 
@@ -329,9 +376,11 @@ def parse_workload(
     uuid = str(_need(data, "uuid", where))
     where = f"{where} {uuid}"
     sources: dict[str, InputSource] = {}
+    ignored = [f"axis {a}" for a in (data.get("axes") or {}) if a not in definition.axes]
     for name, spec in (data.get("inputs") or {}).items():
-        if name not in definition.inputs:
-            raise SpecError(f"{where}: input {name!r} is not an input of {definition.name}")
+        if name not in definition.inputs:  # upstream ignores inputs the definition lacks
+            ignored.append(f"input {name}")
+            continue
         kind = _need(spec, "type", f"{where} input {name!r}")
         if kind not in INPUT_KINDS:
             raise SpecError(
@@ -359,8 +408,9 @@ def parse_workload(
                 f"{where}: custom inputs cannot be mixed with random or safetensors inputs"
             )
     tolerance = _tolerance(data.get("correctness") or data.get("tolerance"))
+    axes = {k: v for k, v in (data.get("axes") or {}).items() if k in definition.axes}
     workload = Workload(
-        uuid=uuid, axes=dict(data.get("axes") or {}), inputs=sources, tolerance=tolerance
+        uuid=uuid, axes=axes, inputs=sources, tolerance=tolerance, ignored=tuple(ignored)
     )
     definition.resolve_axes(workload.axes)  # var axes present, constraints hold
     return workload

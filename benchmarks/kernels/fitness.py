@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.benchmarks.kernels.harness import Harness, Report, Settings
+from evolve.benchmarks.kernels.solution import read_candidate
 from evolve.benchmarks.kernels.spec import Problem, find_problem
 
 from evolve.fitness import EvalContext
@@ -41,6 +42,20 @@ def resolve_device(device: str = "auto") -> str:
         "build of torch and triton (pip install 'evolve[gpu]'); for tests only, TRITON_INTERPRET=1 runs Triton "
         "kernels on the CPU interpreter (timings are then meaningless)."
     )
+
+
+def absolute(path: str) -> Path:
+    """A user's path made absolute against the directory evolve was started in (Hydra's
+    original cwd when Hydra changed it), so the sandboxed processes find it from their own."""
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute():
+        return candidate
+    try:
+        from hydra.utils import get_original_cwd
+
+        return Path(get_original_cwd()) / candidate
+    except (ImportError, ValueError):  # not inside a Hydra run
+        return candidate.resolve()
 
 
 def problem_statement(problem: Problem) -> str:
@@ -105,7 +120,7 @@ class KernelFitness:
     ) -> None:
         if baseline not in ("compile", "eager"):
             raise EvolveError(f"kernels: baseline must be 'compile' or 'eager', got {baseline!r}")
-        self.problem = find_problem(dataset or SUITE, problem)
+        self.problem = find_problem(absolute(dataset) if dataset else SUITE, problem)
         self.settings = Settings(
             device=resolve_device(device), rounds=rounds, warmup=warmup, iters=iters, repeats=repeats, audits=audits,
             baseline=baseline, workloads=tuple(workloads), timeout_s=timeout_s, quick_calibration=quick_calibration,
@@ -145,7 +160,11 @@ class KernelFitness:
                 value = getattr(row, key)
                 if value is not None:
                     metrics[f"{row.uuid}/{key}"] = value
-        artifacts = {"results": report.table(), "problem": problem_statement(self.problem)}
+        metrics["cupti_timing"] = 1.0 if report.timer == "cupti" else 0.0
+        notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]
+        notes += [f"{r.uuid}: FLOPs {r.flops_method}" for r in report.rows if r.flops_method]
+        artifacts = {"results": report.table(), "problem": problem_statement(self.problem),
+                     "measurement": "\n".join(notes)}  # fmt: skip
         if report.output:
             artifacts["output"] = report.output
         status = _STATUS.get(report.status, EvalStatus.ERROR)
@@ -156,9 +175,9 @@ class KernelFitness:
         if status != EvalStatus.OK:
             artifacts["error"] = report.message or report.status
             return Evaluation(status=status, metrics=metrics, artifacts=artifacts)
-        kernel_text = (
-            (workdir / "kernel.py").read_text() if (workdir / "kernel.py").is_file() else ""
-        )
+        solution = read_candidate(workdir)
+        files = list(solution.sources) if solution else ["kernel.py"]
+        kernel_text = "\n".join((workdir / f).read_text() for f in files if (workdir / f).is_file())
         descriptors = {
             "kernels_launched": float(sum(report.kernels.values()) or 1),
             "code_lines": float(sum(1 for line in kernel_text.splitlines() if line.strip())),

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
 from evolve.benchmarks.kernels.roofline import sol_ms
 from evolve.benchmarks.kernels.score import (
@@ -28,7 +29,8 @@ from evolve.benchmarks.kernels.score import (
     problem_score,
     sol_score,
 )
-from evolve.benchmarks.kernels.spec import Problem
+from evolve.benchmarks.kernels.solution import read_candidate
+from evolve.benchmarks.kernels.spec import Problem, SpecError
 
 from evolve.fitness import Limits, Policy, Result, run_sandboxed
 
@@ -55,7 +57,14 @@ class Settings:
     referee_timeout_s: float = 1800.0
     quick_calibration: bool = False
     workloads: tuple[str, ...] = ()
-    module: str = "kernel"
+    inputs: str = (
+        "shifted"  # timed calls: upstream's same values at shifted addresses, or "fresh" per call
+    )
+    timer: str = (
+        "cupti"  # upstream's default; CUDA events where cupti-python is missing (the report says)
+    )
+    build_timeout_s: float = 600.0
+    build_cache: str | None = None  # default build.default_cache()
 
 
 @dataclass(kw_only=True)
@@ -89,6 +98,9 @@ class Report:
     score: float = 0.0
     kernels: dict[str, int] = field(default_factory=dict)
     output: str = ""
+    timer: str = ""  # the timer the candidate's calls were measured with: cupti, events or host
+    language: str = "kernel.py"  # the solution's language, or kernel.py for our plain format
+    build: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +108,8 @@ class Report:
     def table(self) -> str:
         """A plain-text table of the rows, for feedback to operators and logs."""
         lines = [
-            f"problem {self.problem}: status {self.status}, score {self.score:.4f} {self.message}".rstrip()
+            f"problem {self.problem}: status {self.status}, score {self.score:.4f} {self.message}".rstrip(),
+            f"language {self.language}, timer {self.timer or '-'}",
         ]
         lines.append(
             f"{'workload':<24} {'status':<9} {'T_k ms':>9} {'T_b ms':>9} {'T_SOL ms':>9} {'score':>7}"
@@ -209,18 +222,48 @@ class Harness:
         if self.fixed_baselines:
             return self.fixed_baselines
         s = self.settings
-        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{self._selected()}"
+        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{s.inputs}|{s.timer}|{self._selected()}"
         if key not in _CACHE:
             job = {"task": "baseline", "workloads": self._selected(), "warmup": s.warmup, "iters": s.iters,
-                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats}  # fmt: skip
+                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
             _CACHE[key] = self._referee(job, env)["workloads"]
         return _CACHE[key]
 
+    def entry(self, workdir: Path, report: Report, env: Mapping[str, str]) -> dict[str, Any] | None:
+        """What the driver calls: kernel.py's run, a solution's Python entry, or the extension
+        the harness builds from a C++ solution (None, with the report filled in, when that fails)."""
+        try:
+            solution = read_candidate(workdir)
+        except SpecError as exc:
+            report.status, report.message = "error", str(exc)
+            return None
+        if solution is None:
+            return {"file": "kernel.py", "function": "run", "dps": True}
+        report.language = "+".join(solution.languages)
+        entry = {
+            "file": solution.entry_file,
+            "function": solution.entry_function,
+            "dps": solution.destination_passing,
+        }
+        if not solution.compiled:
+            return entry
+        try:
+            built = build(solution, cache=Path(self.settings.build_cache) if self.settings.build_cache else None,
+                          timeout_s=self.settings.build_timeout_s, env=dict(env))  # fmt: skip
+        except BuildError as exc:
+            report.status, report.message = "error", f"build failed: {exc}"
+            return None
+        report.build = {"key": built.key, "cached": built.cached, "seconds": built.seconds}
+        return {**entry, "so": built.path, "module": built.module}
+
     def evaluate(self, workdir: Path, *, seed: int, env: Mapping[str, str]) -> Report:
-        """Measure the candidate in ``workdir`` (its module ``settings.module``) and score it."""
+        """Measure the candidate in ``workdir`` (kernel.py or a solution.json) and score it."""
         report = Report(problem=self.problem.name)
         calibration = self.calibration(env)
         baselines = self.baselines(env)
+        entry = self.entry(workdir, report, env)
+        if entry is None:
+            return report
         scratch = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
         try:
             witness_dir = scratch / "witness"
@@ -231,7 +274,7 @@ class Harness:
             job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
                    "device": s.device, "seed": seed, "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
                    "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
-                   "module": s.module}  # fmt: skip
+                   "entry": entry, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
             raw, result = sandboxed_json(DRIVER, job, cwd=workdir, timeout_s=s.timeout_s, env=env, tag=DRIVER_TAG,
                                          gpu=s.device.startswith("cuda"), writable=(witness_dir, harness_dir))  # fmt: skip
             report.output = result.tail(4000)
@@ -314,6 +357,7 @@ class Harness:
                 continue
             row.repeat_medians = [_median(t) for t in got["timings_ms"]]
             row.kernel_ms = _median(row.repeat_medians)
+            report.timer = got.get("timer", "")
             row.cv = coefficient_of_variation(row.repeat_medians)
             row.score = sol_score(row.kernel_ms, row.baseline_ms, row.sol_ms)
             row.flagged = above_sol(row.score)

@@ -27,17 +27,27 @@ def _measure_workload(
 ) -> dict[str, Any]:
     """Bytes, FLOPs, eager and compiled timings of the reference on one workload."""
     import torch
-    from evolve.benchmarks.kernels import inputs, roofline, timing
+    from evolve.benchmarks.kernels import inputs, pool, roofline, timing
 
     device = torch.device(job["device"])
     maker = inputs.InputMaker(problem, workload, device, reference)
     entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes()}
     entry["flops"], entry["flops_method"] = roofline.flops_with_fallback(problem, maker, reference)
 
-    def setup(i: int) -> list[Any]:
-        return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))
+    if job.get("inputs", "shifted") == "shifted":  # as the candidate's timed calls (pool.py)
+        base = maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline"))
+        shifted = pool.ShiftedInputs(base, int(job["warmup"]) + int(job["iters"]))
 
-    kwargs = {"device": device, "warmup": job["warmup"], "iters": job["iters"], "flush_l2": True}
+        def setup(i: int) -> list[Any]:
+            return shifted.get(int(job["warmup"]) + i if i >= 0 else -1 - i)
+    else:
+
+        def setup(i: int) -> list[Any]:
+            return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))
+
+    entry["timer"] = timing.resolve_timer(job.get("timer", "events"), device)
+    kwargs = {"device": device, "warmup": job["warmup"], "iters": job["iters"], "flush_l2": True,
+              "method": job.get("timer", "events")}  # fmt: skip
     repeats = int(job.get("repeats", 1))
     with torch.no_grad():
         entry["reference_ms"] = [

@@ -422,7 +422,7 @@ def load_problem(root: Path | str) -> Problem:
     Raises:
         SpecError: naming the file and field that is wrong.
     """
-    root = Path(root)
+    root = Path(root).expanduser().resolve()  # absolute: sandboxed processes run in other folders
     def_path, wl_path = root / "definition.json", root / "workload.jsonl"
     if not def_path.is_file():
         raise SpecError(
@@ -452,7 +452,7 @@ def load_problem(root: Path | str) -> Problem:
 
 def problem_dirs(dataset: Path | str) -> dict[str, Path]:
     """Problem folders under ``dataset`` (searched recursively), keyed by definition name."""
-    dataset = Path(dataset)
+    dataset = Path(dataset).expanduser().resolve()
     if not dataset.is_dir():
         raise SpecError(
             f"dataset {dataset} is not a directory; point it at a folder of problem folders"

@@ -1,0 +1,237 @@
+"""Candidates in upstream's solution format: parsed, staged, built by the harness where C++, and scored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+from evolve.benchmarks.kernels import build as build_module
+from evolve.benchmarks.kernels.build import BuildError, build
+from evolve.benchmarks.kernels.harness import Harness
+from evolve.benchmarks.kernels.solution import (
+    SpecError,
+    load_solution,
+    parse_solution,
+    read_candidate,
+    stage,
+)
+from evolve.benchmarks.kernels.spec import load_problem
+from kernels_candidates import CALIBRATION, SETTINGS, needs_triton
+from kernels_fixtures import tiny_rmsnorm
+
+RETURNING = """
+import torch
+
+def rmsnorm(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+"""
+
+TRITON_DPS = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms(x_ptr, w_ptr, y_ptr, eps, H: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, H)
+    x = tl.load(x_ptr + row * H + cols).to(tl.float32)
+    w = tl.load(w_ptr + cols).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps)
+    tl.store(y_ptr + row * H + cols, (x * r * w).to(tl.bfloat16))
+
+
+def run(x, weight, eps, y):
+    _rms[(x.shape[0],)](x, weight, y, eps, H=x.shape[1])
+"""
+
+LOADS_CPP = """
+import torch
+import torch.utils.cpp_extension as ce
+
+def run(x, weight, eps):
+    ce.load_inline(name="fast", cpp_sources="int f() { return 1; }", functions=["f"])
+"""
+
+CPP_RETURNING = r"""
+#include <torch/extension.h>
+
+torch::Tensor rms(torch::Tensor x, torch::Tensor weight, double eps) {
+    auto xf = x.to(torch::kFloat32);
+    auto r = torch::rsqrt(xf.pow(2).mean(-1, true) + eps);
+    return (xf * r * weight.to(torch::kFloat32)).to(x.scalar_type());
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("rms", &rms); }
+"""
+
+
+def solution(language: str, entry: str, sources: dict[str, str], dps: bool, **spec) -> dict:
+    return {"name": f"s_{language}", "definition": "tiny_rmsnorm", "author": "test",
+            "spec": {"languages": [language], "target_hardware": ["LOCAL"], "entry_point": entry,
+                     "destination_passing_style": dps, **spec},
+            "sources": [{"path": p, "content": c} for p, c in sources.items()]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kernels-solutions")
+    tiny_rmsnorm(root, rows=(33,))
+    return root
+
+
+def score(dataset, data: dict, workdir, settings=SETTINGS):
+    """Stage a solution as a candidate folder (solution.json + its sources) and score it."""
+    problem = load_problem(dataset / "tiny_rmsnorm")
+    path = workdir / "input" / "solution_x.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    stage(load_solution(path), workdir / "cand")
+    return Harness(problem, settings, calibration=CALIBRATION).evaluate(
+        workdir / "cand", seed=3, env={"TRITON_INTERPRET": "1"}
+    )
+
+
+def test_the_format_is_checked_with_the_field_named():
+    good = solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": RETURNING}, False)
+    parsed = parse_solution(good)
+    assert (parsed.entry_file, parsed.entry_function, parsed.destination_passing) == (
+        "kernel.py",
+        "rmsnorm",
+        False,
+    )
+    assert parse_solution({**good, "spec": {k: v for k, v in good["spec"].items() if k != "destination_passing_style"}}).destination_passing  # fmt: skip
+    bad = [
+        ({**good, "spec": {**good["spec"], "languages": ["fortran"]}}, "spec.languages"),
+        (
+            {**good, "spec": {**good["spec"], "entry_point": "other.py::run"}},
+            "is not among the sources",
+        ),
+        ({**good, "sources": [{"path": "../kernel.py", "content": ""}]}, "must be relative"),
+        (
+            {**good, "spec": {**good["spec"], "languages": ["cuda_cpp", "triton"]}},
+            "cannot be mixed",
+        ),
+        (solution("cuda_cpp", "k.cu::run", {"k.cu": ""}, True, binding="tvm"), "binding 'tvm'"),
+    ]
+    for data, message in bad:
+        with pytest.raises(SpecError, match=message):
+            parse_solution(data)
+
+
+def test_a_candidate_folder_reads_its_sources_from_files(tmp_path):
+    stage(
+        parse_solution(solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": RETURNING}, False)),
+        tmp_path,
+    )
+    (tmp_path / "kernel.py").write_text(RETURNING + "\n# edited by an operator\n")
+    assert read_candidate(tmp_path).sources["kernel.py"].endswith("# edited by an operator\n")
+    (tmp_path / "kernel.py").unlink()
+    with pytest.raises(SpecError, match="source kernel.py named in solution.json is missing"):
+        read_candidate(tmp_path)
+    assert read_candidate(tmp_path / "nowhere") is None
+
+
+def test_a_pytorch_solution_that_returns_its_outputs_is_scored(dataset, tmp_path):
+    report = score(
+        dataset,
+        solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": RETURNING}, False),
+        tmp_path,
+    )
+    assert report.status == "ok", report.message + report.output
+    assert report.language == "pytorch" and report.timer == "host"
+    assert report.rows[0].kernel_ms > 0 and len(report.rows[0].repeat_medians) == 1
+
+
+def test_a_wrong_returning_solution_is_invalid(dataset, tmp_path):
+    wrong = RETURNING.replace("* weight.float()", "")
+    report = score(
+        dataset, solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": wrong}, False), tmp_path
+    )
+    assert report.status == "invalid" and "within atol" in report.message
+
+
+def test_a_triton_solution_in_the_interpreter(dataset, tmp_path):
+    needs_triton()
+    report = score(
+        dataset, solution("triton", "kernel.py::run", {"kernel.py": TRITON_DPS}, True), tmp_path
+    )
+    assert report.status == "ok", report.message + report.output
+    assert report.language == "triton"
+
+
+def test_fresh_inputs_per_call_remain_available(dataset, tmp_path):
+    settings = replace(SETTINGS, inputs="fresh")
+    report = score(
+        dataset,
+        solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": RETURNING}, False),
+        tmp_path,
+        settings,
+    )
+    assert report.status == "ok", report.message
+
+
+def test_loading_cpp_at_run_time_is_refused_in_a_solution(dataset, tmp_path):
+    report = score(
+        dataset, solution("pytorch", "kernel.py::run", {"kernel.py": LOADS_CPP}, False), tmp_path
+    )
+    assert report.status == "cheat" and "load_inline" in report.message
+
+
+def test_cuda_sources_without_nvcc_fail_with_the_fix_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(build_module, "find_nvcc", lambda: None)
+    cu = CPP_RETURNING.replace("rms", "run")
+    with pytest.raises(BuildError, match=r"cuda_cpp needs the CUDA toolkit \(nvcc\)"):
+        build(
+            parse_solution(solution("cuda_cpp", "k.cu::run", {"k.cu": cu}, False)), cache=tmp_path
+        )
+    with pytest.raises(BuildError, match="PYBIND11_MODULE"):
+        build(
+            parse_solution(solution("cuda_cpp", "k.cu::run", {"k.cu": "void run() {}"}, False)),
+            cache=tmp_path,
+        )
+
+
+def test_cutlass_without_headers_names_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setattr(build_module, "find_nvcc", lambda: "/usr/bin/nvcc")
+    monkeypatch.setattr(build_module, "cutlass_include", lambda: [])
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    data = solution("cutlass", "main.cpp::run", {"main.cpp": CPP_RETURNING}, False)
+    with pytest.raises(BuildError, match="cutlass needs the CUTLASS headers"):
+        build(parse_solution(data), cache=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_build_failure_is_an_error_with_the_compiler_output(dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVOLVE_KERNELS_BUILD_CACHE", str(tmp_path / "cache"))
+    broken = CPP_RETURNING.replace("return (xf", "return (this_is_not_declared + xf")
+    data = solution("cuda_cpp", "main.cpp::rms", {"main.cpp": broken}, False)
+    report = score(dataset, data, tmp_path)
+    assert report.status == "error" and report.message.startswith("build failed")
+    assert "this_is_not_declared" in report.message
+
+
+@pytest.mark.slow
+def test_a_cpp_solution_is_built_by_the_harness_cached_and_timed(dataset, tmp_path, monkeypatch):
+    """A cuda_cpp solution with only C++ sources builds on any machine with a C++ compiler (~90 s here)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EVOLVE_KERNELS_BUILD_CACHE", str(cache))
+    data = solution(
+        "cuda_cpp", "main.cpp::rms", {"main.cpp": CPP_RETURNING}, False, binding="torch"
+    )
+    report = score(dataset, data, tmp_path / "first")
+    assert report.status == "ok", report.message + report.output
+    assert report.language == "cuda_cpp" and report.build["cached"] is False
+    assert report.rows[0].kernel_ms > 0
+    again = score(dataset, data, tmp_path / "second")
+    assert (
+        again.status == "ok"
+        and again.build["cached"] is True
+        and again.build["key"] == report.build["key"]
+    )
+    shutil.rmtree(cache)

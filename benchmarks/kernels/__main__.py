@@ -6,6 +6,7 @@ Commands:
   score PROBLEM DIR     score one candidate folder (with kernel.py) on one problem
   suite SOLUTIONS       score a folder of solutions over all problems (the suite score)
   download              fetch upstream's dataset (resumes, verifies checksums)
+  stage SOLUTION OUT    write an upstream solution*.json as a candidate folder (an evolve seed)
 """
 
 from __future__ import annotations
@@ -98,6 +99,17 @@ def cmd_suite(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stage(args: argparse.Namespace) -> int:
+    from evolve.benchmarks.kernels.solution import load_solution, stage
+
+    solution = load_solution(args.solution)
+    stage(solution, Path(args.out))
+    print(
+        f"{solution.name} ({'+'.join(solution.languages)}) staged in {args.out}; editable: {', '.join(solution.sources)}"
+    )
+    return 0
+
+
 def cmd_download(args: argparse.Namespace) -> int:
     from evolve.benchmarks.kernels.download import download
 
@@ -147,7 +159,10 @@ def parser() -> argparse.ArgumentParser:
         common(p)
         if name == "score":
             p.add_argument("problem", help="problem name")
-            p.add_argument("candidate", help="folder holding kernel.py, or a .py file")
+            p.add_argument(
+                "candidate",
+                help="folder holding kernel.py or a solution, a .py file, or a solution*.json",
+            )
         else:
             p.add_argument(
                 "solutions", help="folder with <problem>/kernel.py or <problem>.py per problem"

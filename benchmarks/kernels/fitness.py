@@ -98,6 +98,10 @@ class KernelFitness:
         workloads: optional subset of workload uuids.
         allow_above_sol: keep a score above 1 (else the evaluation is rejected as a measurement fault).
         timeout_s: wall-clock limit of the candidate's process.
+        score_mode: "local" (T_b and T_SOL measured here) or "published" (upstream's published
+            per-workload times; comparable only on the hardware they were measured on).
+        inputs: "shifted" (upstream: the same values at a new address per timed call) or "fresh".
+        timer: "cupti" (upstream's default; CUDA events when cupti-python is missing) or "events".
     """
 
     def __init__(
@@ -117,14 +121,34 @@ class KernelFitness:
         allow_above_sol: bool = False,
         timeout_s: float = 900.0,
         quick_calibration: bool = False,
+        score_mode: str = "local",
+        inputs: str = "shifted",
+        timer: str = "cupti",
     ) -> None:
+        if score_mode not in ("local", "published"):
+            raise EvolveError(
+                f"kernels: score_mode must be 'local' or 'published', got {score_mode!r}"
+            )
+        if inputs not in ("shifted", "fresh") or timer not in ("cupti", "events"):
+            raise EvolveError(
+                "kernels: inputs must be 'shifted' or 'fresh', timer 'cupti' or 'events'"
+            )
+        self.score_mode = score_mode
         if baseline not in ("compile", "eager"):
             raise EvolveError(f"kernels: baseline must be 'compile' or 'eager', got {baseline!r}")
         self.problem = find_problem(absolute(dataset) if dataset else SUITE, problem)
         self.settings = Settings(
             device=resolve_device(device), rounds=rounds, warmup=warmup, iters=iters, repeats=repeats, audits=audits,
             baseline=baseline, workloads=tuple(workloads), timeout_s=timeout_s, quick_calibration=quick_calibration,
+            inputs=inputs, timer=timer,
         )  # fmt: skip
+        missing = [w.uuid for w in self.problem.workloads if w.uuid not in self.problem.published]
+        if score_mode == "published" and missing:
+            raise EvolveError(
+                f"kernels: score_mode=published, but {self.problem.name} has no published times for workloads "
+                f"{missing[:5]} (published.json beside definition.json, or a 'published' object per workload line); "
+                "use score_mode=local"
+            )
         self.calibration = json.loads(Path(calibration).read_text()) if calibration else None
         self.allow_above_sol = allow_above_sol
         self.objective = Objective(name="sol_score", direction=Direction.MAXIMIZE)
@@ -161,6 +185,8 @@ class KernelFitness:
                 if value is not None:
                     metrics[f"{row.uuid}/{key}"] = value
         metrics["cupti_timing"] = 1.0 if report.timer == "cupti" else 0.0
+        if report.published_score is not None:
+            metrics["published_score"] = report.published_score
         notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]
         notes += [f"{r.uuid}: FLOPs {r.flops_method}" for r in report.rows if r.flops_method]
         artifacts = {"results": report.table(), "problem": problem_statement(self.problem),
@@ -182,9 +208,10 @@ class KernelFitness:
             "kernels_launched": float(sum(report.kernels.values()) or 1),
             "code_lines": float(sum(1 for line in kernel_text.splitlines() if line.strip())),
         }
+        fitness = report.published_score if self.score_mode == "published" else report.score
         return Evaluation(
             status=status,
-            fitness=report.score,
+            fitness=fitness,
             metrics=metrics,
             descriptors=descriptors,
             artifacts=artifacts,

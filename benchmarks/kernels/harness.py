@@ -85,6 +85,9 @@ class WorkloadRow:
     repeat_medians: list[float] = field(default_factory=list)
     flagged: bool = False
     flops_method: str = ""  # how T_SOL's FLOPs were found: sol.json, meta, real (fallback) or none
+    published_baseline_ms: float | None = None
+    published_sol_ms: float | None = None
+    published_score: float | None = None  # T_k here against upstream's published T_b and T_SOL
 
 
 @dataclass(kw_only=True)
@@ -96,6 +99,11 @@ class Report:
     message: str = ""
     rows: list[WorkloadRow] = field(default_factory=list)
     score: float = 0.0
+    # Upstream's mode: the same T_k against the published per-workload T_b and T_SOL (None when
+    # the dataset carries no published times for every workload). Comparable with published
+    # scores only when measured on ``published_hardware``.
+    published_score: float | None = None
+    published_hardware: str = ""
     kernels: dict[str, int] = field(default_factory=dict)
     output: str = ""
     timer: str = ""  # the timer the candidate's calls were measured with: cupti, events or host
@@ -111,6 +119,11 @@ class Report:
             f"problem {self.problem}: status {self.status}, score {self.score:.4f} {self.message}".rstrip(),
             f"language {self.language}, timer {self.timer or '-'}",
         ]
+        if self.published_score is not None:
+            lines.append(
+                f"published mode: score {self.published_score:.4f} against upstream's times "
+                f"(measured on {self.published_hardware or 'unnamed hardware'}; comparable only there)"
+            )
         lines.append(
             f"{'workload':<24} {'status':<9} {'T_k ms':>9} {'T_b ms':>9} {'T_SOL ms':>9} {'score':>7}"
         )
@@ -360,10 +373,24 @@ class Harness:
             report.timer = got.get("timer", "")
             row.cv = coefficient_of_variation(row.repeat_medians)
             row.score = sol_score(row.kernel_ms, row.baseline_ms, row.sol_ms)
+            published = self.problem.published.get(uuid)
+            if published:
+                row.published_baseline_ms, row.published_sol_ms = (
+                    published["baseline_ms"],
+                    published["sol_ms"],
+                )
+                row.published_score = sol_score(
+                    row.kernel_ms, row.published_baseline_ms, row.published_sol_ms
+                )
             row.flagged = above_sol(row.score)
             report.kernels = got.get("kernels", {})
         failed = [r for r in report.rows if r.status != "ok"]
         report.score = problem_score([r.score if r.status == "ok" else None for r in report.rows])
+        if report.rows and all(uuid in self.problem.published for uuid in self._selected()):
+            report.published_hardware = self.problem.published_hardware
+            report.published_score = problem_score(
+                [r.published_score if r.status == "ok" else None for r in report.rows]
+            )
         if any(r.status == "cheat" for r in failed):
             report.status, report.message = (
                 "cheat",

@@ -245,6 +245,10 @@ class Problem:
     workloads: tuple[Workload, ...]
     root: Path
     flops: str | None = None
+    # Upstream's published per-workload times, where the dataset carries them: uuid ->
+    # {"baseline_ms", "sol_ms"}, measured on ``published_hardware`` (see load_published).
+    published: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    published_hardware: str = ""
 
     @property
     def name(self) -> str:
@@ -447,7 +451,36 @@ def load_problem(root: Path | str) -> Problem:
     flops = None
     if (root / "sol.json").is_file():
         flops = json.loads((root / "sol.json").read_text()).get("flops")
-    return Problem(definition=definition, workloads=tuple(workloads), root=root, flops=flops)
+    published, hardware = load_published(root, wl_path)
+    return Problem(definition=definition, workloads=tuple(workloads), root=root, flops=flops,
+                   published=published, published_hardware=hardware)  # fmt: skip
+
+
+def load_published(root: Path, wl_path: Path) -> tuple[dict[str, dict[str, float]], str]:
+    """Published baseline and SOL times per workload: ``published.json`` beside the problem
+    (``{"hardware": "B200", "workloads": {uuid: {"baseline_ms": ..., "sol_ms": ...}}}``), or a
+    ``published`` object on a workload line (``{"baseline_ms", "sol_ms", "hardware"}``)."""
+    found: dict[str, dict[str, float]] = {}
+    hardware = ""
+    if (root / "published.json").is_file():
+        data = json.loads((root / "published.json").read_text())
+        hardware = str(data.get("hardware") or "")
+        for uuid, times in (data.get("workloads") or {}).items():
+            found[str(uuid)] = {
+                "baseline_ms": float(times["baseline_ms"]),
+                "sol_ms": float(times["sol_ms"]),
+            }
+    for line in wl_path.read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        record = record.get("workload", record) if "uuid" not in record else record
+        times = record.get("published")
+        if times:
+            found[str(record["uuid"])] = {
+                "baseline_ms": float(times["baseline_ms"]),
+                "sol_ms": float(times["sol_ms"]),
+            }
+            hardware = hardware or str(times.get("hardware") or "")
+    return found, hardware
 
 
 def problem_dirs(dataset: Path | str) -> dict[str, Path]:

@@ -12,6 +12,12 @@ out over the given GPUs; a problem not started within the time budget is reporte
 skipped. Results go to $OUT (or --out): results.json, results.md, log.txt.
 ``--tiny`` shrinks every axis to at most 64 so the whole path runs on a CPU (with
 TRITON_INTERPRET=1, set by ``--device cpu``); its times mean nothing.
+
+Against upstream's own files (``gpu_upstream.py``): ``--examples DIR`` scores each example
+problem with its shipped solution (every language that builds here) in both score modes
+and times the references with CUDA events and with CUPTI; ``--suite-evolve N`` then runs
+``kernels_suite`` with the built-in operators over ``--suite-problems`` (aggregate
+before/after); ``--no-suite-table`` skips the per-problem tables of our own suite.
 """
 
 from __future__ import annotations
@@ -232,6 +238,37 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def upstream_phase(
+    args: Any, full: dict, settings: Any, calibration: dict, env: dict, out: Path, log: Any
+) -> None:
+    """Upstream's examples with their own solutions, events vs CUPTI, and a suite evolve run."""
+    from dataclasses import replace
+
+    from evolve.benchmarks.kernels import gpu_upstream
+
+    if args.examples:
+        examples = Path(args.examples).resolve()
+        quick = replace(settings, rounds=min(settings.rounds, 3), repeats=1)
+        full["examples"] = gpu_upstream.score_examples(
+            examples, quick, calibration, env, log, args.example_workloads
+        )
+        try:
+            full["timers"] = gpu_upstream.compare_timers(examples, settings, env)
+        except Exception as exc:  # the table is still written without it
+            full["timers"] = []
+            log(f"timers FAILED: {exc}")
+    if args.suite_evolve:
+        problems = [p for p in args.suite_problems.split(",") if p]
+        run_env = {**os.environ, **env}
+        full["suite_evolve"] = gpu_upstream.run_suite_evolve(problems, args.suite_evolve, args.suite_minutes, out,
+                                                             out / "calibration.json", run_env, log)  # fmt: skip
+    text = gpu_upstream.markdown(
+        full.get("examples", []), full.get("timers", []), full.get("suite_evolve")
+    )
+    (out / "upstream.md").write_text(text)
+    print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run everything; print the Markdown table; write results into $OUT."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -270,6 +307,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--evolve-minutes", type=float, default=5.0, help="wall-clock cap of that evolve run"
     )
+    parser.add_argument(
+        "--examples", help="folder of upstream example problems, each with a solution_*.json"
+    )
+    parser.add_argument(
+        "--example-workloads", type=int, default=3, help="workloads scored per example"
+    )
+    parser.add_argument(
+        "--suite-evolve",
+        type=int,
+        default=0,
+        metavar="N",
+        help="kernels_suite evolve run of N candidates",
+    )
+    parser.add_argument("--suite-problems", default="add_rmsnorm,cross_entropy,fp8_quant_token,layernorm,rmsnorm,"
+                        "rotary_embedding,silu_and_mul,softmax", help="problems of that suite run")  # fmt: skip
+    parser.add_argument(
+        "--suite-minutes", type=float, default=3.0, help="wall-clock cap of the suite run"
+    )
+    parser.add_argument(
+        "--no-suite-table", action="store_true", help="skip our suite's baseline and seed tables"
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
@@ -291,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         dataset = shrink_dataset(dataset, tmp / "tiny")
     names = sorted(problem_dirs(dataset))
-    if args.problems:
+    if args.no_suite_table:
+        names = names[:1]  # the calibration needs one problem; no tables for ours
+    elif args.problems:
         names = [n for n in names if n in args.problems.split(",")]
     elif args.smoke:
         names = [n for n in names if n in SMOKE_PROBLEMS]
@@ -360,9 +420,9 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     threads = [threading.Thread(target=baseline_worker, args=(g,)) for g in gpus]
-    for t in threads:
+    for t in threads if not args.no_suite_table else ():
         t.start()
-    for t in threads:
+    for t in threads if not args.no_suite_table else ():
         t.join()
 
     # Phase 2: our Triton seeds through the full harness (correctness, audits, witness, repeats).
@@ -422,7 +482,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / "results.md").write_text(text)
         return text
 
+    if args.no_suite_table:
+        full["problems"] = []
     write()  # written before the evolve phase too, so a cut-off run still leaves its results
+    if args.examples or args.suite_evolve:
+        upstream_phase(args, full, settings, calibration, first_env, out, log)
+        write()
     if args.evolve:
         full["evolve"] = run_evolve(args, out, dataset, gpus, device, log)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -431,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         p["problem"]
         for p in full["problems"]
         if "error" in p or (p.get("seed") or {}).get("status", "ok") != "ok"
-    ]
+    ] + [e["folder"] for e in full.get("examples", []) if e["status"] != "ok"]
     log(f"done in {full['seconds']:.0f} s; failed: {failed or 'none'}")
     return 1 if failed else 0
 

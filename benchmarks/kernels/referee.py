@@ -6,6 +6,7 @@ job (JSON) on stdin; prints one JSON line prefixed by ``RESULT_TAG``. Tasks:
 - ``calibrate``: the machine's bandwidth and matrix rates;
 - ``baseline``: per workload, timings of the reference in eager mode and under
   ``torch.compile`` (the baseline T_b), its unavoidable bytes and its matrix FLOPs;
+- ``timers``: the reference of each workload timed with CUDA events and with CUPTI;
 - ``witness``: re-create the inputs of calls the driver audited, run the reference on
   them here, and compare with the outputs the candidate's process saved.
 """
@@ -141,6 +142,37 @@ def _witness(job: dict[str, Any]) -> dict[str, Any]:
     return {"witness": out}
 
 
+def _timers(job: dict[str, Any]) -> dict[str, Any]:
+    """The reference of each workload timed twice on the same shifted inputs: CUDA events, then CUPTI."""
+    import torch
+    from evolve.benchmarks.kernels import inputs, pool, spec, timing
+
+    device = torch.device(job["device"])
+    rows = []
+    for item in job["problems"]:
+        problem = spec.load_problem(item)
+        reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        for workload in problem.workloads:
+            maker = inputs.InputMaker(problem, workload, device, reference)
+            shifted = pool.ShiftedInputs(maker.make(1), 2 * (job["warmup"] + job["iters"]))
+            row: dict[str, Any] = {"problem": problem.name, "uuid": workload.uuid}
+            for offset, method in ((0, "events"), (job["warmup"] + job["iters"], "cupti")):
+                row[f"{method}_timer"] = timing.resolve_timer(method, device)
+
+                def setup(i: int, offset: int = offset, shifted: Any = shifted) -> list[Any]:
+                    return shifted.get(offset + (job["warmup"] + i if i >= 0 else -1 - i))
+
+                try:
+                    with torch.no_grad():
+                        times = timing.measure(reference.run, setup, device=device, warmup=job["warmup"],
+                                               iters=job["iters"], method=method)  # fmt: skip
+                    row[f"{method}_ms"] = timing.median(times)
+                except Exception as exc:
+                    row[f"{method}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rows.append(row)
+    return {"timers": rows}
+
+
 def _calibrate(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     from evolve.benchmarks.kernels.calibrate import calibrate
@@ -148,7 +180,7 @@ def _calibrate(job: dict[str, Any]) -> dict[str, Any]:
     return {"calibration": calibrate(torch.device(job["device"]), quick=bool(job.get("quick")))}
 
 
-TASKS = {"baseline": _baseline, "witness": _witness, "calibrate": _calibrate}
+TASKS = {"baseline": _baseline, "witness": _witness, "calibrate": _calibrate, "timers": _timers}
 
 
 def main() -> int:

@@ -235,3 +235,93 @@ def test_a_cpp_solution_is_built_by_the_harness_cached_and_timed(dataset, tmp_pa
         and again.build["key"] == report.build["key"]
     )
     shutil.rmtree(cache)
+
+
+def test_published_mode_scores_against_the_dataset_times(tmp_path):
+    folder = tiny_rmsnorm(tmp_path / "data", rows=(33,))
+    (folder / "published.json").write_text(
+        json.dumps({"hardware": "B200", "workloads": {"t33": {"baseline_ms": 2.0, "sol_ms": 1.0}}})
+    )
+    report = score(
+        tmp_path / "data",
+        solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": RETURNING}, False),
+        tmp_path,
+    )
+    assert report.status == "ok", report.message
+    row = report.rows[0]
+    assert row.published_score == pytest.approx(1 / (1 + (row.kernel_ms - 1.0) / (2.0 - 1.0)))
+    assert (
+        report.published_score == pytest.approx(row.published_score)
+        and report.published_hardware == "B200"
+    )
+    assert "comparable only there" in report.table()
+
+
+def test_gpu_run_scores_examples_with_their_own_solutions_on_the_cpu(tmp_path, monkeypatch):
+    from evolve.benchmarks.kernels.gpu_run import main as gpu_run
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    examples = tmp_path / "examples"
+    for language, entry, source, dps in (("pytorch", "kernel.py::rmsnorm", RETURNING, False),
+                                         ("triton", "kernel.py::run", TRITON_DPS, True)):  # fmt: skip
+        folder = tiny_rmsnorm(examples / language, rows=(8,))
+        (folder / f"solution_{language}.json").write_text(
+            json.dumps(solution(language, entry, {"kernel.py": source}, dps))
+        )
+    out = tmp_path / "out"
+    assert (
+        gpu_run(
+            ["--device", "cpu", "--no-suite-table", "--examples", str(examples), "--out", str(out)]
+        )
+        == 0
+    )
+    results = json.loads((out / "results.json").read_text())
+    assert [(e["language"], e["status"]) for e in results["examples"]] == [
+        ("pytorch", "ok"),
+        ("triton", "ok"),
+    ]
+    assert all(e["score_published"] is None for e in results["examples"])
+    assert {t["events_timer"] for t in results["timers"]} == {"host"}
+    assert "| pytorch/tiny_rmsnorm | pytorch | ok |" in (out / "upstream.md").read_text()
+
+
+@pytest.mark.gpu
+def test_a_cuda_solution_is_built_by_the_harness_and_timed_on_the_gpu(tmp_path, monkeypatch):
+    """On the H200: a .cu kernel with its own launch, compiled by the harness (nvcc), then timed."""
+    cu = r"""
+#include <torch/extension.h>
+#include <cuda_bf16.h>
+
+__global__ void rms_kernel(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, float eps, int H) {
+    extern __shared__ float partial[];
+    const __nv_bfloat16* row = x + blockIdx.x * H;
+    float sum = 0.f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) { float v = __bfloat162float(row[i]); sum += v * v; }
+    partial[threadIdx.x] = sum;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) { if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s]; __syncthreads(); }
+    float r = rsqrtf(partial[0] / H + eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        y[blockIdx.x * H + i] = __float2bfloat16(__bfloat162float(row[i]) * r * __bfloat162float(w[i]));
+}
+
+void run(torch::Tensor x, torch::Tensor w, double eps, torch::Tensor y) {
+    int H = x.size(1);
+    rms_kernel<<<x.size(0), 64, 64 * sizeof(float)>>>((const __nv_bfloat16*)x.data_ptr(), (const __nv_bfloat16*)w.data_ptr(),
+                                                      (__nv_bfloat16*)y.data_ptr(), (float)eps, H);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+"""
+    monkeypatch.setenv("EVOLVE_KERNELS_BUILD_CACHE", str(tmp_path / "cache"))
+    tiny_rmsnorm(tmp_path / "data", rows=(33, 1024))
+    settings = replace(SETTINGS, device="cuda", warmup=5, iters=20, timeout_s=600.0)
+    report = score(
+        tmp_path / "data",
+        solution("cuda_cpp", "kernel.cu::run", {"kernel.cu": cu}, True),
+        tmp_path,
+        settings,
+    )
+    assert report.status == "ok", report.message + report.output
+    assert report.language == "cuda_cpp" and report.build["cached"] is False
+    assert report.timer in ("cupti", "events") and all(r.kernel_ms > 0 for r in report.rows)

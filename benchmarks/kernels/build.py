@@ -82,12 +82,28 @@ def cutlass_include() -> list[str]:
 
 
 def _cudnn_paths() -> tuple[list[str], list[str]]:
+    """Headers and libraries of the cuDNN wheel torch depends on (its lib has only ``libcudnn.so.N``,
+    so ``-lcudnn`` becomes ``-l:libcudnn.so.N``)."""
     try:
         import nvidia.cudnn as cudnn_pkg
     except ImportError:
         return [], []
     root = Path(next(iter(cudnn_pkg.__path__)))
-    return [str(root / "include")], [f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}"]
+    flags = [f"-L{root / 'lib'}", f"-Wl,-rpath,{root / 'lib'}"]
+    if not (root / "lib" / "libcudnn.so").exists():
+        versioned = sorted((root / "lib").glob("libcudnn.so.*"))
+        if versioned:
+            flags.append(f"-l:{versioned[0].name}")
+    return [str(root / "include")], flags
+
+
+def cuda_home() -> str | None:
+    """The toolkit folder of the nvcc found (handed to the sandboxed build as CUDA_HOME)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None
+    home = Path(nvcc).resolve().parent.parent
+    return str(home) if (home / "bin" / "nvcc").is_file() else None
 
 
 def plan(solution: Solution) -> dict[str, Any]:
@@ -128,6 +144,8 @@ def plan(solution: Solution) -> dict[str, Any]:
             )
     if solution.language == "cudnn" or "cudnn" in solution.dependencies:
         extra_inc, extra_ld = _cudnn_paths()
+        if any(f.startswith("-l:libcudnn") for f in extra_ld):
+            ld_flags = [f for f in ld_flags if f != "-lcudnn"]
         includes, ld_flags = includes + extra_inc, ld_flags + extra_ld
     if solution.language == "cublas" or "cublas" in solution.dependencies:
         ld_flags.append("-lcublas")

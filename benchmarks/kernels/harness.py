@@ -29,7 +29,7 @@ from evolve.benchmarks.kernels.score import (
     problem_score,
     sol_score,
 )
-from evolve.benchmarks.kernels.solution import read_candidate
+from evolve.benchmarks.kernels.solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
 from evolve.benchmarks.kernels.spec import Problem, SpecError
 
 from evolve.fitness import Limits, Policy, Result, run_sandboxed
@@ -135,6 +135,17 @@ class Report:
                 f"{r.uuid[:24]:<24} {r.status:<9} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7}  {r.message}".rstrip()
             )
         return "\n".join(lines)
+
+
+def _importable(module: str | None) -> bool:
+    if module is None:
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
@@ -259,6 +270,14 @@ class Harness:
             "dps": solution.destination_passing,
         }
         if not solution.compiled:
+            missing = [
+                lang for lang in solution.languages if not _importable(LANGUAGE_MODULES.get(lang))
+            ]
+            if missing:
+                report.status = "error"
+                report.message = (f"{missing[0]} needs the Python package providing {LANGUAGE_MODULES[missing[0]]!r}, "
+                                  f"which this machine lacks (pip install {LANGUAGE_PACKAGES[missing[0]]})")  # fmt: skip
+                return None
             return entry
         try:
             built = build(solution, cache=Path(self.settings.build_cache) if self.settings.build_cache else None,

@@ -40,8 +40,9 @@ _SAFETENSORS_DTYPES = {
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a SOL-ExecBench dtype name ('float4_e2m1' is stored packed in uint8)."""
-    alias = {"float4_e2m1": "uint8"}.get(name, name)
+    """The torch dtype of a SOL-ExecBench dtype name ('float4_e2m1' means the packed
+    ``float4_e2m1fn_x2``, as upstream's ``dtype_str_to_torch_dtype`` maps it)."""
+    alias = {"float4_e2m1": "float4_e2m1fn_x2"}.get(name, name)
     dtype = getattr(torch, alias, None)
     if not isinstance(dtype, torch.dtype):
         raise SpecError(f"dtype {name!r} is not available in torch {torch.__version__}")

@@ -46,7 +46,6 @@ def _measure_workload(
         def setup(i: int) -> list[Any]:
             return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))
 
-    entry["timer"] = timing.resolve_timer(job.get("timer", "events"), device)
     kwargs = {"device": device, "warmup": job["warmup"], "iters": job["iters"], "flush_l2": True,
               "method": job.get("timer", "events")}  # fmt: skip
     repeats = int(job.get("repeats", 1))
@@ -54,6 +53,7 @@ def _measure_workload(
         entry["reference_ms"] = [
             timing.measure(reference.run, setup, **kwargs) for _ in range(repeats)
         ]
+        entry["timer"] = timing.last_timer()
         if job["baseline"] == "compile":
             try:
                 if "compiled" not in state:
@@ -167,6 +167,7 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
                         times = timing.measure(reference.run, setup, device=device, warmup=job["warmup"],
                                                iters=job["iters"], method=method)  # fmt: skip
                     row[f"{method}_ms"] = timing.median(times)
+                    row[f"{method}_timer"] = timing.last_timer()
                 except Exception as exc:
                     row[f"{method}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)

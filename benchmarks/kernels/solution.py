@@ -31,6 +31,8 @@ SOLUTION_FILE = "solution.json"
 # Python packages a language needs at run time (checked before a candidate is measured).
 LANGUAGE_MODULES = {"triton": "triton", "cute_dsl": "cutlass.cute", "cutile": "cuda.tile",
                     "cudnn_frontend": "cudnn"}  # fmt: skip
+LANGUAGE_PACKAGES = {"triton": "triton", "cute_dsl": "nvidia-cutlass-dsl", "cutile": "cuda-tile",
+                     "cudnn_frontend": "nvidia-cudnn-frontend"}  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,15 +14,16 @@ Field names follow NVIDIA/SOL-ExecBench ``docs/definition.md`` and ``docs/worklo
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.types import EvolveError
+from evolve.benchmarks.kernels.expressions import SpecError, evaluate_expression
+from evolve.benchmarks.kernels.published import load_published
+
+__all__ = ["SpecError", "evaluate_expression"]
 
 DTYPES = (
     "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
@@ -34,66 +35,6 @@ INPUT_KINDS = ("random", "scalar", "safetensors", "custom")
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 1e-2
 DEFAULT_MATCHED_RATIO = 0.99
-
-_BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-}  # fmt: skip
-_COMPARE = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
-}  # fmt: skip
-
-
-class SpecError(EvolveError):
-    """A problem folder that does not follow the SOL-ExecBench layout; the message says where."""
-
-
-def evaluate_expression(text: str, names: Mapping[str, int | float]) -> Any:
-    """Evaluate an axis expression or constraint: numbers, names, + - * / // % **, comparisons, and/or.
-
-    Raises:
-        SpecError: on any other syntax or an unknown name.
-    """
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise SpecError(f"cannot parse expression {text!r}: {exc.msg}") from exc
-
-    def walk(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, int | float)
-            and not isinstance(node.value, bool)
-        ):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in names:
-                raise SpecError(f"expression {text!r} names {node.id!r}, which is not a known axis")
-            return names[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            value = walk(node.operand)
-            return -value if isinstance(node.op, ast.USub) else value
-        if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-            left = walk(node.left)
-            for op, right_node in zip(node.ops, node.comparators, strict=True):
-                right = walk(right_node)
-                if not _COMPARE[type(op)](left, right):
-                    return False
-                left = right
-            return True
-        if isinstance(node, ast.BoolOp):
-            values = [walk(v) for v in node.values]
-            return all(values) if isinstance(node.op, ast.And) else any(values)
-        raise SpecError(
-            f"expression {text!r}: {type(node).__name__} is not allowed (use + - * / // % ** and names)"
-        )
-
-    return walk(tree)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -454,33 +395,6 @@ def load_problem(root: Path | str) -> Problem:
     published, hardware = load_published(root, wl_path)
     return Problem(definition=definition, workloads=tuple(workloads), root=root, flops=flops,
                    published=published, published_hardware=hardware)  # fmt: skip
-
-
-def load_published(root: Path, wl_path: Path) -> tuple[dict[str, dict[str, float]], str]:
-    """Published baseline and SOL times per workload: ``published.json`` beside the problem
-    (``{"hardware": "B200", "workloads": {uuid: {"baseline_ms": ..., "sol_ms": ...}}}``), or a
-    ``published`` object on a workload line (``{"baseline_ms", "sol_ms", "hardware"}``)."""
-    found: dict[str, dict[str, float]] = {}
-    hardware = ""
-    if (root / "published.json").is_file():
-        data = json.loads((root / "published.json").read_text())
-        hardware = str(data.get("hardware") or "")
-        for uuid, times in (data.get("workloads") or {}).items():
-            found[str(uuid)] = {
-                "baseline_ms": float(times["baseline_ms"]),
-                "sol_ms": float(times["sol_ms"]),
-            }
-    for line in wl_path.read_text().splitlines():
-        record = json.loads(line) if line.strip() else {}
-        record = record.get("workload", record) if "uuid" not in record else record
-        times = record.get("published")
-        if times:
-            found[str(record["uuid"])] = {
-                "baseline_ms": float(times["baseline_ms"]),
-                "sol_ms": float(times["sol_ms"]),
-            }
-            hardware = hardware or str(times.get("hardware") or "")
-    return found, hardware
 
 
 def problem_dirs(dataset: Path | str) -> dict[str, Path]:

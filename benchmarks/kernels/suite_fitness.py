@@ -143,15 +143,22 @@ class KernelSuiteFitness:
         reports = self.measure(workdir, ctx)
         metrics: dict[str, Any] = {}
         gains = []
+        scores: dict[str, float | None] = {}
         for name, report in reports.items():
             ok = report.status == "ok"
-            metrics[f"{name}/score"] = report.score if ok else 0.0
+            chosen = (
+                report.published_score
+                if self.members[name].score_mode == "published"
+                else report.score
+            )
+            scores[name] = chosen if ok else None
+            metrics[f"{name}/score"] = chosen if ok and chosen is not None else 0.0
             reference = [sol_score(r.reference_ms, r.baseline_ms, r.sol_ms) for r in report.rows
                          if r.reference_ms and r.baseline_ms and r.sol_ms is not None]  # fmt: skip
             ref_score = sum(reference) / len(reference) if reference else 0.0
             metrics[f"{name}/reference_score"] = ref_score
-            gains.append((report.score if ok else 0.0) - ref_score)
-        aggregate = suite_score(r.score if r.status == "ok" else None for r in reports.values())
+            gains.append(metrics[f"{name}/score"] - ref_score)
+        aggregate = suite_score(scores.values())
         metrics["score"] = aggregate
         table = "\n\n".join(r.table() for r in reports.values())
         artifacts = {

@@ -60,6 +60,18 @@ def synchronize(device: torch.device) -> None:
         _SYNC(device)
 
 
+class CuptiUnavailable(RuntimeError):
+    """CUPTI could not start here (driver or library mismatch); CUDA events are used instead."""
+
+
+_USED: dict[str, str] = {}  # the timer the last measure() really used (the driver reports it)
+
+
+def last_timer() -> str:
+    """The timer of the last ``measure`` call: cupti, events, host, or events with why CUPTI failed."""
+    return _USED.get("timer", "")
+
+
 def resolve_timer(method: str, device: torch.device) -> str:
     """The timer that will really be used: "cupti" only on a GPU with cupti-python importable."""
     if method != "cupti" or device.type != "cuda":
@@ -145,6 +157,7 @@ def measure(
         fn(*args)
     synchronize(device)
     if device.type != "cuda":
+        _USED["timer"] = "host"
         times = []
         for i in range(iters):
             args = setup(i)
@@ -154,8 +167,12 @@ def measure(
             if i in audits and audit is not None:
                 audit(i, args)
         return times
-    if resolve_timer(method, device) == "cupti":
-        return _measure_cupti(fn, setup, flush, iters, audits, audit, device)
+    _USED["timer"] = resolve_timer(method, device)
+    if _USED["timer"] == "cupti":
+        try:
+            return _measure_cupti(fn, setup, flush, iters, audits, audit, device)
+        except CuptiUnavailable as exc:
+            _USED["timer"] = f"events (cupti unavailable: {str(exc)[:200]})"
     starts = [_EVENT(enable_timing=True) for _ in range(iters)]
     ends = [_EVENT(enable_timing=True) for _ in range(iters)]
     for i in range(iters):

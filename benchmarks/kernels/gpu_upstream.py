@@ -105,6 +105,7 @@ def run_suite_evolve(problems: list[str], candidates: int, minutes: float, out: 
                f"search.max_candidates={candidates}", f"search.max_wall_s={int(minutes * 60)}", "search.progress=false",
                f"benchmark.fitness.calibration={calibration}", "benchmark.fitness.baseline=eager",
                "+benchmark.fitness.rounds=3", "+benchmark.fitness.warmup=5", "+benchmark.fitness.iters=20",
+               "+benchmark.fitness.workloads_per_problem=1",
                f"hydra.run.dir={run_dir}"]  # fmt: skip
     log(f"suite evolve: {' '.join(command)}")
     started = time.monotonic()

@@ -18,7 +18,7 @@ from typing import Any
 
 from evolve.benchmarks.kernels.harness import Harness, Report, Settings
 from evolve.benchmarks.kernels.solution import read_candidate
-from evolve.benchmarks.kernels.spec import Problem, find_problem
+from evolve.benchmarks.kernels.spec import Problem, SpecError, find_problem
 
 from evolve.fitness import EvalContext
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
@@ -193,6 +193,12 @@ class KernelFitness:
                      "measurement": "\n".join(notes)}  # fmt: skip
         if report.output:
             artifacts["output"] = report.output
+        try:
+            solution = read_candidate(workdir)
+        except SpecError:  # the harness has already reported what is wrong with it
+            solution = None
+        if solution is not None:
+            artifacts["language"] = solution.rules()
         status = _STATUS.get(report.status, EvalStatus.ERROR)
         flagged = [r.uuid for r in report.rows if r.flagged]
         if status == EvalStatus.OK and flagged and not self.allow_above_sol:
@@ -201,7 +207,6 @@ class KernelFitness:
         if status != EvalStatus.OK:
             artifacts["error"] = report.message or report.status
             return Evaluation(status=status, metrics=metrics, artifacts=artifacts)
-        solution = read_candidate(workdir)
         files = list(solution.sources) if solution else ["kernel.py"]
         kernel_text = "\n".join((workdir / f).read_text() for f in files if (workdir / f).is_file())
         descriptors = {

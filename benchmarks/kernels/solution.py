@@ -35,6 +35,22 @@ LANGUAGE_PACKAGES = {"triton": "triton", "cute_dsl": "nvidia-cutlass-dsl", "cuti
                      "cudnn_frontend": "nvidia-cudnn-frontend"}  # fmt: skip
 
 
+_CPP_RULE = ("C++/CUDA compiled by the harness (-O3 --use_fast_math + compile_options) into a torch extension: "
+             "bind the entry with PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"run\", &run); }, launch on "
+             "at::cuda::getCurrentCUDAStream(); never load C++ from Python")  # fmt: skip
+LANGUAGE_RULES = {
+    "pytorch": "Python with torch ops; the entry file is imported as is",
+    "triton": "Python + Triton (@triton.jit kernels launched from the entry function); tune BLOCK sizes, warps, stages",
+    "cute_dsl": "Python + CuTe DSL (cutlass.cute): compile once (cute.compile) and cache the compiled kernel at module level",
+    "cutile": "Python + cuTile (cuda.tile) kernels launched from the entry function",
+    "cudnn_frontend": "Python + cuDNN frontend graphs built once and cached",
+    "cuda_cpp": _CPP_RULE,
+    "cutlass": _CPP_RULE + "; CUTLASS/CuTe headers are on the include path",
+    "cudnn": _CPP_RULE + "; linked with -lcudnn",
+    "cublas": _CPP_RULE + "; linked with -lcublas",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Solution:
     """One solution: its language(s), entry point, calling style and source files."""
@@ -61,6 +77,14 @@ class Solution:
     @property
     def language(self) -> str:
         return self.languages[0]
+
+    def rules(self) -> str:
+        """What operators must know to edit it: calling style and the language's rules."""
+        style = ("destination-passing: the inputs, then the outputs to fill in place" if self.destination_passing
+                 else "returning: the inputs only; return the outputs (a tensor, a tuple in output order, or a dict)")  # fmt: skip
+        return (f"Solution {self.name}: {'+'.join(self.languages)}, entry {self.entry_file}::{self.entry_function} "
+                f"({style}). Editable: {', '.join(self.sources)}. "
+                + " ".join(LANGUAGE_RULES[lang] + "." for lang in self.languages))  # fmt: skip
 
 
 def _safe_path(text: str, where: str) -> str:

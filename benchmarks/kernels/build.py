@@ -203,9 +203,16 @@ def build(solution: Solution, *, cache: Path | None = None, timeout_s: float = 6
         if not payload or "error" in payload:
             detail = (payload or {}).get("error") or f"exit {result.returncode}"
             raise BuildError(f"{solution.name}: the build failed: {detail}\n{result.tail(6000)}")
+        built_so = Path(payload["so"]).resolve()
+        if not built_so.is_relative_to((scratch / "out").resolve()) or not built_so.is_file():
+            # the build process imports the module it built, so C++ static initialisers ran there:
+            # only a library inside the build's own output folder is taken
+            raise BuildError(
+                f"{solution.name}: the build reported a library outside its output folder ({built_so})"
+            )
         folder.mkdir(parents=True, exist_ok=True)
         partial = folder / f".{module}.so.{os.getpid()}"
-        shutil.copy2(payload["so"], partial)
+        shutil.copy2(built_so, partial)
         partial.replace(so)  # atomic: a reader sees the whole library or none
         (folder / "build.json").write_text(
             json.dumps({"module": module, "solution": solution.name, **recipe}, indent=2)

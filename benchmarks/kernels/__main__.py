@@ -140,6 +140,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("problems", help="list the problems of a dataset")
     common(p)
     p.set_defaults(fn=cmd_problems)
+    p = sub.add_parser("stage", help="write an upstream solution*.json as a candidate folder")
+    p.add_argument("solution", help="solution*.json, or a folder holding one")
+    p.add_argument("out", help="folder to write solution.json and its sources into")
+    p.set_defaults(fn=cmd_stage)
     p = sub.add_parser(
         "download", help="fetch upstream's dataset with resume and checksum verification"
     )

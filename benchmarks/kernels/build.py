@@ -190,7 +190,11 @@ def build(solution: Solution, *, cache: Path | None = None, timeout_s: float = 6
         limits = Limits(
             timeout_s=timeout_s, memory_bytes=None, processes=None, output_bytes=1 << 20
         )
-        result = run_sandboxed([sys.executable, "-m", BUILDER], cwd=scratch, limits=limits, env=dict(env or {}),
+        build_env = dict(env or {})
+        home = cuda_home()
+        if home and "CUDA_HOME" not in build_env:
+            build_env["CUDA_HOME"] = home
+        result = run_sandboxed([sys.executable, "-m", BUILDER], cwd=scratch, limits=limits, env=build_env,
                                stdin=json.dumps(job).encode(), policy=Policy(writable=(scratch,)))  # fmt: skip
         payload = None
         for line in result.stdout.splitlines():

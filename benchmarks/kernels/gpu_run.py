@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "--examples", help="folder of upstream example problems, each with a solution_*.json"
     )
     parser.add_argument(
-        "--example-workloads", type=int, default=3, help="workloads scored per example"
+        "--example-workloads", type=int, default=1, help="workloads scored per example"
     )
     parser.add_argument(
         "--suite-evolve",
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite-problems", default="add_rmsnorm,cross_entropy,fp8_quant_token,layernorm,rmsnorm,"
                         "rotary_embedding,silu_and_mul,softmax", help="problems of that suite run")  # fmt: skip
     parser.add_argument(
-        "--suite-minutes", type=float, default=3.0, help="wall-clock cap of the suite run"
+        "--suite-minutes", type=float, default=4.0, help="wall-clock cap of the suite run"
     )
     parser.add_argument(
         "--no-suite-table", action="store_true", help="skip our suite's baseline and seed tables"

@@ -157,18 +157,19 @@ def markdown(examples: list[dict], timers: list[dict], suite: dict | None) -> st
         )
     out += [
         "",
-        "| problem | workload | events ms | CUPTI ms | events - CUPTI (us) |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| problem | workload | events ms | CUPTI ms | events - CUPTI (us) | second timer used |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
     ]
     for t in timers:
         if "events_ms" in t and "cupti_ms" in t and min(t["events_ms"], t["cupti_ms"]) < 0.010:
             diff = (t["events_ms"] - t["cupti_ms"]) * 1e3
             out.append(
-                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t['events_ms']:.4f} | {t['cupti_ms']:.4f} | {diff:.2f} |"
+                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t['events_ms']:.4f} | {t['cupti_ms']:.4f} | {diff:.2f} | "
+                f"{str(t.get('cupti_timer', '-'))[:60]} |"
             )
         elif "cupti_error" in t:
             out.append(
-                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t.get('events_ms', 0):.4f} | failed: {t['cupti_error'][:80]} | |"
+                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t.get('events_ms', 0):.4f} | failed: {t['cupti_error'][:80]} | | |"
             )
     if suite:
         out += ["", f"Suite evolve over {len(suite['problems'])} problems (`{suite['command']}`): {suite.get('evaluated', 0)} "

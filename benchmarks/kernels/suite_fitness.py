@@ -30,7 +30,7 @@ from typing import Any
 from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness, absolute, problem_statement
 from evolve.benchmarks.kernels.harness import Harness, Report
 from evolve.benchmarks.kernels.score import sol_score, suite_score
-from evolve.benchmarks.kernels.spec import SpecError, problem_dirs
+from evolve.benchmarks.kernels.spec import SpecError, load_problem, problem_dirs
 
 from evolve.fitness import EvalContext
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
@@ -91,12 +91,17 @@ class KernelSuiteFitness:
     """
 
     def __init__(self, *, problems: Sequence[str] = (), category: str | None = None, dataset: str | None = None,
-                 **settings: Any) -> None:  # fmt: skip
+                 workloads_per_problem: int = 0, **settings: Any) -> None:  # fmt: skip
         root = absolute(dataset) if dataset else SUITE
         self.dirs = select_problems(root, tuple(problems), category)
-        self.members = {
-            name: KernelFitness(problem=name, dataset=str(root), **settings) for name in self.dirs
-        }
+        self.members = {}
+        for name, folder in self.dirs.items():
+            chosen = [w.uuid for w in load_problem(folder).workloads][
+                : workloads_per_problem or None
+            ]
+            self.members[name] = KernelFitness(
+                problem=name, dataset=str(root), workloads=chosen, **settings
+            )
         first = next(iter(self.members.values()))
         self.objective = Objective(name="suite_sol_score", direction=Direction.MAXIMIZE)
         self.descriptors = (

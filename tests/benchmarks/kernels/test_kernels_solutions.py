@@ -325,3 +325,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
     assert report.status == "ok", report.message + report.output
     assert report.language == "cuda_cpp" and report.build["cached"] is False
     assert report.timer in ("cupti", "events") and all(r.kernel_ms > 0 for r in report.rows)
+
+
+def test_the_stage_command_writes_a_candidate_folder(tmp_path, capsys):
+    from evolve.benchmarks.kernels.__main__ import main as cli
+
+    data = solution(
+        "cuda_cpp", "main.cpp::rms", {"main.cpp": CPP_RETURNING, "inc/k.h": "#pragma once\n"}, False
+    )
+    (tmp_path / "solution_cuda.json").write_text(json.dumps(data))
+    assert cli(["stage", str(tmp_path / "solution_cuda.json"), str(tmp_path / "seed")]) == 0
+    assert "editable: main.cpp, inc/k.h" in capsys.readouterr().out
+    assert (tmp_path / "seed" / "inc" / "k.h").read_text() == "#pragma once\n"
+    assert read_candidate(tmp_path / "seed").sources["main.cpp"] == CPP_RETURNING

@@ -8,7 +8,6 @@ computes the score itself from outputs the candidate cannot fake.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import math
 import time
 import traceback
@@ -17,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from evolve.harness.hashing import files_digest, harness_modules
 from evolve.sandbox import Limits, Policy, Result
 from evolve.sandbox import run as run_sandboxed
 from evolve.types import Descriptor, EvalStatus, Evaluation, Files, Objective
@@ -129,25 +129,16 @@ class Benchmark:
     def is_editable(self, path: str) -> bool:
         return any(fnmatch.fnmatch(path, pattern) for pattern in self.editable)
 
+    def harness_paths(self) -> list[Path]:
+        """Every file that defines the measurement: ``harness_files`` plus, computed, each module
+        the fitness's module imports or starts (``python -m``) inside ``evolve`` and its own package."""
+        module = type(self.fitness).__module__
+        found = harness_modules(module) if module not in ("__main__", "builtins") else []
+        return sorted({*(p.resolve() for p in self.harness_files), *found})
+
     def harness_hash(self) -> str:
-        """SHA-256 over the harness files' paths and bytes; changes when the measurement does."""
-        digest = hashlib.sha256()
-        for path in sorted(self.harness_files):
-            digest.update(str(path.name).encode())
-            digest.update(path.read_bytes())
-        return digest.hexdigest()
-
-
-LAYERED = ("LocalCheck", "LossBand", "ShortRun", "cascade", "compare_tensors")
-
-
-def __getattr__(name: str) -> Any:
-    """Layered checks for training code (``evolve.layered``), re-exported for benchmarks."""
-    if name in LAYERED:
-        from evolve import layered
-
-        return getattr(layered, name)
-    raise AttributeError(f"module 'evolve.fitness' has no attribute {name!r}")
+        """SHA-256 over the harness's files (``harness_paths``); changes when the measurement does."""
+        return files_digest(self.harness_paths(), root=Path(__file__).resolve().parent.parent)
 
 
 def write_files(files: Files, workdir: Path) -> None:
@@ -233,7 +224,9 @@ def sandbox_failure(result: Result, what: str = "candidate") -> Evaluation | Non
     if result.modified:
         return Evaluation(
             status=EvalStatus.REJECTED,
-            artifacts={"error": f"{what} modified read-only harness files: {', '.join(map(str, result.modified))}"},
+            artifacts={
+                "error": f"{what} modified read-only harness files: {', '.join(map(str, result.modified))}"
+            },
         )
     if result.timed_out:
         return Evaluation(

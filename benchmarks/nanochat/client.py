@@ -1,9 +1,12 @@
 """What a training program may use from the harness: settings, training batches, the step clock, saving.
 
-The training program runs in the sandbox with only the training split. It calls
+The training program runs in the sandbox. Its training batches come from the harness
+(``train_batches``): synthetic rows of the same shape during the untimed warm-up steps, real
+training rows while the harness's clock runs, and none after the stop. It calls
 ``Clock.step()`` after every optimizer step: that tells the harness a step ended (the
-harness times steps with its own clock) and returns False once the harness says the
-budget is spent. Then it calls ``save_checkpoint`` and exits. A sketch::
+harness times steps with its own clock) and returns False once the budget is spent. Then
+it calls ``save_checkpoint`` at once (the harness fixes the checkpoint it scores within
+seconds of the stop) and exits. A sketch::
 
     settings = client.settings()
     batches = client.train_batches(batch_size=32, device=settings.device)
@@ -20,22 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from evolve.benchmarks.nanochat.packing import pack_batches
-from evolve.benchmarks.nanochat.tokens import Split
+from evolve.harness.stream import EndOfData, channel
 
 CONFIG_ENV = "NANOCHAT_CONFIG"
-REPORT_FD_ENV = "NANOCHAT_REPORT_FD"
-CONTROL_FD_ENV = "NANOCHAT_CONTROL_FD"
 CHECKPOINT_FILES = ("model.py", "config.json", "model.pt")
+__all__ = ["Clock", "EndOfData", "Settings", "save_checkpoint", "settings", "train_batches"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,13 +42,12 @@ class Settings:
 
     Attributes:
         budget_s: training-loop time budget (harness clock) after the untimed steps.
-        untimed_steps: the first steps are not timed (compilation warm-up).
+        untimed_steps: the first steps are not timed (compilation warm-up; synthetic data).
         seq_len: tokens per row the model is evaluated at.
         vocab_size: tokenizer vocabulary; logits must have this last dimension.
         bos_id: id of the BOS token (every document starts with it).
         device: "cuda" or "cpu".
         seed: random seed for this run.
-        train_dir: the training split (the only data this process may read).
         checkpoint_dir: where ``save_checkpoint`` writes.
     """
 
@@ -61,7 +58,6 @@ class Settings:
     bos_id: int
     device: str
     seed: int
-    train_dir: str
     checkpoint_dir: str
 
 
@@ -80,27 +76,23 @@ def settings() -> Settings:
     return Settings(**{k: data[k] for k in Settings.__dataclass_fields__})
 
 
-def train_batches(
-    batch_size: int, *, device: str = "cpu", seed: int | None = None
-) -> Iterator[tuple]:
-    """Endless (inputs, targets) int64 tensors of shape (batch_size, seq_len), BOS-aligned best-fit packed.
+def train_batches(batch_size: int, *, device: str = "cpu") -> Iterator[tuple]:
+    """(inputs, targets) int64 tensors of shape (batch_size, seq_len), from the harness, until the stop.
 
-    Documents are visited in a random order per epoch (seeded); rows follow the
-    original's packing rule, so training rows look like the evaluation rows.
+    Rows are BOS-aligned and best-fit packed like the evaluation rows, in an order the
+    harness draws from the run's seed. Before the harness's clock starts (the untimed
+    warm-up steps) the rows are synthetic: random tokens of the same shape. After the stop
+    the iterator ends.
     """
     import torch
 
-    cfg = settings()
-    split = Split(Path(cfg.train_dir))
-    rng = np.random.default_rng(cfg.seed if seed is None else seed)
-
-    def documents() -> Iterator[np.ndarray]:
-        while True:
-            yield from split.documents(rng.permutation(len(split)))
-
     pin = device.startswith("cuda")
-    for rows in pack_batches(documents(), batch_size, cfg.seq_len):
-        tensor = torch.from_numpy(rows)
+    while True:
+        try:
+            rows = channel().batch(batch_size)
+        except EndOfData:
+            return
+        tensor = torch.from_numpy(rows.astype("int64"))
         if pin:
             tensor = tensor.pin_memory()
         tensor = tensor.to(device, non_blocking=pin)
@@ -119,16 +111,11 @@ class Clock:
         self.budget_s = cfg.budget_s
         self.untimed_steps = cfg.untimed_steps
         self.steps = 0
-        self._report = int(os.environ[REPORT_FD_ENV])
-        self._control = int(os.environ[CONTROL_FD_ENV])
         self._timed_from: float | None = None
         self._stopped = False
 
-    def _send(self, line: str) -> None:
-        os.write(self._report, (line + "\n").encode())
-
     def step(self, tokens: int = 0, loss: float | None = None) -> bool:
-        """Record that one optimizer step ended; False means stop now.
+        """Record that one optimizer step ended; False means stop now (then save at once).
 
         Args:
             tokens: training tokens the step used.
@@ -136,16 +123,10 @@ class Clock:
                 compares the first steps' losses with the seed program's.
         """
         self.steps += 1
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            torch.cuda.synchronize()  # the step ends when the GPU is done, not when it was queued
-        report = f"step {self.steps} {int(tokens)}"
-        self._send(report if loss is None else f"{report} {float(loss)!r}")
+        going = channel().step(tokens, loss)
         if self.steps == self.untimed_steps:
             self._timed_from = time.monotonic()
-        if not self._stopped and select.select([self._control], [], [], 0)[0]:
-            self._stopped = bool(os.read(self._control, 1))
-        return not self._stopped
+        return going
 
     @property
     def progress(self) -> float:
@@ -156,15 +137,17 @@ class Clock:
 
     def note(self, **values: float) -> None:
         """Send numbers the harness shows as candidate-reported metrics (e.g. peak memory)."""
-        self._send("note " + json.dumps({k: float(v) for k, v in values.items()}))
+        channel().note(**values)
 
 
 def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.py",)) -> Path:
     """Write the model for the harness: its weights, its constructor config and its code.
 
-    The harness's scorer later runs ``build_model(config)`` from ``model.py`` (the first of
-    ``code_files``; the others are copied next to it), loads ``model.pt`` into it and calls
-    ``model(inputs)`` to get logits of shape (batch, seq_len, vocab_size).
+    The harness fixes the checkpoint when this returns (it must, within the scale's
+    ``save_limit_s`` of the stop). The scorer later runs ``build_model(config)`` from
+    ``model.py`` (the first of ``code_files``; the others are copied next to it), loads
+    ``model.pt`` into it and calls ``model(inputs)`` to get logits of shape
+    (batch, seq_len, vocab_size).
     """
     import torch
 
@@ -175,4 +158,5 @@ def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.
     (target / "config.json").write_text(json.dumps(config))
     state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     torch.save(state, target / "model.pt")
+    channel().saved()
     return target

@@ -13,24 +13,27 @@ import dataclasses
 import json
 import logging
 import math
-import secrets
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import prepare, scales, stages, verdict
+from evolve.benchmarks.nanochat import prepare, scales, stages
 from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.procutil import SAFE_PATH
-from evolve.benchmarks.nanochat.scorer import CHECK_ROWS, eval_rows
+from evolve.benchmarks.nanochat.scorer import SPARE_ROWS, eval_rows
+from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_files
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, run_sandboxed
+from evolve.harness import protocol
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
-CHECKPOINT_NAMES = ("config.json", "model.pt")
-WHAT = {"supervisor": "training", "scorer": "scoring", "probe": "local check"}  # for error messages
+HARNESS_MODULES = {  # the harness processes, by role (their error messages name the role)
+    "training": "evolve.benchmarks.nanochat.supervisor",
+    "scoring": "evolve.benchmarks.nanochat.scorer",
+    "local check": "evolve.benchmarks.nanochat.probe",
+}
 MAX_CHECKPOINT_BYTES = 64 << 30
 _ROWS_CACHE: dict[tuple, bytes] = {}
 
@@ -42,7 +45,7 @@ def validation_rows(val_dir: Path, seq_len: int, eval_tokens: int) -> bytes:
         from evolve.benchmarks.nanochat.scorer import EvalFailure
 
         try:
-            rows = eval_rows(val_dir, seq_len, eval_tokens // seq_len, spare=CHECK_ROWS)
+            rows = eval_rows(val_dir, seq_len, eval_tokens // seq_len, spare=SPARE_ROWS)
         except EvalFailure as failure:
             raise EvolveError(failure.reason) from None
         _ROWS_CACHE[key] = rows.astype("int32").tobytes()
@@ -132,7 +135,7 @@ class NanochatFitness:
         )
 
     def available_eval_tokens(self) -> int:
-        """Targets in the whole batches of rows the validation split gives (the check's spare rows kept aside)."""
+        """Targets in the whole batches of rows the validation split gives (the probes' spare rows kept aside)."""
         scale = self.scale
         rows = sum(
             1
@@ -140,7 +143,7 @@ class NanochatFitness:
                 Split(prepare.split_dirs(self.dataset_root)["val"]).documents(), scale.seq_len + 1
             )
         )
-        batches = (rows - CHECK_ROWS) // scale.eval_batch_rows
+        batches = (rows - SPARE_ROWS) // scale.eval_batch_rows
         if batches < 1:
             raise EvolveError(
                 f"the validation split of {self.dataset_root} gives only {rows} rows of "
@@ -222,11 +225,11 @@ class NanochatFitness:
             "train_dir": str(parts["train"]),
             "checkpoint_dir": str(Path(workdir) / "checkpoint"),
             "forbidden": self.forbidden(),
-        }
+        }  # the harness process keeps train_dir from the program (it streams the rows itself)
 
     def run_harness(
         self,
-        module: str,
+        role: str,
         cwd: Path,
         ctx: EvalContext,
         job: dict,
@@ -234,21 +237,21 @@ class NanochatFitness:
         limit_s: float,
         payload: bytes = b"",
     ) -> dict | Evaluation:
-        """Run the harness process ``module`` sandboxed in ``cwd`` with ``job``; its verdict, or the failed Evaluation.
+        """Run the harness process of ``role`` (``HARNESS_MODULES``) sandboxed in ``cwd`` with ``job``.
 
-        The job goes to the process's stdin with a fresh nonce (then ``payload``); only a
-        stdout line carrying that nonce counts as the verdict.
+        Returns its verdict, or the failed Evaluation. The job goes to the process's stdin
+        with a fresh nonce (then ``payload``); only a stdout line carrying that nonce counts.
         """
-        nonce = secrets.token_hex(16)
+        nonce, stdin = protocol.job_input(job, payload)
         result = run_sandboxed(
-            [sys.executable, *SAFE_PATH, "-m", f"evolve.benchmarks.nanochat.{module}"],
+            [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]],
             cwd=cwd,
             limits=self._limits(limit_s),
             env=self._env(ctx),
             policy=self._policy(job["forbidden"]),
-            stdin=(json.dumps({**job, "nonce": nonce}) + "\n").encode() + payload,
+            stdin=stdin,
         )
-        return verdict.read(result, nonce, WHAT.get(module, module))
+        return protocol.read_verdict(result, nonce, role)
 
     def train(
         self, workdir: Path, ctx: EvalContext, *, max_steps: int | None = None
@@ -262,41 +265,16 @@ class NanochatFitness:
             "startup_limit_s": scale.startup_limit_s,
             "free_startup_s": scale.free_startup_s,
             "finish_limit_s": scale.finish_limit_s,
+            "save_limit_s": scale.save_limit_s,
         }
         if max_steps is not None:
             job["max_steps"] = max_steps
-        return self.run_harness("supervisor", workdir, ctx, job, limit_s=scale.train_limit_s)
+        return self.run_harness("training", workdir, ctx, job, limit_s=scale.train_limit_s)
 
-    def _evaluate(self, workdir: Path, ctx: EvalContext, scratch: Path) -> Evaluation:
+    def score(self, checkpoint: Path, ctx: EvalContext) -> dict | Evaluation:
+        """Score the checkpoint in ``checkpoint`` (a harness-owned copy) with the scorer: its verdict, or the failed Evaluation."""
         scale, parts = self.scale, prepare.split_dirs(self.dataset_root)
-        forbidden = self.forbidden()
-        rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
-        checkpoint = workdir / "checkpoint"
-        train = self.train(workdir, ctx)
-        if isinstance(train, Evaluation):
-            return train
-        metrics = {
-            "steps": train["steps"],
-            "tokens": train["tokens"],
-            "training_s": train["training_s"],
-            "startup_s": train["startup_s"],
-            "startup_charged_s": train.get("startup_charged_s", 0.0),
-            "train_wall_s": train["total_s"],
-            "tokens_per_s": train["timed_tokens"] / train["training_s"]
-            if train["training_s"] > 0
-            else 0.0,
-            **{f"reported_{k}": v for k, v in train.get("notes", {}).items()},
-        }
-        artifacts = {"train_log": train.get("log_tail", "")}
-        if train["status"] != "ok":
-            return verdict.failed(train, metrics=metrics, **artifacts)
-        evaldir = scratch / "checkpoint"
-        problem = self._copy_checkpoint(checkpoint, evaldir)
-        if problem:
-            return Evaluation(
-                status=EvalStatus.ERROR, metrics=metrics, artifacts={**artifacts, "error": problem}
-            )
-        eval_job = {
+        job = {
             "token_bytes": str(parts["tokenizer"] / "token_bytes.npy"),
             "seq_len": scale.seq_len,
             "eval_tokens": scale.eval_tokens,
@@ -304,20 +282,69 @@ class NanochatFitness:
             "vocab_size": scale.vocab_size,
             "device": scale.device,
             "causal_atol": scale.causal_atol,
-            "forbidden": forbidden,
+            "probe_batches": scale.probe_batches,
+            "forbidden": self.forbidden(),
             "worker_startup_s": min(300.0, scale.eval_limit_s / 2),
             "batch_timeout_s": min(120.0, scale.eval_limit_s),
         }
-        score = self.run_harness(
-            "scorer", evaldir, ctx, eval_job, limit_s=scale.eval_limit_s, payload=rows
+        rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
+        return self.run_harness(
+            "scoring", checkpoint, ctx, job, limit_s=scale.eval_limit_s, payload=rows
         )
+
+    def _evaluate(self, workdir: Path, ctx: EvalContext, scratch: Path) -> Evaluation:
+        validation_rows(  # fail now, before training, when the validation split is too small
+            prepare.split_dirs(self.dataset_root)["val"],
+            self.scale.seq_len,
+            self.scale.eval_tokens,
+        )
+        checkpoint = workdir / "checkpoint"
+        train = self.train(workdir, ctx)
+        if isinstance(train, Evaluation):
+            return train
+        metrics = {
+            "steps": train["steps"],
+            "tokens": train["tokens"],
+            "reported_tokens": train["reported_tokens"],
+            "warmup_batches": train["synthetic_batches"],
+            "training_s": train["training_s"],
+            "startup_s": train["startup_s"],
+            "startup_charged_s": train.get("startup_charged_s", 0.0),
+            "train_wall_s": train["total_s"],
+            "tokens_per_s": train["tokens"] / train["training_s"]
+            if train["training_s"] > 0
+            else 0.0,
+            **{f"reported_{k}": v for k, v in train.get("notes", {}).items()},
+        }
+        if train["stop_to_save_s"] is not None:
+            metrics["stop_to_save_s"] = train["stop_to_save_s"]
+        artifacts = {"train_log": train.get("log_tail", "")}
+        if train["status"] != "ok":
+            return protocol.failed(train, metrics=metrics, **artifacts)
+        evaldir = scratch / "checkpoint"
+        problem = self._copy_checkpoint(checkpoint, evaldir)
+        if problem:
+            return Evaluation(
+                status=EvalStatus.ERROR, metrics=metrics, artifacts={**artifacts, "error": problem}
+            )
+        if checkpoint_digest(evaldir) != train["checkpoint"].get("digest"):
+            return Evaluation(
+                status=EvalStatus.REJECTED,
+                metrics=metrics,
+                artifacts={
+                    **artifacts,
+                    "error": "the checkpoint changed after the program reported it (the harness "
+                    "scores the state saved at the stop)",
+                },
+            )
+        score = self.score(evaldir, ctx)
         if isinstance(score, Evaluation):
             return Evaluation(
                 status=score.status, metrics=metrics, artifacts={**artifacts, **score.artifacts}
             )
         artifacts["eval_log"] = score.get("worker_log", "")
         if score["status"] != "ok":
-            return verdict.failed(score, metrics=metrics, **artifacts)
+            return protocol.failed(score, metrics=metrics, **artifacts)
         bpb = float(score["val_bpb"])
         if not math.isfinite(bpb):
             return Evaluation(
@@ -334,6 +361,7 @@ class NanochatFitness:
                 "eval_bytes": score["bytes"],
                 "max_prefix_diff": score["max_prefix_diff"],
                 "max_row_diff": score["max_row_diff"],
+                "probe_batches": score["probe_batches"],
             }
         )
         descriptors = {
@@ -358,19 +386,13 @@ class NanochatFitness:
     @staticmethod
     def _copy_checkpoint(source: Path, target: Path) -> str | None:
         """Copy model.py, other .py files, config.json and model.pt; return a problem or None."""
-        missing = [n for n in ("model.py", *CHECKPOINT_NAMES) if not (source / n).is_file()]
+        missing = [n for n in ("model.py", "config.json", "model.pt") if not (source / n).is_file()]
         if missing:
             return (
                 f"no checkpoint: {', '.join(missing)} missing in checkpoint/; the training program must call "
                 "client.save_checkpoint(model, config) after Clock.step() returns False"
             )
-        files = [
-            p
-            for p in source.iterdir()
-            if p.is_file()
-            and not p.is_symlink()
-            and (p.suffix == ".py" or p.name in CHECKPOINT_NAMES)
-        ]
+        files = checkpoint_files(source)
         if sum(p.stat().st_size for p in files) > MAX_CHECKPOINT_BYTES:
             return "checkpoint is larger than 64 GiB"
         target.mkdir(parents=True)

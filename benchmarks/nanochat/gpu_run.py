@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import platform
 import shutil
@@ -27,13 +26,13 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from evolve.benchmarks.nanochat import prepare, scales
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
 from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness import gpus as placement
 
 CHUNK_CHARS = (
     6000  # ~1500 tokens: Wikipedia articles are cut at paragraph ends so rows use whole articles
@@ -101,7 +100,7 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
     return root
 
 
-def run_one(fitness: NanochatFitness, seed: int, gpu: str | None, root: Path) -> dict:
+def run_one(fitness: NanochatFitness, seed: int, root: Path, gpu: str | None) -> dict:
     work = root / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(
@@ -259,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         ("cuda" if scales.cuda_available() else "cpu") if args.device == "auto" else args.device
     )
     tiny = args.tiny or device == "cpu"
-    gpus = (
-        [g.strip() for g in args.gpus.split(",") if g.strip()] if device == "cuda" else [None, None]
-    )
+    gpus: list[str | None] = list(placement.chosen(args.gpus)) if device == "cuda" else [None, None]
     if args.merge:
         return merge(args, out)
     seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else list(range(len(gpus)))
@@ -311,13 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="nanochat-gpu-run-"))
     try:
         # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
-        spawn = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=len(gpus), mp_context=spawn) as pool:
-            futures = [
-                pool.submit(run_one, fitness, seed, gpu, work)
-                for seed, gpu in zip(seeds, gpus, strict=True)
-            ]
-            runs = [future.result() for future in futures]
+        runs = placement.run_on_slots(run_one, [(fitness, seed, work) for seed in seeds], gpus)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)

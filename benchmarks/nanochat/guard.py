@@ -24,6 +24,8 @@ import runpy
 import sys
 from collections.abc import Sequence
 
+from evolve.harness.clock import REPORT_FD_ENV
+
 PATH_EVENTS = {
     "open": (0,),
     "os.listdir": (0,),
@@ -109,7 +111,7 @@ def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m evolve.benchmarks.nanochat.guard SCRIPT [ARGS...]")
     config = json.loads(os.environ.get("NANOCHAT_CONFIG", "{}"))
-    report = os.environ.get("NANOCHAT_REPORT_FD")
+    report = os.environ.get(REPORT_FD_ENV)
     install(config.get("forbidden", []), int(report) if report else None)
     script = sys.argv[1]
     sys.argv = sys.argv[1:]

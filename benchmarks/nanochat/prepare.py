@@ -13,7 +13,7 @@ Usage::
 Layout under the data directory (``$EVOLVE_DATA_DIR`` or ``~/.cache/evolve/nanochat``)::
 
     NAME/tokenizer/{tokenizer.json, token_bytes.npy}   given to training and scoring
-    NAME/train/{tokens.bin, offsets.npy, split.json}   the only data the training sandbox sees
+    NAME/train/{tokens.bin, offsets.npy, split.json}   streamed to training by the harness's supervisor
     NAME/val/{...}                                     read by the harness's scorer only
     NAME/dataset.json                                  sources, sizes, vocabulary
 """
@@ -31,13 +31,35 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import download, sources, tokenizer, tokens
+from evolve.benchmarks.nanochat import sources, tokens
 
+from evolve.harness import documents, download, tokenizer
+
+# The original's tokenizer rules (autoresearch/nanochat): byte-level BPE, 4 reserved specials
+# of which <|reserved_0|> is BOS, the GPT-4 split pattern with numbers in groups of at most
+# two digits (\p{N}{1,2} instead of GPT-4's \p{N}{1,3}).
+SPECIAL_TOKENS = tuple(f"<|reserved_{i}|>" for i in range(4))
+BOS_TOKEN = SPECIAL_TOKENS[0]
+SPLIT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
+CLIMBMIX_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
+CLIMBMIX_LAST_SHARD = 6542  # the pinned validation shard, never trained on
 DEFAULT_DATA_DIR = Path("~/.cache/evolve/nanochat")
 DOC_CAP_CHARS = (
     10_000  # each document contributes at most this much to tokenizer training (nanochat)
 )
 TextSource = Callable[[], Iterable[str]]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192):
+    """A byte-level BPE of ``vocab_size`` tokens with the original's rules (specials first, BOS = id 0)."""
+    return tokenizer.train_bpe(
+        texts, vocab_size, split_pattern=SPLIT_PATTERN, specials=SPECIAL_TOKENS
+    )
+
+
+def climbmix_urls(shards: Iterable[int], base_url: str = CLIMBMIX_URL) -> list[str]:
+    """The URLs of climbmix shards by index."""
+    return [f"{base_url}/shard_{index:05d}.parquet" for index in shards]
 
 
 def data_dir(override: str | Path | None = None) -> Path:
@@ -90,15 +112,23 @@ def build(
     shutil.rmtree(tmp, ignore_errors=True)
     parts = split_dirs(tmp)
     start = time.monotonic()
-    tok = tokenizer.train_tokenizer(_capped(train(), tokenizer_chars), vocab_size)
-    tokenizer.save(tok, parts["tokenizer"])
+    tok = train_tokenizer(_capped(train(), tokenizer_chars), vocab_size)
+    tokenizer.save(tok, parts["tokenizer"], SPECIAL_TOKENS)
     log(
         f"nanochat prepare: tokenizer ({vocab_size} tokens) trained in {time.monotonic() - start:.1f}s"
     )
-    summary = {"vocab_size": vocab_size, "bos_id": tokenizer.bos_id(tok), **(describe or {})}
+    summary = {
+        "vocab_size": vocab_size,
+        "bos_id": tokenizer.token_id(tok, BOS_TOKEN),
+        **(describe or {}),
+    }
     for name, texts in (("train", train), ("val", val)):
         t0 = time.monotonic()
-        meta = tokens.write_split(parts[name], tokenizer.iter_encoded(tok, texts()), vocab_size)
+        meta = tokens.write_split(
+            parts[name],
+            tokenizer.encode_documents(tok, texts(), tokenizer.token_id(tok, BOS_TOKEN)),
+            vocab_size,
+        )
         if meta["documents"] == 0:
             raise ValueError(f"the {name} split has no documents; check the --{name} sources")
         summary[name] = meta
@@ -161,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--climbmix-shards", type=int, help="download this many climbmix training shards"
     )
-    parser.add_argument("--climbmix-url", default=download.CLIMBMIX_URL)
+    parser.add_argument("--climbmix-url", default=CLIMBMIX_URL)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument(
         "--max-train-chars", type=int, help="stop reading training text after this many chars"
@@ -192,17 +222,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.climbmix_shards:
         raw = data_dir(args.data_dir) / "raw" / "climbmix"
-        train_files = download.download_climbmix(
-            range(args.climbmix_shards), raw, base_url=args.climbmix_url
+        train_files = download.download_all(
+            climbmix_urls(range(args.climbmix_shards), args.climbmix_url), raw
         )
-        val_files = download.download_climbmix(
-            [download.CLIMBMIX_LAST_SHARD], raw, base_url=args.climbmix_url
+        val_files = download.download_all(
+            climbmix_urls([CLIMBMIX_LAST_SHARD], args.climbmix_url), raw
         )
         describe["source"] = (
-            f"climbmix-400b-shuffle shards 0..{args.climbmix_shards - 1}, val {download.CLIMBMIX_LAST_SHARD}"
+            f"climbmix-400b-shuffle shards 0..{args.climbmix_shards - 1}, val {CLIMBMIX_LAST_SHARD}"
         )
     elif args.train and args.val:
-        train_files, val_files = sources.expand(args.train), sources.expand(args.val)
+        train_files, val_files = documents.expand(args.train), documents.expand(args.val)
         if set(train_files) & set(val_files):
             raise SystemExit(
                 "a file is in both --train and --val; validation must be disjoint from training"
@@ -224,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         describe["chunk_chars"] = args.chunk_chars
     build(
         root,
-        train=lambda: chunked(sources.iter_texts(train_files, args.max_train_chars)),
-        val=lambda: chunked(sources.iter_texts(val_files)),
+        train=lambda: chunked(documents.iter_texts(train_files, args.max_train_chars)),
+        val=lambda: chunked(documents.iter_texts(val_files)),
         vocab_size=args.vocab,
         tokenizer_chars=args.tokenizer_chars,
         describe=describe,

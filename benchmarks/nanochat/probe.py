@@ -1,14 +1,16 @@
 """The harness's process of the local check: the candidate's fresh model on fixed training rows.
 
 Reads its job (one JSON line) from stdin. Takes the first packed rows of the training split
-as fixed inputs, makes a second batch whose first rows get another future
-(``scorer.causality_batch``), and starts ``probe_worker``, the guarded child that runs the
-candidate's code and returns the fresh model's logits for both batches through shared
-memory and its gradient norms on a pipe. This process never imports candidate code: it
+as fixed inputs, makes a probe batch of them (``evolve.harness.lm.make_probes``: some rows
+get another future at cuts drawn from this process's secret randomness, all rows shuffled),
+and starts ``probe_worker``, the guarded child that runs the candidate's code and returns
+the fresh model's logits for both batches through shared memory, again with its weights
+perturbed (zero-initialised layers come alive, as training will make them), and its
+gradient norms on a pipe. This process never imports candidate code: it
 computes the loss, log-probabilities and the causality number from the logits itself and
 prints them as one JSON line carrying the job's nonce (the child's output goes to a log
 file, and this process is undumpable). The harness's fitness compares them with the seed's
-(``evolve.layered``).
+(``evolve.harness.layered``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import secrets
 import select
 import subprocess
 import sys
@@ -25,26 +28,19 @@ from pathlib import Path
 
 import numpy as np
 from evolve.benchmarks.nanochat.client import CONFIG_ENV, CONFIG_KEYS
-from evolve.benchmarks.nanochat.probe_worker import PROBE_ENV
-from evolve.benchmarks.nanochat.procutil import (
-    SAFE_PATH,
-    kill_group,
-    reap_tree,
-    serve_job,
-    tail,
-)
-from evolve.benchmarks.nanochat.scorer import (
-    EvalFailure,
-    causality_batch,
-    causality_report,
-    eval_rows,
-)
-from evolve.benchmarks.nanochat.supervisor import LEFTOVER_GRACE_S, TREE_ENV
+from evolve.benchmarks.nanochat.probe_worker import OUTPUTS, PROBE_ENV
+from evolve.benchmarks.nanochat.scorer import EvalFailure, eval_rows
+from evolve.benchmarks.nanochat.supervisor import TREE_ENV
+
+from evolve.harness.clock import LEFTOVER_GRACE_S
+from evolve.harness.confine import hide_reads
+from evolve.harness.lm import make_probes, probe_diffs
+from evolve.harness.protocol import SAFE_PATH, serve_job, tail
+from evolve.harness.reaper import kill_group, reap_tree
 
 LOG_FILE = "probe.log"
-ROWS = 4  # rows of each batch: the causality batch gives two of them another future
+ROWS = 4  # rows of each batch: the probe batch gives two of them another future
 SPARE = 2  # further rows whose tokens make those futures
-CHECK_SEED = 1234
 SLICE = (16, 64)  # the log-probabilities reported: 16 positions spread over the row, 64 tokens
 
 
@@ -92,7 +88,7 @@ def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
     """Run the child on ``inputs`` (2 batches of rows); its answer and the logits, copied out."""
     seq, vocab = job["seq_len"], job["vocab_size"]
     in_bytes = inputs.size * 4
-    size = in_bytes + 2 * ROWS * seq * vocab * 4
+    size = in_bytes + OUTPUTS * ROWS * seq * vocab * 4
     io_fd = os.memfd_create("nanochat-probe")
     os.ftruncate(io_fd, size)
     io = mmap.mmap(io_fd, size)
@@ -109,6 +105,7 @@ def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
         "vocab_size": vocab,
         "device": job["device"],
         "entry": job["entry"],
+        "perturb_seed": secrets.randbits(63),
     }
     tag = uuid.uuid4().hex
     env = dict(os.environ)
@@ -116,7 +113,10 @@ def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
         {
             TREE_ENV: tag,
             PROBE_ENV: json.dumps(spec),
-            CONFIG_ENV: json.dumps({k: job[k] for k in CONFIG_KEYS}),
+            CONFIG_ENV: json.dumps(
+                {k: job[k] for k in CONFIG_KEYS}
+                | {"forbidden": [*job["forbidden"], job["train_dir"]]}
+            ),
         }
     )
     with open(LOG_FILE, "wb") as log:
@@ -128,6 +128,7 @@ def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
             env=env,
             pass_fds=(answer_w, report_w, io_fd),
             start_new_session=True,
+            preexec_fn=hide_reads([job["train_dir"]]),
         )
     for fd in (answer_w, report_w):
         os.close(fd)
@@ -144,7 +145,9 @@ def run_model(job: dict, inputs: np.ndarray) -> tuple[dict, np.ndarray]:
         )
     # Our own copy: the child can no longer change it.
     logits = (
-        np.frombuffer(io, dtype=np.float32, offset=in_bytes).reshape(2, ROWS, seq, vocab).copy()
+        np.frombuffer(io, dtype=np.float32, offset=in_bytes)
+        .reshape(OUTPUTS, ROWS, seq, vocab)
+        .copy()
     )
     return message, logits
 
@@ -156,19 +159,23 @@ def probe(job: dict) -> dict:
     seq = job["seq_len"]
     rows = eval_rows(Path(job["train_dir"]), seq, ROWS, spare=SPARE)
     first = rows[:ROWS]
-    check, cuts = causality_batch(first, rows[ROWS:], np.random.default_rng(CHECK_SEED))
-    message, logits = run_model(job, np.stack([first, check]))
+    rng = np.random.default_rng(secrets.randbits(128))
+    probe_batch = make_probes([first], rows[ROWS:], 1, rng)[0]
+    message, logits = run_model(job, np.stack([first, probe_batch.rows]))
     logits = torch.from_numpy(logits)
     log_probs = torch.log_softmax(logits[0], dim=-1)
     targets = torch.from_numpy(first[:, 1:]).unsqueeze(-1)
     positions, tokens = SLICE
-    causal = causality_report(logits[0], logits[1], cuts)
+    # as built, and perturbed: both must be causal and keep rows independent
+    causality = max(
+        max(probe_diffs(logits[i], logits[i + 1], probe_batch)) for i in range(0, OUTPUTS, 2)
+    )
     values = {
         "loss": float(-log_probs.gather(-1, targets).mean()),
         "log_probs": log_probs[:, :: max(1, seq // positions)][:, :positions, :tokens].tolist(),
         "grad_norm_vocab": _number(message, "grad_norm_vocab"),
         "grad_norm_body": _number(message, "grad_norm_body"),
-        "causality": max(causal["max_prefix_diff"], causal["max_row_diff"]),
+        "causality": causality,
     }
     return {"values": values, "params": _number(message, "params"), "config": message.get("config")}
 

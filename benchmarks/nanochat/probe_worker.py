@@ -6,7 +6,9 @@ runs the candidate's ``train.py`` only until it calls ``build_model(config)``: t
 built is kept and the program is stopped there (no optimizer step, no torch.compile). Then,
 eagerly and in eval mode: one forward and backward on the first fixed batch for the gradient
 norms, and a forward of each batch whose float32 logits go into the shared memory ``probe``
-reads. The answer is one JSON line on a pipe; this process's output goes to a log file.
+reads; then the same forwards once more with every weight perturbed
+(``evolve.harness.lm.perturb_``), so that a path closed at initialisation (a zero-initialised
+output projection) cannot hide a look at the future from the causality probe. The answer is one JSON line on a pipe; this process's output goes to a log file.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from evolve.benchmarks.nanochat import guard
 from evolve.benchmarks.nanochat.client import CONFIG_ENV
 from evolve.benchmarks.nanochat.model_worker import import_model
 
+from evolve.harness.lm import perturb_
+
 PROBE_ENV = "NANOCHAT_PROBE"
+OUTPUTS = 4  # logits written: base and probe batch, as built and perturbed
 
 
 class _Built(BaseException):
@@ -88,8 +93,10 @@ def measure(model, spec: dict, io: mmap.mmap) -> dict:
     count = 2 * rows * (seq + 1)
     tokens = torch.frombuffer(io, dtype=torch.int32, count=count).view(2, rows, seq + 1)
     tokens = tokens.long().to(device)
-    out = torch.frombuffer(io, dtype=torch.float32, count=2 * rows * seq * vocab, offset=count * 4)
-    out = out.view(2, rows, seq, vocab)
+    out = torch.frombuffer(
+        io, dtype=torch.float32, count=OUTPUTS * rows * seq * vocab, offset=count * 4
+    )
+    out = out.view(OUTPUTS, rows, seq, vocab)
     autocast = (
         torch.autocast("cuda", dtype=torch.bfloat16)
         if device.startswith("cuda")
@@ -111,10 +118,13 @@ def measure(model, spec: dict, io: mmap.mmap) -> dict:
     loss = F.cross_entropy(logits_of(first[:, :-1]).reshape(-1, vocab), first[:, 1:].reshape(-1))
     loss.backward()
     norms = grad_norms(model, vocab)
+    params = sum(p.numel() for p in model.parameters())
     with torch.no_grad():
         for index in range(2):
             out[index].copy_(logits_of(tokens[index, :, :-1]).cpu())
-    params = sum(p.numel() for p in model.parameters())
+        perturb_(model, torch.Generator().manual_seed(spec["perturb_seed"]))
+        for index in range(2):
+            out[2 + index].copy_(logits_of(tokens[index, :, :-1]).cpu())
     return {**norms, "params": params}
 
 

@@ -25,16 +25,20 @@ class Scale:
         vocab_size: tokenizer vocabulary the dataset must have.
         seq_len: tokens per row (the model sees seq_len inputs, predicts seq_len targets).
         budget_s: training-loop seconds (harness clock) after the untimed steps.
-        untimed_steps: steps not timed at the start (compile warm-up), 11 = steps 0..10 as in the original.
+        untimed_steps: steps not timed at the start (compile warm-up, synthetic data), 11 =
+            steps 0..10 as in the original.
         startup_limit_s: wall limit from process start to the end of the untimed steps.
-        free_startup_s: start-up (process start to the end of the untimed steps) allowed for
-            free; the excess is taken off the training budget, so the untimed phase cannot
-            hide training.
+        free_startup_s: the compile allowance: start-up (process start to the end of the
+            untimed steps) allowed for free, in absolute seconds; the excess is taken off the
+            training budget.
         finish_limit_s: wall limit after the budget for the last step and the checkpoint.
+        save_limit_s: the checkpoint must be reported within this of the stop (what is
+            scored is the state at the stop).
         eval_tokens: validation targets scored (a multiple of seq_len * eval_batch_rows).
         eval_batch_rows: rows per evaluation batch (fixed by the harness, not the candidate).
         eval_limit_s: wall limit of the whole evaluation process.
         causal_atol: largest allowed logit change in the causality check.
+        probe_batches: causality probes sent among the scored batches.
         memory_gb: address-space limit per sandboxed process (None: no limit, needed with CUDA).
         threads: CPU threads per evaluation (OMP_NUM_THREADS), so that evaluations running side
             by side on a small machine do not thrash each other; None leaves the default.
@@ -53,10 +57,12 @@ class Scale:
     startup_limit_s: float
     free_startup_s: float
     finish_limit_s: float
+    save_limit_s: float
     eval_tokens: int
     eval_batch_rows: int
     eval_limit_s: float
     causal_atol: float
+    probe_batches: int = 4
     memory_gb: float | None
     threads: int | None = None
     seed_dir: Path
@@ -99,6 +105,7 @@ SCALES = {
         startup_limit_s=240.0,
         free_startup_s=120.0,
         finish_limit_s=60.0,
+        save_limit_s=20.0,
         eval_tokens=40 * 524288,
         eval_batch_rows=32,
         eval_limit_s=600.0,
@@ -116,12 +123,14 @@ SCALES = {
         seq_len=128,
         budget_s=15.0,
         startup_limit_s=120.0,
-        free_startup_s=60.0,
+        free_startup_s=30.0,
         finish_limit_s=15.0,
+        save_limit_s=10.0,
         eval_tokens=32768,
         eval_batch_rows=16,
         eval_limit_s=120.0,
         causal_atol=1e-3,
+        probe_batches=2,
         memory_gb=12.0,
         threads=1,
         seed_dir=HERE / "seed_cpu",

@@ -1,13 +1,16 @@
 """The harness's process in the evaluation sandbox: feeds validation tokens, computes bits per byte.
 
 Reads its job (one JSON line) and then the packed validation rows (int32) from stdin: the
-validation files themselves stay hidden from this sandbox. It starts ``model_worker`` (which runs the candidate's model code, guarded) as a child,
-sends it fixed batches of inputs and reads back logits through shared memory. This
-process never imports candidate code: it copies each batch of logits out of shared
-memory, checks it, and computes cross-entropy and bytes itself (``bpb``). One extra batch
-checks causality: rows whose future was replaced by other text must give the same logits
-before the cut, and rows must not depend on the other rows of their batch. The verdict is
-one JSON line on stdout carrying the job's nonce.
+validation files themselves stay hidden from this sandbox. It starts ``model_worker`` (which
+runs the candidate's model code, guarded) as a child, sends it batches of inputs and reads
+back logits through shared memory. This process never imports candidate code: it copies each
+batch of logits out of shared memory, checks it, and computes cross-entropy and bytes itself
+(``evolve.harness.lm``). Causality and row independence are checked on probes that cannot be
+told from scored batches: copies of randomly chosen scored batches with some rows' futures
+replaced at cuts drawn from this process's secret randomness (stratified over all positions)
+and all rows shuffled, sent among the scored batches in a random order. Logits before a cut,
+and of untouched rows, must equal the scored batch's. The verdict is one JSON line on stdout
+carrying the job's nonce.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import secrets
 import select
 import subprocess
 import sys
@@ -23,14 +27,16 @@ from collections import deque
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.nanochat.bpb import BpbSums, batch_sums
 from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, WORKER_ENV
 from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.procutil import SAFE_PATH, kill_group, serve_job, tail
 from evolve.benchmarks.nanochat.tokens import Split
 
+from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs
+from evolve.harness.protocol import SAFE_PATH, serve_job, tail
+from evolve.harness.reaper import kill_group
+
 LOG_FILE = "worker.log"
-CHECK_ROWS = 4  # rows of the causality batch whose future is replaced
+SPARE_ROWS = 4  # validation rows beyond the scored ones whose tokens make the probes' other futures
 
 
 class EvalFailure(Exception):
@@ -65,25 +71,6 @@ def read_rows(stream, count: int, width: int) -> np.ndarray:
             f"the harness sent {len(data)} bytes of validation rows, expected {count * width * 4}",
         )
     return np.frombuffer(data, dtype=np.int32).reshape(count, width).astype(np.int64)
-
-
-def causality_batch(
-    first: np.ndarray, spare: np.ndarray, rng: np.random.Generator
-) -> tuple[np.ndarray, list[int]]:
-    """A copy of the first batch whose rows 0..k-1 are rows k..2k-1 with their future replaced.
-
-    Returns the batch and the cut of each replaced row (positions before it must not change).
-    """
-    batch = first.copy()
-    k = min(CHECK_ROWS, len(first) // 2)
-    seq = first.shape[1]
-    cuts = []
-    for i in range(k):
-        cut = int(rng.integers(seq // 4, max(seq // 4 + 1, 3 * seq // 4)))
-        batch[i, :cut] = first[k + i, :cut]
-        batch[i, cut:] = spare[i % len(spare), cut:]
-        cuts.append(cut)
-    return batch, cuts
 
 
 def count_params(path: Path) -> int:
@@ -189,6 +176,17 @@ class Worker:
         kill_group(self.proc)
 
 
+def plan_batches(
+    rows: np.ndarray, spare: np.ndarray, batch_rows: int, probes: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], list]:
+    """The scored batches, and every batch in the order sent: ("score", i) and ("probe", Probe) shuffled."""
+    batches = [rows[i : i + batch_rows] for i in range(0, len(rows), batch_rows)]
+    plan = [("score", i) for i in range(len(batches))]
+    plan += [("probe", probe) for probe in make_probes(batches, spare, probes, rng)]
+    order = rng.permutation(len(plan))
+    return batches, [plan[i] for i in order]
+
+
 def evaluate(job: dict) -> dict:
     """Score the checkpoint in the current directory per ``job``; raises EvalFailure."""
     import torch
@@ -196,66 +194,65 @@ def evaluate(job: dict) -> dict:
     start = time.monotonic()
     seq, rows_per_batch, device = job["seq_len"], job["batch_rows"], job["device"]
     n_rows = job["eval_tokens"] // seq
-    rows = read_rows(sys.stdin.buffer, n_rows + CHECK_ROWS, seq + 1)
-    rows, spare = rows[:n_rows], rows[n_rows:]
-    token_bytes = torch.from_numpy(np.load(job["token_bytes"]).astype(np.int64)).to(device)
-    check, cuts = causality_batch(
-        rows[:rows_per_batch], spare, np.random.default_rng(job.get("check_seed", 1234))
+    rows = read_rows(sys.stdin.buffer, n_rows + SPARE_ROWS, seq + 1)
+    rng = np.random.default_rng(secrets.randbits(128))  # never seen by the model's process
+    batches, plan = plan_batches(
+        rows[:n_rows], rows[n_rows:], rows_per_batch, job["probe_batches"], rng
     )
+    token_bytes = torch.from_numpy(np.load(job["token_bytes"]).astype(np.int64)).to(device)
     params = count_params(Path("model.pt"))
     worker = Worker(job, rows_per_batch)
+    probed_bases = {item.base for kind, item in plan if kind == "probe"}
+    kept: dict[int, torch.Tensor] = {}  # logits of the scored batches that a probe copies
+    probe_logits: list = []
+    sums = BpbSums()
+    shape = (rows_per_batch, seq, job["vocab_size"])
     try:
         worker.answer(job["worker_startup_s"])
         load_s = time.monotonic() - start
-        batches = [rows[i : i + rows_per_batch] for i in range(0, n_rows, rows_per_batch)]
-        plan = [("score", batches[0]), ("check", check), *(("score", b) for b in batches[1:])]
-        sums = BpbSums()
-        seen: dict = {}
-        shape = (rows_per_batch, seq, job["vocab_size"])
 
-        def collect(slot: int, kind: str, batch: np.ndarray) -> None:
+        def collect(slot: int, kind: str, item) -> None:
             message = worker.answer(job["batch_timeout_s"])
             if message.get("slot") != slot:
                 raise EvalFailure("error", "the model worker answered out of order")
             count = shape[0] * shape[1] * shape[2]
-            logits = torch.frombuffer(worker.slots[slot], dtype=torch.float16, count=count).view(
-                shape
-            )
-            logits = logits.to(
-                device, copy=True
-            )  # our own copy: the worker can no longer change it
+            logits = torch.frombuffer(worker.slots[slot], dtype=torch.float16, count=count)
+            logits = logits.view(shape).to(device, copy=True)  # ours: the worker can't change it
             if not bool(torch.isfinite(logits).all()):
                 raise EvalFailure("invalid", "the model produced non-finite logits")
-            if kind == "check":
-                seen["check"] = logits
+            if kind == "probe":
+                probe_logits.append((item, logits))
                 return
-            seen.setdefault("first", logits)
-            sums.add(*batch_sums(logits, torch.from_numpy(batch[:, 1:]).to(device), token_bytes))
+            if item in probed_bases:
+                kept[item] = logits
+            targets = torch.from_numpy(batches[item][:, 1:]).to(device)
+            sums.add(*batch_sums(logits, targets, token_bytes))
 
         in_flight: deque = deque()
-        for index, (kind, batch) in enumerate(plan):
+        for index, (kind, item) in enumerate(plan):
             if len(in_flight) == 2:
                 collect(*in_flight.popleft())
-            worker.send(index % 2, batch[:, :-1])
-            in_flight.append((index % 2, kind, batch))
+            inputs = batches[item] if kind == "score" else item.rows
+            worker.send(index % 2, inputs[:, :-1])
+            in_flight.append((index % 2, kind, item))
         while in_flight:
             collect(*in_flight.popleft())
-        first, check_logits = seen["first"], seen["check"]
-        causal = causality_report(first, check_logits, cuts)
-        if (
-            causal["max_prefix_diff"] > job["causal_atol"]
-            or causal["max_row_diff"] > job["causal_atol"]
-        ):
-            raise EvalFailure(
-                "rejected",
-                (
-                    f"the model is not causal: logits before a position changed when later tokens changed "
-                    f"(max diff {causal['max_prefix_diff']:.3g}) or when other rows of the batch changed "
-                    f"(max diff {causal['max_row_diff']:.3g}); tolerance {job['causal_atol']}"
-                ),
-            )
     finally:
         worker.close()
+    diffs = [probe_diffs(kept[probe.base], logits, probe) for probe, logits in probe_logits]
+    causal = {
+        "max_prefix_diff": max((d[0] for d in diffs), default=0.0),
+        "max_row_diff": max((d[1] for d in diffs), default=0.0),
+        "probe_batches": len(diffs),
+    }
+    if max(causal["max_prefix_diff"], causal["max_row_diff"]) > job["causal_atol"]:
+        raise EvalFailure(
+            "rejected",
+            f"the model is not causal: logits before a position changed when later tokens changed "
+            f"(max diff {causal['max_prefix_diff']:.3g}) or a row's logits changed when the other rows "
+            f"of its batch or their order changed (max diff {causal['max_row_diff']:.3g}); "
+            f"tolerance {job['causal_atol']}",
+        )
     return {
         "val_bpb": sums.bpb,
         "nats": sums.nats,
@@ -267,20 +264,6 @@ def evaluate(job: dict) -> dict:
         **causal,
         "worker_log": tail(LOG_FILE, 1500),
     }
-
-
-def causality_report(first, check, cuts: list[int]) -> dict:
-    """Largest logit changes: replaced rows before their cut, and untouched rows anywhere."""
-    k = len(cuts)
-    prefix = max(
-        float((check[i, :cut].float() - first[k + i, :cut].float()).abs().max())
-        for i, cut in enumerate(cuts)
-    )
-    rows = max(
-        (float((check[i].float() - first[i].float()).abs().max()) for i in range(k, len(first))),
-        default=0.0,
-    )
-    return {"max_prefix_diff": prefix, "max_row_diff": rows}
 
 
 def answer(job: dict) -> dict:

@@ -1,6 +1,6 @@
 """The nanochat fitness's quick stages before the full run: a local check and a short training run.
 
-``evolve.layered`` runs the comparisons in the harness's own process; the numbers come from
+``evolve.harness.layered`` runs the comparisons in the harness's own process; the numbers come from
 the same kind of sandboxed harness processes as the full run's, with the training data only:
 ``probe`` (with its child ``probe_worker``) for the local check, and the training
 ``supervisor`` with a step limit for the short run. Which stages run is the ``layered``
@@ -15,11 +15,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.benchmarks.nanochat import verdict
 from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage
-from evolve.layered import LocalCheck, ShortRun, cascade
+from evolve.harness.layered import LocalCheck, ShortRun, cascade
+from evolve.harness.protocol import failed
 from evolve.types import EvalStatus, Evaluation
 
 if TYPE_CHECKING:
@@ -83,11 +83,13 @@ class LocalProbe:
             "entry": "train.py",
             "limit_s": scale.startup_limit_s,
         }
-        result = self.fitness.run_harness("probe", workdir, ctx, job, limit_s=probe_limit_s(scale))
+        result = self.fitness.run_harness(
+            "local check", workdir, ctx, job, limit_s=probe_limit_s(scale)
+        )
         if isinstance(result, Evaluation):
             return result
         if result["status"] != "ok":
-            return verdict.failed(result, probe_log=result.get("log_tail", ""))
+            return failed(result, probe_log=result.get("log_tail", ""))
         return result["values"]
 
 
@@ -107,7 +109,7 @@ class ShortTraining:
         train_log = result.get("log_tail", "")
         losses = result.get("losses") or []
         if result["status"] != "ok":
-            return verdict.failed(result, train_log=train_log, losses=str(losses))
+            return failed(result, train_log=train_log, losses=str(losses))
         if None in losses:
             return Evaluation(
                 status=EvalStatus.INVALID,

@@ -6,7 +6,8 @@ this package never imports Ray.
 """
 
 from evolve.backends.base import HARNESS_GRACE_S, Backend, Job, run_job
-from evolve.backends.local import LocalBackend, gpu_groups, visible_gpus
+from evolve.backends.local import LocalBackend
+from evolve.harness.gpus import gpu_groups, visible_gpus
 
 __all__ = [
     "HARNESS_GRACE_S",

@@ -21,39 +21,10 @@ from multiprocessing.context import BaseContext
 
 from evolve.backends.base import HARNESS_GRACE_S, Job, run_job
 from evolve.fitness import Fitness
+from evolve.harness.gpus import gpu_groups
 from evolve.types import EvalStatus, Evaluation
 
 STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxed processes
-
-
-def visible_gpus() -> list[str]:
-    """GPU ids this process may use (CUDA_VISIBLE_DEVICES, else all that torch sees)."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [g for g in listed.split(",") if g.strip()]
-    try:
-        import torch
-
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:  # no torch, or a broken CUDA: evaluate on CPU
-        return []
-
-
-def gpu_groups(gpus_per_eval: int, workers: int | None) -> list[str | None]:
-    """The CUDA_VISIBLE_DEVICES value of each slot; None entries are CPU slots."""
-    if gpus_per_eval <= 0:
-        return [None] * (workers or max(1, os.cpu_count() or 1))
-    gpus = visible_gpus()
-    groups = [
-        ",".join(gpus[i : i + gpus_per_eval])
-        for i in range(0, len(gpus) - gpus_per_eval + 1, gpus_per_eval)
-    ]
-    if not groups:
-        raise RuntimeError(
-            f"this benchmark needs {gpus_per_eval} GPU(s) per evaluation but none are visible; "
-            "run it on a machine with a CUDA GPU or choose a CPU scale of the benchmark"
-        )
-    return groups[:workers] if workers else groups
 
 
 # --- worker side ---------------------------------------------------------------------------------
@@ -104,7 +75,9 @@ class _Worker:
 
     def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}")
+        self.process = context.Process(
+            target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}"
+        )
         with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
             self.process.start()
         child.close()
@@ -177,7 +150,9 @@ class LocalBackend:
             self._discard(slot)
             return Evaluation(
                 status=EvalStatus.ERROR,
-                artifacts={"error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"},
+                artifacts={
+                    "error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"
+                },
             )
 
     def close(self) -> None:

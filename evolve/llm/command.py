@@ -14,14 +14,13 @@ llama.cpp binary, an agent CLI, a script that asks a person), not candidate code
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evolve.harness.reaper import kill_group
 from evolve.llm._litellm import litellm
 
 PROVIDER = "command"
@@ -132,11 +131,11 @@ def _make_handler_class() -> type:
                     proc.communicate(prompt_text(messages).encode()), seconds
                 )
             except TimeoutError:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 await proc.wait()
                 raise self._timeout(model, seconds) from None
             except asyncio.CancelledError:  # the run is ending: leave no process behind
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 raise
             if proc.returncode != 0:
                 raise self._failed(model, argv, proc.returncode or 0, stderr)
@@ -164,7 +163,7 @@ def _make_handler_class() -> type:
             try:
                 stdout, stderr = proc.communicate(prompt_text(messages).encode(), timeout=seconds)
             except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 proc.wait()
                 raise self._timeout(model, time.monotonic() - start) from None
             if proc.returncode != 0:
@@ -172,11 +171,6 @@ def _make_handler_class() -> type:
             return self._response(model, messages, stdout.decode(errors="replace"))
 
     return CommandProvider
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 _handler: Any = None

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from evolve.backends import Job, LocalBackend, local
+from evolve.harness import gpus
 from evolve.types import EvalStatus
 from tests.backends.fitnesses import Outlasting
 
@@ -38,7 +39,7 @@ def test_a_worker_killed_at_its_deadline_leaves_no_candidate_process_or_folder(m
 
 def test_each_slot_sees_only_its_gpus_from_the_first_import(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    monkeypatch.setattr(local, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(gpus, "visible_gpus", lambda: ["0", "1"])
     backend = LocalBackend(fitness=Outlasting("report"), gpus_per_eval=1)
     try:
         seen = [

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from evolve.fitness import EvalContext, Stage, evaluate_safely, write_files
-from evolve.layered import LocalCheck, LossBand, ShortRun, cascade, compare_tensors
+from evolve.harness.layered import LocalCheck, LossBand, ShortRun, cascade, compare_tensors
 from evolve.types import EvalStatus, Evaluation
 from tests.layered.toy_trainer import SEED, local_probe, train_probe
 

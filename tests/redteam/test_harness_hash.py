@@ -11,6 +11,8 @@ import yaml
 
 from evolve import runner
 from evolve.config import resolve_path
+from evolve.fitness import Benchmark
+from evolve.harness.hashing import harness_modules
 from evolve.search import HarnessChanged
 from evolve.store import Store
 from evolve.types import CandidateStatus
@@ -109,20 +111,64 @@ def package_imports(package: Path, module: str) -> set[str]:
 def test_benchmark_configs_hash_every_harness_module(path):
     cfg = benchmark_config(path)
     listed = [resolve_path(p) for p in cfg.get("harness") or []]
-    assert listed, (
-        f"{path.name}: no harness files listed; list the fitness and every module it runs"
-    )
     missing = [str(p) for p in listed if not p.is_file()]
     assert not missing, f"{path.name}: harness files that do not exist: {missing}"
     target = cfg["fitness"]["_target_"]
     if not target.startswith("evolve.benchmarks."):
         return
     package = resolve_path(f"pkg://evolve.benchmarks.{target.split('.')[2]}")
-    fitness_module = target.split(".")[3]
-    needed = {package / f"{m}.py" for m in package_imports(package, fitness_module)}
-    names = {p.resolve() for p in listed}
-    unlisted = sorted(str(p.relative_to(package)) for p in needed if p.resolve() not in names)
-    assert not unlisted, (
-        f"{path.name}: the fitness imports or runs {unlisted}, which the harness list does not hash; "
-        "add them under harness:"
+    fitness_module = target.rsplit(".", 1)[0]
+    needed = {package / f"{m}.py" for m in package_imports(package, fitness_module.split(".")[3])}
+    hashed = {p.resolve() for p in listed} | set(harness_modules(fitness_module))
+    unhashed = sorted(str(p.relative_to(package)) for p in needed if p.resolve() not in hashed)
+    assert not unhashed, (
+        f"{path.name}: the fitness imports or runs {unhashed}, which the harness hash misses"
     )
+    assert (REPO / "evolve" / "sandbox.py").resolve() in hashed
+
+
+# --- the hash is computed from the imports, not listed by hand -----------------------------------
+
+
+def toy_package(root: Path) -> Path:
+    """A fitness package whose fitness imports a helper and starts a worker with ``-m``."""
+    package = root / "toyharness"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "fitness.py").write_text(
+        "from toyharness import helper\n"
+        "WORKER = 'toyharness.worker'\n"
+        "class Toy:\n    objective = None\n    descriptors = ()\n"
+        "    def evaluate(self, workdir, ctx):\n        return helper.score()\n"
+    )
+    (package / "helper.py").write_text(
+        "from evolve.harness import lm\ndef score():\n    return 1\n"
+    )
+    (package / "worker.py").write_text("LIMIT = 1\n")
+    return package
+
+
+def test_changing_any_module_the_fitness_imports_or_starts_changes_the_hash(tmp_path, monkeypatch):
+    package = toy_package(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from toyharness.fitness import Toy
+
+    bench = Benchmark(name="toy", fitness=Toy(), seed_dir=tmp_path)
+    paths = set(bench.harness_paths())
+    assert {package / "fitness.py", package / "helper.py", package / "worker.py"} <= paths
+    assert (REPO / "evolve" / "harness" / "lm.py").resolve() in paths  # imported by the helper
+    assert (REPO / "evolve" / "fitness.py").resolve() not in paths  # not imported by this toy
+    before = bench.harness_hash()
+    for name in ("helper.py", "worker.py"):
+        original = (package / name).read_text()
+        (package / name).write_text(original + "# changed\n")
+        assert bench.harness_hash() != before, name
+        (package / name).write_text(original)
+        assert bench.harness_hash() == before
+
+
+def test_the_layered_checks_and_the_harness_layer_are_hashed_for_nanochat():
+    hashed = set(harness_modules("evolve.benchmarks.nanochat.fitness"))
+    layer = REPO / "evolve" / "harness"
+    for name in ("layered.py", "lm.py", "clock.py", "stream.py", "protocol.py", "reaper.py"):
+        assert (layer / name).resolve() in hashed, name

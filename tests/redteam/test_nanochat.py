@@ -4,22 +4,31 @@ The owner's tests (tests/benchmarks/nanochat/test_nanochat_harness.py) cover a p
 reading validation data through Python, a non-causal model, training past the budget and
 before the clock. These add: validation data read by native code, NaN weights, exiting early
 with status 0, a network connection, writes outside the workdir, a process left running,
-patched time functions, and a checkpoint that changes the evaluation's sequence length.
+patched time functions; and, per class of the harness-layer issue (tests/redteam/README of
+the issue: work outside the timed window, a model that behaves differently when scored than
+when probed, quick stages blind to zero initialisations), at least three cheats each with
+different triggers, and honest programs that must pass (the seed, and a strong outside-style
+recipe: Muon, zero-initialised projections, bf16 autocast, torch.compile in the slow variant).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import sysconfig
 import uuid
 from pathlib import Path
 
 import pytest
+import torch
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.sources import chunk_text
 
+from evolve import isolation
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
+from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import Listener, assert_caught
 
 SEED = Path(prepare.__file__).parent / "seed_cpu"
@@ -61,7 +70,7 @@ def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, st
 def test_validation_data_read_by_native_code_is_refused(data_dir, tmp_path):
     inject = (
         "import numpy, pathlib\n"
-        "_val = pathlib.Path(settings.train_dir).parent / 'val' / 'tokens.bin'\n"
+        "_val = pathlib.Path(next(p for p in __import__('json').loads(__import__('os').environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('val'))) / 'tokens.bin'\n"
         "print('peeked at', len(numpy.fromfile(str(_val), dtype=numpy.uint8)), 'validation bytes')\n"
     )
     ev = run(data_dir, tmp_path, inject)
@@ -156,3 +165,234 @@ def test_honest_seed_passes_with_two_seeds(data_dir, tmp_path):
         fitness = tiny_fitness(data_dir)
         ev = evaluate_safely(fitness, work, EvalContext(seed=seed, scratch=tmp_path))
         assert ev.ok, dict(ev.artifacts)
+
+
+# --- class 1: work outside the timed window ----------------------------------------------------------
+
+TRAIN_STEP = (
+    "    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):\n        break\n"
+)
+SAVE = 'client.save_checkpoint(model, config, code_files=["model.py"])\n'
+HOARD = "_kept = []\n"  # batches kept aside to train on after the stop
+KEEP = (
+    "        x, y = next(batches)\n",
+    "        x, y = next(batches)\n        _kept.append((x, y))\n        del _kept[:-4]\n",
+)
+MORE_TRAINING = (
+    "for _x, _y in _kept * 2:  # after the stop: more training on the rows it kept\n"
+    "    loss_of(model, _x, _y).backward()\n    optimizer.step()\n    optimizer.zero_grad()\n"
+)
+
+
+def run_files(data_dir: Path, tmp_path: Path, files: dict[str, str], **overrides):
+    work = programs.write(files, tmp_path / "work")
+    fitness = tiny_fitness(data_dir, **overrides)
+    return evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
+
+
+def test_training_at_import_time_on_the_training_files_is_refused(data_dir, tmp_path):
+    inject = (  # trains before the clock exists, on the real training split read from its files
+        "import json as _j, os as _o, numpy as _np\n"
+        "_train = next(p for p in _j.loads(_o.environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('train'))\n"
+        "_tokens = _np.fromfile(_o.path.join(_train, 'tokens.bin'), dtype=_np.uint16)\n"
+    )
+    ev = run(data_dir, tmp_path, inject)
+    assert_caught(ev, EvalStatus.REJECTED, r"read forbidden data.*train")
+
+
+@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13)")
+def test_training_files_read_by_native_code_give_nothing(data_dir, tmp_path):
+    inject = (  # ctypes bypasses Python's audit hooks: the harness's Landlock layer refuses it
+        "import ctypes as _c, json as _j, os as _o\n"
+        "_train = next(p for p in _j.loads(_o.environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('train'))\n"
+        "print('NATIVE_FD', _c.CDLL(None).open(_o.path.join(_train, 'tokens.bin').encode(), 0))\n"
+    )
+    ev = run(data_dir, tmp_path, inject)
+    assert "NATIVE_FD -1" in ev.artifacts.get("train_log", ""), dict(ev.artifacts)
+
+
+def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):
+    files = programs.seed_files()
+    train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
+    files["train.py"] = train.replace(SAVE, MORE_TRAINING + "import time\ntime.sleep(3)\n" + SAVE)
+    ev = run_files(data_dir, tmp_path, files, save_limit_s=2.0)
+    assert_caught(ev, EvalStatus.REJECTED, r"no checkpoint within 2s of the stop")
+
+
+def test_training_after_the_reported_checkpoint_and_overwriting_it_is_rejected(data_dir, tmp_path):
+    files = programs.seed_files()
+    train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
+    overwrite = (  # the checkpoint is reported at the stop; better weights replace it afterwards
+        MORE_TRAINING + "torch.save({k: v.detach() for k, v in model.state_dict().items()}, "
+        "client.settings().checkpoint_dir + '/model.pt')\n"
+    )
+    files["train.py"] = train + overwrite
+    ev = run_files(data_dir, tmp_path, files)
+    assert_caught(ev, EvalStatus.REJECTED, r"checkpoint changed after the program reported it")
+
+
+@pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly
+def test_a_second_checkpoint_saved_late_is_rejected(data_dir, tmp_path):
+    files = programs.seed_files()
+    train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
+    files["train.py"] = train + MORE_TRAINING + "import time\ntime.sleep(3)\n" + SAVE
+    ev = run_files(data_dir, tmp_path, files, save_limit_s=2.0)
+    assert_caught(ev, EvalStatus.REJECTED, r"checkpoint .*s after the stop \(limit 2s\)")
+
+
+@pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly
+def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
+    """A program that takes many batches during the untimed warm-up, to train on them later, gets random rows."""
+    files = programs.seed_files()
+    hoard = "_early = [next(batches) for _ in range(40)]\n"
+    files["train.py"] = files["train.py"].replace(
+        "clock = client.Clock()\n", hoard + "clock = client.Clock()\n"
+    )
+    ev = run_files(data_dir, tmp_path, files)
+    assert ev.ok, dict(ev.artifacts)
+    assert ev.metrics["warmup_batches"] >= 40 + 11  # all synthetic; real rows only after step 11
+    assert ev.metrics["tokens"] < ev.metrics["reported_tokens"]  # warm-up rows are not data
+
+
+# --- class 2: a model that behaves differently when scored than when probed ---------------------------
+
+CONFIG = dict(
+    vocab_size=512, seq_len=64, n_layer=2, n_head=4, n_embd=128, mlp_ratio=4, init_std=0.02
+)
+
+
+@pytest.fixture(scope="module")
+def scoring(data_dir):
+    return tiny_fitness(data_dir)
+
+
+def score_model(fitness, folder: Path, model_py: str, armed: bool = False, gpu: str | None = None):
+    """Score a fresh model built from ``model_py`` with the real scorer (no training needed)."""
+    config = {**CONFIG, "seq_len": fitness.scale.seq_len}
+    folder.mkdir(parents=True)
+    (folder / "model.py").write_text(model_py)
+    (folder / "config.json").write_text(json.dumps(config))
+    spec = importlib.util.spec_from_file_location(
+        f"redteam_model_{uuid.uuid4().hex}", folder / "model.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = module.build_model(config)
+    if armed:
+        model.armed.fill_(1.0)
+    torch.save(model.state_dict(), folder / "model.pt")
+    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent))
+
+
+def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
+    verdict = score_model(scoring, tmp_path / "ckpt", programs.seed_files()["model.py"])
+    assert verdict["status"] == "ok", verdict
+    assert verdict["probe_batches"] == scoring.scale.probe_batches
+    assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
+
+
+FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others: -m slow
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        t if t in FAST_TRIGGERS else pytest.param(t, marks=pytest.mark.slow)
+        for t in sorted(programs.TRIGGERS)
+    ],
+)
+def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught(scoring, tmp_path, trigger):
+    verdict = score_model(
+        scoring,
+        tmp_path / "ckpt",
+        programs.cheating_model(trigger),
+        armed=trigger == "trained_flag",
+    )
+    assert verdict["status"] == "rejected", verdict
+    assert "not causal" in verdict["reason"]
+
+
+# --- class 4: quick stages blind to zero initialisations ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def staged(data_dir):
+    return tiny_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
+
+
+@pytest.mark.parametrize("path", sorted(programs.ZERO_PATHS))
+def test_a_look_ahead_behind_a_zero_initialised_path_stops_at_the_local_check(
+    staged, tmp_path, path
+):
+    work = programs.write(programs.edited(programs.ZERO_PATHS[path]), tmp_path / "work")
+    ev = staged.stages[0].run(work, EvalContext(seed=0, scratch=tmp_path))
+    assert_caught(ev, EvalStatus.INVALID, r"local check: causality")
+
+
+def test_a_strong_outside_style_program_passes_every_stage(staged, tmp_path):
+    """Muon, zero-initialised projections, bf16 autocast on CPU (torch.compile: the slow variant)."""
+    work = programs.write(programs.strong_program(compile_model=False), tmp_path / "work")
+    ev = evaluate_safely(staged, work, EvalContext(seed=0, scratch=tmp_path))
+    assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+
+
+@pytest.mark.slow  # torch.compile on CPU: 1-2 minutes of compilation on a busy 2-core machine
+def test_the_strong_program_with_torch_compile_passes(data_dir, tmp_path):
+    fitness = tiny_fitness(
+        data_dir, layered={"local_check": True, "short_run_steps": 0}, startup_limit_s=600.0
+    )
+    work = programs.write(programs.strong_program(compile_model=True), tmp_path / "work")
+    ev = evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
+    assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+
+
+# --- the same on a GPU (bf16 autocast, float16 logits, torch.compile): pytest -m gpu ------------------
+
+
+def gpu_fitness(data_dir: Path, **overrides):
+    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    settings = dict(scale="nanochat", data_dir=str(data_dir), dataset="tiny", vocab_size=512)
+    settings.update(seq_len=256, budget_s=20.0, eval_batch_rows=8, eval_tokens=256 * 8 * 4)
+    return NanochatFitness(**{**settings, **overrides})
+
+
+@pytest.mark.gpu
+def test_gpu_cheats_under_triggers_are_caught_and_the_honest_model_passes(data_dir, tmp_path):
+    fitness = gpu_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
+    honest = score_model(fitness, tmp_path / "honest", programs.seed_files()["model.py"], gpu="0")
+    assert honest["status"] == "ok", honest
+    for trigger in sorted(programs.TRIGGERS):
+        verdict = score_model(
+            fitness,
+            tmp_path / trigger,
+            programs.cheating_model(trigger),
+            armed=trigger == "trained_flag",
+            gpu="0",
+        )
+        assert verdict["status"] == "rejected" and "not causal" in verdict["reason"], trigger
+
+
+@pytest.mark.gpu
+def test_gpu_strong_program_with_compile_passes_every_stage(data_dir, tmp_path):
+    fitness = gpu_fitness(data_dir, layered={"local_check": True, "short_run_steps": 30})
+    seed_dir = fitness.scale.seed_dir
+    work = programs.write(
+        programs.strong_program(compile_model=True, seed_dir=seed_dir), tmp_path / "w"
+    )
+    ev = evaluate_safely(fitness, work, EvalContext(seed=0, gpu="0", scratch=tmp_path))
+    assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+    assert ev.metrics["stop_to_save_s"] < fitness.scale.save_limit_s
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", sorted(programs.ZERO_PATHS))
+def test_gpu_zero_initialised_look_ahead_stops_at_the_local_check(data_dir, tmp_path, path):
+    fitness = gpu_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
+    edits = programs.ZERO_PATHS[path]
+    work = programs.write(programs.edited(edits, fitness.scale.seed_dir), tmp_path / "work")
+    ev = fitness.stages[0].run(work, EvalContext(seed=0, gpu="0", scratch=tmp_path))
+    assert_caught(ev, EvalStatus.INVALID, r"local check: causality")

@@ -11,7 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from evolve.benchmarks.nanochat import download, prepare, sources, tokens
+from evolve.benchmarks.nanochat import prepare, sources, tokens
+
+from evolve.harness import documents, download
 
 
 class RangeServer(http.server.ThreadingHTTPServer):
@@ -75,7 +77,7 @@ def parquet_bytes(texts: list[str], path: Path) -> bytes:
 
 def test_download_resumes_with_range_and_verifies_sha(serve, tmp_path):
     data = parquet_bytes([f"document {i} " * 50 for i in range(200)], tmp_path / "src.parquet")
-    name = download.shard_name(0)
+    name = f"shard_{0:05d}.parquet"
     sha = hashlib.sha256(data).hexdigest()
     server, url = serve({name: data}, sha_header={name: sha})
     dest = tmp_path / "out" / name
@@ -91,7 +93,7 @@ def test_download_resumes_with_range_and_verifies_sha(serve, tmp_path):
 
 def test_download_rejects_corrupt_content(serve, tmp_path):
     data = parquet_bytes(["x" * 100], tmp_path / "src.parquet")
-    name = download.shard_name(1)
+    name = f"shard_{1:05d}.parquet"
     server, url = serve({name: data}, sha_header={name: "0" * 64})
     with pytest.raises(download.DownloadError, match="SHA-256"):
         download.download(f"{url}/{name}", tmp_path / name, retries=2)
@@ -99,7 +101,7 @@ def test_download_rejects_corrupt_content(serve, tmp_path):
 
 
 def test_download_rejects_a_non_parquet_file(serve, tmp_path):
-    name = download.shard_name(2)
+    name = f"shard_{2:05d}.parquet"
     _, url = serve({name: b"<html>not found</html>"})
     with pytest.raises(download.DownloadError, match="PAR1"):
         download.download(f"{url}/{name}", tmp_path / name, retries=1)
@@ -107,9 +109,9 @@ def test_download_rejects_a_non_parquet_file(serve, tmp_path):
 
 def test_climbmix_shards_and_prepare_cli_from_a_local_mirror(serve, tmp_path):
     files = {}
-    for index in (0, 1, download.CLIMBMIX_LAST_SHARD):
+    for index in (0, 1, prepare.CLIMBMIX_LAST_SHARD):
         texts = [f"shard {index} text {i}: the cat sat on the mat {i * 7}." for i in range(300)]
-        files[download.shard_name(index)] = parquet_bytes(texts, tmp_path / f"s{index}.parquet")
+        files[f"shard_{index:05d}.parquet"] = parquet_bytes(texts, tmp_path / f"s{index}.parquet")
     server, url = serve(files)
     code = prepare.main(
         [
@@ -130,7 +132,7 @@ def test_climbmix_shards_and_prepare_cli_from_a_local_mirror(serve, tmp_path):
     meta = json.loads((root / "dataset.json").read_text())
     assert meta["train"]["documents"] == 600 and meta["val"]["documents"] == 300
     assert (
-        tmp_path / "data" / "raw" / "climbmix" / download.shard_name(download.CLIMBMIX_LAST_SHARD)
+        tmp_path / "data" / "raw" / "climbmix" / f"shard_{prepare.CLIMBMIX_LAST_SHARD:05d}.parquet"
     ).is_file()
     val = tokens.Split(root / "val")
     assert len(val) == 300 and val[0][0] == meta["bos_id"]
@@ -153,7 +155,7 @@ def test_prepare_reads_jsonl_xz_txt_and_parquet_and_keeps_val_apart(tmp_path):
     (tmp_path / "val.jsonl").write_text(
         "".join(json.dumps({"text": f"Held out {i}."}) + "\n" for i in range(10))
     )
-    assert sum(1 for _ in sources.iter_texts([src])) == 50 + 30 + 1 + 20
+    assert sum(1 for _ in documents.iter_texts([src])) == 50 + 30 + 1 + 20
     code = prepare.main(
         [
             "--name",

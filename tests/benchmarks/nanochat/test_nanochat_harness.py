@@ -68,7 +68,7 @@ def test_reading_validation_data_is_rejected(data_dir, tmp_path):
         files["train.py"] = files["train.py"].replace(
             "torch.manual_seed(settings.seed)\n",
             "torch.manual_seed(settings.seed)\nimport pathlib\n"
-            "try:\n    (pathlib.Path(settings.train_dir).parent / 'val' / 'tokens.bin').read_bytes()\n"
+            "try:\n    (pathlib.Path(next(p for p in __import__('json').loads(__import__('os').environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('val'))) / 'tokens.bin').read_bytes()\n"
             "except OSError:\n    pass\n",
         )
 
@@ -87,10 +87,12 @@ def test_non_causal_model_is_rejected(data_dir, tmp_path):
 
 
 def test_training_past_the_budget_is_rejected(data_dir, tmp_path):
-    def ignore_stop(files):
+    def ignore_stop(files):  # the data stream ends at the stop: it trains on on its last batch
         assert TRAIN_STEP in files["train.py"]
-        files["train.py"] = files["train.py"].replace(
-            TRAIN_STEP, "    clock.step(tokens=GRAD_ACCUM * x.numel())\n"
+        files["train.py"] = (
+            files["train.py"]
+            .replace(TRAIN_STEP, "    clock.step(tokens=GRAD_ACCUM * x.numel())\n")
+            .replace("x, y = next(batches)", "x, y = next(batches, None) or (x, y)")
         )
 
     ev = run(data_dir, tmp_path, ignore_stop)

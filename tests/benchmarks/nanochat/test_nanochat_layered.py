@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 from evolve.benchmarks.nanochat import scales, stages
-from evolve.benchmarks.nanochat.supervisor import Watch
 
 from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.clock import Watch, Window
+from evolve.harness.hashing import harness_modules
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 
@@ -132,7 +133,7 @@ def test_a_zero_initialised_head_passes_the_local_check(fitness, tmp_path):
 
 def test_reading_validation_data_while_building_stops_at_the_local_check(fitness, tmp_path):
     peek = (
-        "import pathlib\ntry:\n    (pathlib.Path(settings.train_dir).parent / 'val' / 'tokens.bin').read_bytes()\n"
+        "import pathlib\ntry:\n    (pathlib.Path(next(p for p in __import__('json').loads(__import__('os').environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('val'))) / 'tokens.bin').read_bytes()\n"
         "except OSError:\n    pass\n"
     )
     ev = evaluate(fitness, candidate(tmp_path, {"train.py": [(ANCHOR, ANCHOR + peek)]}), tmp_path)
@@ -192,14 +193,15 @@ def test_an_honest_refactor_passes_every_stage(fitness, tmp_path):
 
 
 def test_the_supervisor_stops_a_short_run_after_its_steps_and_keeps_the_losses():
-    job = {"untimed_steps": 11, "max_steps": 3, "startup_limit_s": 60.0, "budget_s": 15.0,
-           "free_startup_s": 60.0, "finish_limit_s": 5.0}  # fmt: skip
-    watch = Watch(job, start=0.0)
+    window = Window(untimed_steps=11, max_steps=3, startup_limit_s=60.0, budget_s=15.0,
+                    free_startup_s=60.0, finish_limit_s=5.0, save_limit_s=5.0)  # fmt: skip
+    watch = Watch(window, start=0.0)
     for step, loss in ((1, " 7.5"), (2, " nan"), (3, "")):
         watch.on_line(f"step {step} 1024{loss}", now=float(step))
         assert watch.check(float(step)) == ("stop" if step == 3 else None)
     assert watch.losses[0] == 7.5 and math.isnan(watch.losses[1]) and watch.losses[2] is None
     watch.stop_sent_at = 3.0
+    watch.on_line("saved", now=3.5)
     assert watch.check(7.9) is None and watch.check(8.1) == "kill"
     assert "after the harness said stop" in watch.verdict[1]
 
@@ -221,9 +223,14 @@ def test_layered_settings_defaults_errors_and_pickling(data_dir, fitness):
     assert clone.stages[0].run.probe.fitness is clone
 
 
-def test_the_config_hashes_every_harness_module_and_turns_the_local_check_on():
+def test_the_harness_hash_covers_every_harness_module_and_the_config_turns_the_local_check_on():
+    hashed = set(harness_modules("evolve.benchmarks.nanochat.fitness"))
+    modules = {path for path in scales.HERE.glob("*.py") if path.name not in TOOLS}
+    assert {"probe.py", "probe_worker.py", "stages.py"} <= {p.name for p in modules}
+    assert modules <= hashed
+    layer = Path(harness_modules.__code__.co_filename).parent
+    assert {
+        layer / n for n in ("layered.py", "lm.py", "clock.py", "stream.py", "protocol.py")
+    } <= hashed
     config = yaml.safe_load(CONFIG.read_text())
-    listed = {entry.rsplit("/", 1)[1] for entry in config["harness"]}
-    modules = {path.name for path in scales.HERE.glob("*.py")} - TOOLS
-    assert {"probe.py", "probe_worker.py", "stages.py"} <= modules <= listed
     assert config["fitness"]["layered"] == {"local_check": True, "short_run_steps": None}

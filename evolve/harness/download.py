@@ -1,4 +1,4 @@
-"""Resumable, verified HTTP download of the climbmix parquet shards (karpathy/climbmix-400b-shuffle).
+"""Resumable, verified HTTP downloads: one implementation for every benchmark's data.
 
 A download goes to ``NAME.part`` and continues from its size with an HTTP ``Range`` request
 when restarted; it is renamed only after its size matches the server's and, when known, its
@@ -8,34 +8,21 @@ files must also start and end with the ``PAR1`` magic.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-CLIMBMIX_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
-CLIMBMIX_LAST_SHARD = 6542  # the pinned validation shard, never trained on
+from evolve.harness.hashing import sha256_file
+
 CHUNK = 1 << 20
 
 
 class DownloadError(RuntimeError):
     """A download failed after its retries or did not verify."""
-
-
-def shard_name(index: int) -> str:
-    return f"shard_{index:05d}.parquet"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _expected_from_headers(headers, have: int, status: int) -> tuple[int | None, str | None]:
@@ -54,7 +41,7 @@ def _verify(path: Path, size: int | None, sha256: str | None, *, parquet: bool) 
     actual = path.stat().st_size
     if size is not None and actual != size:
         raise DownloadError(f"{path.name}: got {actual} bytes, expected {size}")
-    if sha256 is not None and _sha256(path) != sha256.lower():
+    if sha256 is not None and sha256_file(path) != sha256.lower():
         raise DownloadError(
             f"{path.name}: SHA-256 mismatch (file corrupt); delete it and download again"
         )
@@ -113,13 +100,21 @@ def download(
     raise DownloadError(f"could not download {url} after {retries} attempts: {last_error}")
 
 
-def download_climbmix(
-    shards: Sequence[int], directory: Path, *, base_url: str = CLIMBMIX_URL, workers: int = 4
+def download_all(
+    urls: Sequence[str],
+    directory: Path,
+    *,
+    sha256: Callable[[str], str | None] = lambda name: None,
+    workers: int = 4,
 ) -> list[Path]:
-    """Download climbmix shards by index into ``directory`` (in parallel); return their paths."""
+    """Download ``urls`` into ``directory`` under their last path part, in parallel; their paths.
 
-    def one(index: int) -> Path:
-        return download(f"{base_url}/{shard_name(index)}", directory / shard_name(index))
+    ``sha256(name)`` gives a file's expected digest when known (e.g. from a manifest).
+    """
+
+    def one(url: str) -> Path:
+        name = url.rsplit("/", 1)[-1]
+        return download(url, directory / name, sha256=sha256(name))
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(one, shards))
+        return list(pool.map(one, urls))

@@ -1,0 +1,16 @@
+"""The harness layer: what every benchmark's harness shares and candidate code never computes.
+
+- ``protocol``: the job/verdict exchange with harness processes (nonce'd JSON lines, undumpable
+  processes, ``python -P``).
+- ``clock`` (harness side) and ``stream`` (the training program's side): the harness's clock,
+  the timed data stream (synthetic before the clock, real while it runs, none after the stop)
+  and the checkpoint fixed at the stop.
+- ``reaper``: ending a harness process's child tree (the sandbox's scan and kill).
+- ``lm``: cross-entropy and bytes from logits; causality and row-independence probes that
+  cannot be told from scored batches; weight perturbation for probes of fresh models.
+- ``layered``: quick stages (local check, short run) before a full training run.
+- ``download``, ``documents``, ``tokenizer``, ``hashing``: resumable verified downloads,
+  document readers, BPE training and token bytes, SHA-256 of files and the harness hash
+  computed from a fitness's imports.
+- ``gpus``: GPU placement (the backends' slots and the benchmarks' measurement scripts).
+"""

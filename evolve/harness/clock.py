@@ -1,0 +1,407 @@
+"""The harness-side clock and timed data stream of a training program (run by a harness process).
+
+The training program runs as a child and talks to the harness over three inherited pipes
+(``evolve.harness.stream`` is its end): it reports step ends (``step N TOKENS [LOSS]``),
+asks for batches (``batch ROWS``), reports its checkpoint (``saved``); the harness answers
+batches on a data pipe and sends one stop byte on a control pipe. Every report is stamped
+with this process's clock, never the program's.
+
+The timed window: the first ``untimed_steps`` steps (warm-up, compilation) get synthetic
+batches of the same shape as real ones; real training data flows only from the end of the
+last untimed step until the stop, and after the stop the stream ends. Start-up (process
+start to the end of the untimed steps: imports, data, compilation, work done at import
+time) beyond ``free_startup_s`` seconds is taken off the budget. After the stop the program
+must report its checkpoint within ``save_limit_s`` (the harness then fixes the checkpoint's
+digest: what is scored is the state at the stop) and exit within ``finish_limit_s``; more
+than one step reported after the stop, a start-up past ``startup_limit_s`` or a
+forbidden-data report (``violation``) kills and rejects it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import select
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evolve.harness.protocol import tail
+from evolve.harness.reaper import kill_group, reap_tree
+
+REPORT_FD_ENV = "EVOLVE_REPORT_FD"
+CONTROL_FD_ENV = "EVOLVE_CONTROL_FD"
+DATA_FD_ENV = "EVOLVE_DATA_FD"
+BATCH_HEADER = struct.Struct("<II")  # rows, width of the int32 batch that follows; 0 rows: end
+MAX_LINE = 1 << 16
+MAX_BATCH_ROWS = 1 << 16
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031
+LEFTOVER_GRACE_S = 5.0
+
+Feed = Callable[[int, bool], np.ndarray]
+"""``feed(rows, real)``: a (rows, width) int32 batch; real training rows, or synthetic ones of the same shape."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """The timed window's settings (seconds on the harness's clock).
+
+    Attributes:
+        budget_s: training time after the untimed steps.
+        untimed_steps: warm-up steps before the clock starts (synthetic data).
+        startup_limit_s: the untimed steps must end within this of the process start.
+        free_startup_s: start-up allowed for free (a compile allowance); the excess is charged.
+        finish_limit_s: the program must exit within this after the stop.
+        save_limit_s: the checkpoint must be reported within this after the stop.
+        max_steps: stop after this many steps instead (a short run), or None.
+    """
+
+    budget_s: float
+    untimed_steps: int
+    startup_limit_s: float
+    free_startup_s: float
+    finish_limit_s: float
+    save_limit_s: float
+    max_steps: int | None = None
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class Watch:
+    """State of one watched training run (all times from this process's monotonic clock)."""
+
+    def __init__(self, window: Window, start: float) -> None:
+        self.window = window
+        self.start = start
+        self.steps = self.reported_tokens = 0
+        self.real_tokens = self.synthetic_batches = 0
+        self.timed_from: float | None = None
+        self.last_step_at: float | None = None
+        self.stop_sent_at: float | None = None
+        self.saved_at: float | None = None
+        self.saves = 0
+        self.late_save_s: float | None = None  # a checkpoint reported past the save limit
+        self.steps_after_stop = 0
+        self.notes: dict[str, float] = {}
+        self.losses: list[float | None] = []  # per step, kept for a short run only
+        self.violations: list[dict] = []
+        self.requests: list[int] = []  # batch sizes asked for and not yet answered
+        self.verdict: tuple[str, str] | None = None  # (status, reason) when the harness ended it
+
+    @property
+    def saved_since_stop(self) -> bool:
+        """The checkpoint was reported after the stop (or, with no stop yet, at all)."""
+        return self.saved_at is not None and (
+            self.stop_sent_at is None or self.saved_at >= self.stop_sent_at
+        )
+
+    @property
+    def streaming(self) -> bool:
+        """Real data flows: the clock runs and the stop has not been sent."""
+        return self.timed_from is not None and self.stop_sent_at is None
+
+    def on_line(self, line: str, now: float) -> None:
+        kind, _, rest = line.partition(" ")
+        if kind == "step":
+            self.steps += 1
+            parts = rest.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                self.reported_tokens += int(parts[1])
+            if self.window.max_steps is not None and len(self.losses) < self.window.max_steps:
+                self.losses.append(_number(parts[2]) if len(parts) >= 3 else None)
+            self.last_step_at = now
+            if self.stop_sent_at is not None:
+                self.steps_after_stop += 1
+            if self.steps == self.window.untimed_steps:
+                self.timed_from = now
+        elif kind == "batch" and rest.strip().isdigit():
+            self.requests.append(max(1, min(int(rest), MAX_BATCH_ROWS)))
+        elif kind == "saved":  # the last one counts (a program may also save along the way)
+            self.saved_at = now
+            self.saves += 1
+            if self.stop_sent_at is not None and now - self.stop_sent_at > self.window.save_limit_s:
+                self.late_save_s = now - self.stop_sent_at
+        elif kind == "violation":
+            try:
+                self.violations.append(json.loads(rest))
+            except ValueError:
+                self.violations.append({"event": "?", "path": rest[:200]})
+        elif kind == "note":
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                self.notes.update({k: float(v) for k, v in json.loads(rest).items()})
+
+    def charged_s(self) -> float:
+        """Start-up time beyond the free allowance, taken off the training budget."""
+        if self.timed_from is None:
+            return 0.0
+        return max(0.0, (self.timed_from - self.start) - self.window.free_startup_s)
+
+    def deadline(self) -> float:
+        """When the harness must act next (stop signal or kill)."""
+        w = self.window
+        if self.stop_sent_at is not None:
+            if not self.saved_since_stop:
+                return self.stop_sent_at + min(w.save_limit_s, w.finish_limit_s)
+            return self.stop_sent_at + w.finish_limit_s
+        if self.timed_from is None:
+            return self.start + w.startup_limit_s
+        return self.timed_from + max(0.0, w.budget_s - self.charged_s())
+
+    def check(self, now: float) -> str | None:
+        """'stop' to send the stop byte, 'kill' with ``verdict`` set, or None."""
+        w = self.window
+        if self.violations:
+            self.verdict = ("rejected", f"read forbidden data: {self.violations[0]}")
+            return "kill"
+        if self.late_save_s is not None:
+            self.verdict = (
+                "rejected",
+                f"reported a checkpoint {self.late_save_s:.1f}s after the stop (limit "
+                f"{w.save_limit_s:g}s): the scored state is the one at the stop",
+            )
+            return "kill"
+        if self.steps_after_stop > 1:
+            self.verdict = (
+                "rejected",
+                "kept training after the harness said stop (budget overrun)",
+            )
+            return "kill"
+        if self.stop_sent_at is None and w.max_steps is not None and self.steps >= w.max_steps:
+            return "stop"
+        if now < self.deadline():
+            return None
+        if self.stop_sent_at is not None and not self.saved_since_stop:
+            self.verdict = (
+                "rejected",
+                f"no checkpoint within {min(w.save_limit_s, w.finish_limit_s):g}s of the stop: the "
+                "scored state is the one at the stop (call save_checkpoint as soon as "
+                "Clock.step() returns False)",
+            )
+            return "kill"
+        if self.stop_sent_at is not None:
+            self.verdict = (
+                "timeout",
+                f"still running {w.finish_limit_s}s after the harness said stop "
+                "(budget overrun: stop at Clock.step() returning False, then save)",
+            )
+            return "kill"
+        if self.timed_from is None:
+            self.verdict = (
+                "timeout",
+                f"did not finish {w.untimed_steps} untimed steps within {w.startup_limit_s}s "
+                "of starting (startup limit)",
+            )
+            return "kill"
+        return "stop"
+
+
+class _Pipes:
+    """The harness's ends of the three pipes, and the data not yet written to the child."""
+
+    def __init__(self) -> None:
+        self.report_r, self.report_w = os.pipe()
+        self.control_r, self.control_w = os.pipe()
+        self.data_r, self.data_w = os.pipe()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self.data_w, F_SETPIPE_SZ, PIPE_BYTES)
+        os.set_blocking(self.data_w, False)
+        self.pending = memoryview(b"")
+        self.buffer = b""
+        self.eof = False
+
+    def child_fds(self) -> dict[str, int]:
+        return {
+            REPORT_FD_ENV: self.report_w,
+            CONTROL_FD_ENV: self.control_r,
+            DATA_FD_ENV: self.data_r,
+        }
+
+    def close_child_ends(self) -> None:
+        for fd in self.child_fds().values():
+            os.close(fd)
+
+    def read_reports(self, watch: Watch, stamp: float) -> None:
+        chunk = os.read(self.report_r, 65536)
+        if not chunk:
+            self.eof = True
+            return
+        self.buffer += chunk
+        while b"\n" in self.buffer:
+            line, self.buffer = self.buffer.split(b"\n", 1)
+            watch.on_line(line[:MAX_LINE].decode(errors="replace"), stamp)
+        self.buffer = self.buffer[-MAX_LINE:]
+
+    def serve(self, watch: Watch, feed: Feed) -> None:
+        """Queue answers to the batches asked for, and write what the pipe takes now."""
+        while not self.pending and watch.requests:
+            rows = watch.requests.pop(0)
+            if watch.stop_sent_at is not None:
+                self.pending = memoryview(BATCH_HEADER.pack(0, 0))
+                continue
+            batch = np.ascontiguousarray(feed(rows, watch.streaming), dtype=np.int32)
+            if watch.streaming:
+                watch.real_tokens += batch.shape[0] * (batch.shape[1] - 1)
+            else:
+                watch.synthetic_batches += 1
+            self.pending = memoryview(BATCH_HEADER.pack(*batch.shape) + batch.tobytes())
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
+            while self.pending:
+                self.pending = self.pending[os.write(self.data_w, self.pending[: 1 << 20]) :]
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):  # the child may have closed its end
+            os.write(self.control_w, b"s")
+
+
+def run_timed(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    window: Window,
+    feed: Feed,
+    log_file: str,
+    marker_var: str,
+    on_saved: Callable[[], dict] = dict,
+    ignore_leftovers: tuple[str, ...] = (),
+    preexec: Callable[[], None] | None = None,
+) -> dict:
+    """Run ``argv`` as the timed training program; return the verdict (without the nonce).
+
+    Args:
+        argv: the program's command (its output goes to ``log_file``).
+        env: its environment; the pipes' fds and ``marker_var`` are added.
+        window: the timed window's settings.
+        feed: makes the batches the program asks for.
+        log_file: where its output goes.
+        marker_var: a variable put in its environment to find every process it starts.
+        on_saved: called when the program reports its checkpoint; its dict (e.g. the
+            checkpoint's digest) goes into the verdict as ``checkpoint``.
+        ignore_leftovers: command-line words of leftovers that are killed but not held
+            against it (e.g. torch.compile's worker pool).
+        preexec: run in the child before exec (e.g. ``confine.hide_reads``).
+    """
+    pipes = _Pipes()
+    marker = os.urandom(16).hex()
+    full_env = {**env, marker_var: marker, **{k: str(v) for k, v in pipes.child_fds().items()}}
+    start = time.monotonic()
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            pass_fds=tuple(pipes.child_fds().values()),
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+    pipes.close_child_ends()
+    watch, checkpoint = Watch(window, start), {}
+    while True:
+        now = time.monotonic()
+        action = watch.check(now)
+        if action == "stop":
+            # Take in every line already written: steps reported before the stop byte must
+            # not count as steps after it.
+            while not pipes.eof and select.select([pipes.report_r], [], [], 0)[0]:
+                pipes.read_reports(watch, now)
+            watch.stop_sent_at = time.monotonic()
+            pipes.stop()
+            continue
+        if action == "kill":
+            kill_group(proc)
+            break
+        if pipes.eof:
+            if proc.poll() is not None:
+                break
+            time.sleep(min(0.05, max(0.0, watch.deadline() - now)))
+            continue
+        writers = [pipes.data_w] if pipes.pending else []
+        wait = max(0.0, min(0.5, watch.deadline() - now))
+        ready, writable, _ = select.select([pipes.report_r], writers, [], wait)
+        if ready:
+            saves = watch.saves
+            pipes.read_reports(watch, time.monotonic())
+            if watch.saves != saves:
+                checkpoint = on_saved()
+        if ready or writable or watch.requests:
+            pipes.serve(watch, feed)
+        if (
+            not ready
+            and proc.poll() is not None
+            and not select.select([pipes.report_r], [], [], 0)[0]
+        ):
+            break
+    end = time.monotonic()
+    returncode = proc.wait()
+    kill_group(proc)  # anything the child left in its process group goes with it
+    leftover = reap_tree(f"{marker_var}={marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers)
+    for fd in (pipes.report_r, pipes.control_w, pipes.data_w):
+        os.close(fd)
+    return _verdict(watch, checkpoint, returncode, leftover, start, end, log_file)
+
+
+def _verdict(
+    watch: Watch,
+    checkpoint: dict,
+    returncode: int,
+    leftover: list[str],
+    start: float,
+    end: float,
+    log_file: str,
+) -> dict:
+    timed = watch.timed_from is not None
+    result = {
+        "steps": watch.steps,
+        "tokens": watch.real_tokens,
+        "reported_tokens": watch.reported_tokens,
+        "synthetic_batches": watch.synthetic_batches,
+        "startup_s": (watch.timed_from if timed else end) - start,
+        "training_s": (watch.last_step_at - watch.timed_from)
+        if timed and watch.last_step_at
+        else 0.0,
+        "total_s": end - start,
+        "stopped_by_harness": watch.stop_sent_at is not None,
+        "stop_to_save_s": (watch.saved_at - watch.stop_sent_at)
+        if watch.saved_since_stop and watch.stop_sent_at is not None
+        else None,
+        "startup_charged_s": watch.charged_s(),
+        "returncode": returncode,
+        "notes": watch.notes,
+        "violations": watch.violations[:10],
+        "checkpoint": checkpoint,
+        "log_tail": tail(log_file),
+        "leftover": leftover,
+    }
+    if watch.window.max_steps is not None:
+        # Reported by the candidate: a short run that lies about its loss only passes a
+        # quick check; the full run that follows is scored by the harness's scorer anyway.
+        result["losses"] = watch.losses
+    if watch.verdict is not None:
+        result["status"], result["reason"] = watch.verdict
+    elif leftover:
+        result["status"], result["reason"] = (
+            "rejected",
+            f"the training program left {len(leftover)} process(es) running after it exited "
+            "(killed): " + "; ".join(leftover[:3]),
+        )
+    elif returncode != 0:
+        result["status"], result["reason"] = (
+            "error",
+            f"training program exited with status {returncode}",
+        )
+    else:  # stopping before the budget is allowed: it only costs the candidate training time
+        result["status"], result["reason"] = "ok", ""
+    return result

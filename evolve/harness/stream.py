@@ -1,0 +1,90 @@
+"""The training program's end of the harness clock: step reports, the stop signal, the timed data stream.
+
+Imported by a benchmark's client module inside the candidate's process. Batches come from
+the harness on a pipe, synthetic (same shape) until the harness's clock runs, real while
+it runs, and none after the stop (``EndOfData``). See ``evolve.harness.clock``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+
+import numpy as np
+
+from evolve.harness.clock import BATCH_HEADER, CONTROL_FD_ENV, DATA_FD_ENV, REPORT_FD_ENV
+
+
+class EndOfData(StopIteration):
+    """The harness ended the data stream: the budget is spent."""
+
+
+def _fd(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError(f"{name} is not set: run this program through its benchmark's harness")
+    return int(value)
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    parts, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            raise EndOfData("the harness closed the data stream")
+        parts.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(parts)
+
+
+class Channel:
+    """This process's pipes to the harness (one per process; made on first use)."""
+
+    def __init__(self) -> None:
+        self.report = _fd(REPORT_FD_ENV)
+        self.control = _fd(CONTROL_FD_ENV)
+        self.data = _fd(DATA_FD_ENV)
+        self.stopped = False
+
+    def send(self, line: str) -> None:
+        os.write(self.report, (line + "\n").encode())
+
+    def step(self, tokens: int = 0, loss: float | None = None) -> bool:
+        """Report a step's end (after the GPU finished it); False once the harness said stop."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()  # the step ends when the GPU is done, not when it was queued
+        report = f"step 0 {int(tokens)}"
+        self.send(report if loss is None else f"{report} {float(loss)!r}")
+        if not self.stopped and select.select([self.control], [], [], 0)[0]:
+            self.stopped = bool(os.read(self.control, 1))
+        return not self.stopped
+
+    def batch(self, rows: int) -> np.ndarray:
+        """The next (rows, width) int32 batch from the harness; EndOfData after the stop."""
+        self.send(f"batch {int(rows)}")
+        count, width = BATCH_HEADER.unpack(_read_exact(self.data, BATCH_HEADER.size))
+        if count == 0:
+            raise EndOfData("the harness's budget is spent: no more training data")
+        data = _read_exact(self.data, count * width * 4)
+        return np.frombuffer(data, dtype=np.int32).reshape(count, width)
+
+    def note(self, **values: float) -> None:
+        self.send("note " + json.dumps({k: float(v) for k, v in values.items()}))
+
+    def saved(self) -> None:
+        """Tell the harness the checkpoint is written (it fixes its digest now)."""
+        self.send("saved")
+
+
+_channel: Channel | None = None
+
+
+def channel() -> Channel:
+    """This process's channel to the harness."""
+    global _channel
+    if _channel is None:
+        _channel = Channel()
+    return _channel

@@ -1,0 +1,172 @@
+"""The harness clock and timed data stream, with small programs that use the stream directly (no torch)."""
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evolve import isolation
+from evolve.harness.clock import Window, run_timed
+from evolve.harness.confine import hide_reads
+
+WIDTH = 5
+
+
+def feed(rows: int, real: bool) -> np.ndarray:
+    """Real rows are all 7s, synthetic ones all 1s: the program's log shows which it got."""
+    return np.full((rows, WIDTH), 7 if real else 1, dtype=np.int32)
+
+
+def run(tmp_path: Path, body: str, hide: tuple[str, ...] = (), **window) -> tuple[dict, str]:
+    program = tmp_path / "prog.py"
+    program.write_text(
+        "import sys, time\nfrom evolve.harness.stream import EndOfData, channel\nc = channel()\n"
+        + textwrap.dedent(body)
+    )
+    settings = dict(
+        budget_s=0.5,
+        untimed_steps=3,
+        startup_limit_s=60.0,
+        free_startup_s=60.0,
+        finish_limit_s=20.0,
+        save_limit_s=10.0,
+    )
+    settings.update(window)
+    log = tmp_path / "prog.log"
+    verdict = run_timed(
+        [sys.executable, str(program)],
+        env=dict(os.environ),
+        window=Window(**settings),
+        feed=feed,
+        log_file=str(log),
+        marker_var="TEST_CLOCK_TREE",
+        on_saved=lambda: {"digest": "fixed"},
+        preexec=hide_reads(hide) if hide else None,  # planned once the program's files exist
+    )
+    return verdict, log.read_text()
+
+
+HONEST = """
+seen = []
+while True:
+    try:
+        seen.append(int(c.batch(2)[0, 0]))
+    except EndOfData:
+        break
+    if not c.step(tokens=8, loss=1.0):
+        break
+c.saved()
+print("SEEN", "".join(map(str, seen)))
+"""
+
+
+def test_synthetic_rows_before_the_clock_real_rows_while_it_runs_then_the_stream_ends(tmp_path):
+    verdict, log = run(tmp_path, HONEST)
+    assert verdict["status"] == "ok", verdict
+    seen = log.split("SEEN ")[1].strip()
+    assert seen.startswith("111") and set(seen[3:]) == {"7"}  # 3 untimed steps, then real rows
+    assert verdict["synthetic_batches"] == 3
+    assert verdict["tokens"] == (len(seen) - 3) * 2 * (WIDTH - 1)  # counted by the harness
+    assert verdict["checkpoint"] == {"digest": "fixed"} and verdict["stopped_by_harness"]
+
+
+def test_after_the_stop_no_batch_arrives(tmp_path):
+    verdict, log = run(
+        tmp_path,
+        HONEST.replace(
+            "    if not c.step(tokens=8, loss=1.0):\n        break", "    c.step(tokens=8)"
+        ).replace("c.saved()", "c.saved()  # never reached: the stream ended"),
+    )
+    # one step after the stop is the step in flight; the next asks for data and gets none
+    assert verdict["status"] == "ok", verdict
+    assert verdict["stop_to_save_s"] is not None
+
+
+def test_no_checkpoint_soon_after_the_stop_is_rejected(tmp_path):
+    verdict, _ = run(
+        tmp_path,
+        HONEST.replace("c.saved()", "time.sleep(30)\nc.saved()"),
+        save_limit_s=1.0,
+    )
+    assert verdict["status"] == "rejected"
+    assert "no checkpoint within 1s of the stop" in verdict["reason"]
+
+
+def test_training_on_kept_rows_after_the_stop_is_rejected(tmp_path):
+    body = """
+    kept = None
+    while True:
+        try:
+            kept = c.batch(2)
+        except EndOfData:
+            pass
+        c.step(tokens=8)
+    """
+    verdict, _ = run(tmp_path, body)
+    assert verdict["status"] == "rejected"
+    assert "kept training after the harness said stop" in verdict["reason"]
+
+
+def test_start_up_beyond_the_allowance_is_charged(tmp_path):
+    verdict, _ = run(tmp_path, "time.sleep(1.0)\n" + HONEST, free_startup_s=0.0, budget_s=3.0)
+    assert verdict["status"] == "ok", verdict
+    assert verdict["startup_charged_s"] >= 1.0
+    assert verdict["training_s"] < 3.0  # the budget less the charge, plus a step of microseconds
+
+
+@pytest.mark.parametrize("rows", [0, 70000])
+def test_odd_batch_requests_are_answered_or_capped(tmp_path, rows):
+    body = f"""
+    b = c.batch({rows})
+    print("SHAPE", b.shape)
+    for _ in range(4):
+        if not c.step():
+            break
+    c.saved()
+    """
+    verdict, log = run(tmp_path, body, budget_s=0.0)
+    assert verdict["status"] == "ok", verdict
+    assert f"SHAPE ({min(max(rows, 1), 65536)}, {WIDTH})" in log
+
+
+def test_a_second_checkpoint_past_the_save_limit_is_rejected(tmp_path):
+    verdict, _ = run(
+        tmp_path,
+        HONEST.replace("c.saved()", "c.saved()\ntime.sleep(1.5)\nc.saved()"),
+        save_limit_s=1.0,
+    )
+    assert verdict["status"] == "rejected"
+    assert "s after the stop (limit 1s)" in verdict["reason"]
+
+
+def test_checkpoints_saved_along_the_way_are_allowed_the_last_counts(tmp_path):
+    body = HONEST.replace("    if not c.step(", "    c.saved()\n    if not c.step(")
+    verdict, _ = run(tmp_path, body)
+    assert verdict["status"] == "ok", verdict
+    assert verdict["stop_to_save_s"] is not None
+
+
+@pytest.mark.skipif(isolation.landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13)")
+def test_hidden_files_are_unreadable_to_the_program_even_by_native_code(tmp_path):
+    secret = tmp_path / "data" / "train"
+    secret.mkdir(parents=True)
+    (secret / "tokens.bin").write_bytes(b"secret")
+    body = f"""
+    import ctypes
+    fd = ctypes.CDLL(None).open({str(secret / "tokens.bin").encode()!r}, 0)
+    try:
+        open({str(secret / "tokens.bin")!r}, "rb").read()
+        python = "read"
+    except PermissionError:
+        python = "refused"
+    print("NATIVE", fd, "PYTHON", python)
+    for _ in range(4):
+        c.step()
+    c.saved()
+    """
+    verdict, log = run(tmp_path, body, budget_s=0.0, hide=(str(secret),))
+    assert verdict["status"] == "ok", verdict
+    assert "NATIVE -1 PYTHON refused" in log

@@ -4,10 +4,11 @@
     python -m evolve.benchmarks.kernels problems --dataset data/sol-execbench
 
 The file list comes from the Hub's tree API (``/api/datasets/<repo>/tree/<revision>?recursive=true``),
-each file from ``/datasets/<repo>/resolve/<revision>/<path>``. A file already present with
-the right checksum is skipped; a partial download (``<file>.part``) continues with an HTTP
-``Range`` request; every file is verified before it takes its final name: SHA-256 for
-files stored in Git LFS (``lfs.oid``), the Git blob SHA-1 (``oid``) for the others. A
+each file from ``/datasets/<repo>/resolve/<revision>/<path>`` through the harness layer's
+transfer (``evolve.harness.download``: a partial ``<file>.part`` continues with an HTTP
+``Range`` request, size and SHA-256 checked before the file takes its name). A file already
+present with the right checksum is skipped; files stored in Git LFS are checked against
+their SHA-256 (``lfs.oid``), the others against their Git blob SHA-1 (``oid``). A
 folder the user already has needs no download: point ``--dataset`` (or
 ``benchmark.fitness.dataset``) at it. ``--endpoint`` points at a mirror (tests use a
 local HTTP server).
@@ -24,6 +25,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.error import HTTPError, URLError
 
+from evolve.harness.download import DownloadError as FetchError
+from evolve.harness.download import download as fetch
+from evolve.harness.hashing import sha256_file
 from evolve.types import EvolveError
 
 DEFAULT_REPO = "nvidia/SOL-ExecBench"
@@ -58,32 +62,18 @@ def checksum_ok(path: Path, entry: dict[str, Any]) -> bool:
     """True when the file matches the listing: SHA-256 of LFS files, Git blob SHA-1 of others."""
     lfs = entry.get("lfs")
     if lfs:
-        digest = hashlib.sha256()
-        expected = lfs.get("oid") or lfs.get("sha256")
-    else:
-        digest = hashlib.sha1()  # Git's object id: sha1(b"blob <size>\0" + content)
-        digest.update(f"blob {path.stat().st_size}\0".encode())
-        expected = entry.get("oid")
+        return sha256_file(path) == (lfs.get("oid") or lfs.get("sha256"))
+    digest = hashlib.sha1()  # Git's object id: sha1(b"blob <size>\0" + content)
+    digest.update(f"blob {path.stat().st_size}\0".encode())
+    expected = entry.get("oid")
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest() == expected
 
 
-def _fetch(url: str, part: Path) -> None:
-    """Download into ``part``, continuing where an earlier attempt stopped."""
-    have = part.stat().st_size if part.exists() else 0
-    response = _get(url, {"Range": f"bytes={have}-"} if have else {})
-    with response:
-        if have and response.status != 206:  # the server ignored the range: start again
-            have = 0
-        with part.open("ab" if have else "wb") as handle:
-            for block in iter(lambda: response.read(CHUNK), b""):
-                handle.write(block)
-
-
 def download(out: Path, *, repo: str = DEFAULT_REPO, revision: str = "main", endpoint: str = DEFAULT_ENDPOINT,
-             include: str = "*", log: Callable[[str], None] = print) -> dict[str, int]:  # fmt: skip
+             include: str = "*", log: Callable[[str], None] = print, retries: int = 3) -> dict[str, int]:  # fmt: skip
     """Fetch every file of the dataset matching ``include`` into ``out``; counts of fetched and kept files.
 
     Raises:
@@ -99,17 +89,20 @@ def download(out: Path, *, repo: str = DEFAULT_REPO, revision: str = "main", end
         if target.is_file() and checksum_ok(target, entry):
             counts["kept"] += 1
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(target.name + ".part")
-        size = int((entry.get("lfs") or {}).get("size") or entry.get("size") or -1)
-        if not (part.exists() and part.stat().st_size == size):  # a complete .part needs no request
-            _fetch(f"{endpoint.rstrip('/')}/datasets/{repo}/resolve/{revision}/{rel}", part)
-        if not checksum_ok(part, entry):
-            part.unlink()
+        target.unlink(missing_ok=True)  # present but wrong: fetch it again
+        url = f"{endpoint.rstrip('/')}/datasets/{repo}/resolve/{revision}/{rel}"
+        lfs_sha = (entry.get("lfs") or {}).get("oid")
+        try:  # the harness layer's transfer: resumes <file>.part with Range, checks size and SHA-256
+            fetch(url, target, sha256=lfs_sha, retries=retries)
+        except FetchError as exc:
+            raise DownloadError(
+                f"{rel}: {exc}; run the command again (a partial file resumes)"
+            ) from exc
+        if not checksum_ok(target, entry):  # files outside LFS: their Git blob id
+            target.unlink()
             raise DownloadError(
                 f"{rel}: checksum mismatch after download (removed); run the command again"
             )
-        part.replace(target)
         counts["fetched"] += 1
         log(f"fetched {rel} ({target.stat().st_size} bytes)")
     return counts

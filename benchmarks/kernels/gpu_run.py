@@ -35,6 +35,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from evolve.harness.gpus import chosen
+
 SEEDS = {
     "rmsnorm": "rmsnorm_triton",
     "softmax": "softmax_triton",
@@ -125,7 +127,8 @@ def run_evolve(
 ) -> dict[str, Any]:
     """An evolve run on rmsnorm from our Triton seed with the built-in operators; its seed and best scores."""
     import sqlite3
-    import subprocess
+
+    from evolve.benchmarks.kernels.gpu_upstream import run_bounded
 
     run_dir = out / "evolve_rmsnorm"
     command = [sys.executable, "-m", "evolve", "benchmark=kernels_rmsnorm", f"search.max_candidates={args.evolve}",
@@ -141,16 +144,8 @@ def run_evolve(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     log(f"evolve: {' '.join(command)}")
     started = time.monotonic()
-    try:  # max_wall_s stops new proposals; the evaluations in flight then finish (about 30 s each on a GPU)
-        proc = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=args.evolve_minutes * 60 + 240
-        )
-        returncode, output = proc.returncode, proc.stdout + "\n" + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, output = (
-            None,
-            f"timed out after {exc.timeout:.0f} s\n{exc.stdout or ''}\n{exc.stderr or ''}",
-        )
+    # max_wall_s stops new proposals; the evaluations in flight then finish (about 30 s each on a GPU)
+    returncode, output = run_bounded(command, env, args.evolve_minutes * 60 + 240)
     (out / "evolve_log.txt").write_text(output)
     result: dict[str, Any] = {
         "command": " ".join(command),
@@ -355,10 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         names = [n for n in names if n in args.problems.split(",")]
     elif args.smoke:
         names = [n for n in names if n in SMOKE_PROBLEMS]
-    gpus = [g for g in args.gpus.split(",") if g] if device == "cuda" else [None]
-    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-    if visible and device == "cuda":  # --gpus indexes the GPUs this process may use
-        gpus = [visible[int(g)] for g in gpus]
+    # --gpus indexes the GPUs this process may use (the harness layer's placement)
+    gpus: list[str | None] = list(chosen(args.gpus)) if device == "cuda" else [None]
     small = args.smoke or device == "cpu"
     settings = Settings(device=device, rounds=2 if small else 10, warmup=2 if small else 10, iters=10 if small else 50,
                         repeats=2 if small else args.repeats, baseline="eager" if device == "cpu" else "compile",

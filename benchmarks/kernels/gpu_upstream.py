@@ -28,6 +28,8 @@ from evolve.benchmarks.kernels.harness import Harness, Settings, referee_call
 from evolve.benchmarks.kernels.solution import load_solution, stage
 from evolve.benchmarks.kernels.spec import load_problem
 
+from evolve.harness.reaper import kill_group
+
 
 def example_dirs(root: Path) -> list[Path]:
     """Problem folders under ``root`` that ship a solution (``definition.json`` + ``solution*.json``)."""
@@ -109,16 +111,7 @@ def run_suite_evolve(problems: list[str], candidates: int, minutes: float, out: 
                f"hydra.run.dir={run_dir}"]  # fmt: skip
     log(f"suite evolve: {' '.join(command)}")
     started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=minutes * 60 + 300
-        )
-        returncode, output = proc.returncode, proc.stdout + "\n" + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, output = (
-            None,
-            f"timed out after {exc.timeout:.0f} s\n{exc.stdout or ''}\n{exc.stderr or ''}",
-        )
+    returncode, output = run_bounded(command, env, minutes * 60 + 300)
     (out / "evolve_suite_log.txt").write_text(str(output))
     result: dict[str, Any] = {"command": " ".join(command), "returncode": returncode, "problems": problems,
                               "seconds": time.monotonic() - started}  # fmt: skip
@@ -134,6 +127,22 @@ def run_suite_evolve(problems: list[str], candidates: int, minutes: float, out: 
                       seed_metrics=_metrics(ok[0][2]) if ok else {}, best_metrics=_metrics(best[2]) if best else {})  # fmt: skip
     log(f"suite evolve: { {k: v for k, v in result.items() if 'metrics' not in k} }")
     return result
+
+
+def run_bounded(
+    command: list[str], env: dict[str, str], timeout_s: float
+) -> tuple[int | None, str]:
+    """Run a command in its own session; at the timeout its whole process group is killed
+    (the harness layer's ``kill_group``), evaluation workers included. (returncode or None, output)."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        output, _ = proc.communicate()
+        return None, f"timed out after {timeout_s:.0f} s (process group killed)\n{output or ''}"
 
 
 def _metrics(text: Any) -> dict[str, Any]:

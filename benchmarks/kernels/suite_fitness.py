@@ -20,7 +20,6 @@ touches one kernel costs one problem's measurement, not the suite's.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from evolve.benchmarks.kernels.score import sol_score, suite_score
 from evolve.benchmarks.kernels.spec import SpecError, load_problem, problem_dirs
 
 from evolve.fitness import EvalContext
+from evolve.harness.hashing import files_digest
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 SEEDS = Path(__file__).parent / "seeds"
@@ -70,13 +70,9 @@ def select_problems(
 
 
 def folder_hash(folder: Path) -> str:
-    """SHA-256 over the relative paths and contents of a folder's files."""
-    digest = hashlib.sha256()
-    for path in sorted(
-        p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    ):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+    """SHA-256 over the relative paths and contents of a folder's files (the harness layer's digest)."""
+    files = [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    return files_digest(files, root=folder)
 
 
 class KernelSuiteFitness:

@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.benchmarks.kernels.process import harness_json
 from evolve.benchmarks.kernels.solution import Solution
 
-from evolve.fitness import Limits, Policy, run_sandboxed
 from evolve.types import EvolveError
 
 BUILDER = "evolve.benchmarks.kernels.build_ext"
-BUILD_TAG = "EVOLVE_KERNELS_BUILD "
 DEFAULT_CUDA_FLAGS = ("-O3", "--use_fast_math")
 _SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
 
@@ -187,19 +186,12 @@ def build(solution: Solution, *, cache: Path | None = None, timeout_s: float = 6
             (src / rel).write_text(text)
         job = {"name": module, "src": str(src), "out": str(scratch / "out"), **recipe}
         (scratch / "out").mkdir()
-        limits = Limits(
-            timeout_s=timeout_s, memory_bytes=None, processes=None, output_bytes=1 << 20
-        )
         build_env = dict(env or {})
         home = cuda_home()
         if home and "CUDA_HOME" not in build_env:
             build_env["CUDA_HOME"] = home
-        result = run_sandboxed([sys.executable, "-m", BUILDER], cwd=scratch, limits=limits, env=build_env,
-                               stdin=json.dumps(job).encode(), policy=Policy(writable=(scratch,)))  # fmt: skip
-        payload = None
-        for line in result.stdout.splitlines():
-            if line.startswith(BUILD_TAG):
-                payload = json.loads(line[len(BUILD_TAG) :])
+        payload, result = harness_json(BUILDER, job, cwd=scratch, timeout_s=timeout_s, env=build_env, gpu=True,
+                                       writable=(scratch,))  # fmt: skip
         if result.timed_out:
             raise BuildError(
                 f"{solution.name}: the build took longer than {timeout_s:.0f} s\n{result.tail(3000)}"

@@ -1,27 +1,23 @@
 """The sandboxed build step of a C++ solution: ``torch.utils.cpp_extension.load`` on its sources.
 
-Run only by ``build.py`` as ``python -m evolve.benchmarks.kernels.build_ext`` with a job
-(JSON) on stdin: the module name, the source folder, the output folder and the flags.
-Prints one line ``BUILD_TAG {"so": path}`` or ``BUILD_TAG {"error": ...}``; the compiler's
-own output goes to stderr, where the harness shows its tail on failure.
+Run only by ``build.py`` as ``python -P -m evolve.benchmarks.kernels.build_ext``, through the
+harness layer's protocol (``evolve.harness.protocol``): the job (module name, source folder,
+output folder, flags) with a nonce on stdin; the verdict ``{"so": path}`` or ``{"error": ...}``
+as the JSON line carrying the nonce. The compiler's output is shown (its tail) on failure.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
-BUILD_TAG = "EVOLVE_KERNELS_BUILD "
+from evolve.harness.protocol import serve_job
 
 
-def main() -> int:
-    """Compile, print where the library is."""
-    real_stdout = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    job = json.loads(sys.stdin.read())
+def build(job: dict[str, Any]) -> dict[str, Any]:
+    """Compile; where the library is, or the error."""
     try:
         from torch.utils import cpp_extension
 
@@ -38,8 +34,13 @@ def main() -> int:
             "error": f"{type(exc).__name__}: {str(exc)[-4000:]}",
             "traceback": traceback.format_exc()[-2000:],
         }
-    real_stdout.write(BUILD_TAG + json.dumps(payload) + "\n")
-    real_stdout.flush()
+    print(flush=True)  # the verdict starts a line of its own
+    return payload
+
+
+def main() -> int:
+    """Serve one build job through the harness layer's protocol."""
+    serve_job(build)
     return 0
 
 

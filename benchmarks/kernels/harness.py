@@ -22,6 +22,7 @@ from typing import Any
 
 from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
+from evolve.benchmarks.kernels.process import harness_json
 from evolve.benchmarks.kernels.roofline import sol_ms
 from evolve.benchmarks.kernels.score import (
     above_sol,
@@ -37,7 +38,6 @@ from evolve.fitness import Limits, Policy, Result, run_sandboxed
 DRIVER = "evolve.benchmarks.kernels.driver"
 REFEREE = "evolve.benchmarks.kernels.referee"
 DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
-REFEREE_TAG = "EVOLVE_KERNELS_REFEREE "
 _CACHE: dict[str, Any] = {}  # per process: calibration and baselines, measured once
 
 
@@ -186,8 +186,8 @@ def referee_call(
         for _attempt in range(
             2
         ):  # harness code only: safe to retry once if killed from outside (OOM killer)
-            payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=settings.referee_timeout_s, env=env,
-                                             tag=REFEREE_TAG, gpu=settings.device.startswith("cuda"))  # fmt: skip
+            payload, result = harness_json(REFEREE, job, cwd=harness_dir, timeout_s=settings.referee_timeout_s,
+                                           env=env, gpu=settings.device.startswith("cuda"))  # fmt: skip
             if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
                 break
     finally:

@@ -1,7 +1,8 @@
 """The harness's own GPU process (no candidate code): calibration, baselines, roofline, witness checks.
 
-Run through ``run_sandboxed`` as ``python -m evolve.benchmarks.kernels.referee`` with a
-job (JSON) on stdin; prints one JSON line prefixed by ``RESULT_TAG``. Tasks:
+Run through ``run_sandboxed`` as ``python -P -m evolve.benchmarks.kernels.referee``; it talks
+the harness layer's protocol (``evolve.harness.protocol``: the job with a nonce on stdin, the
+verdict as the JSON line carrying it). Tasks:
 
 - ``calibrate``: the machine's bandwidth and matrix rates;
 - ``baseline``: per workload, timings of the reference in eager mode and under
@@ -13,14 +14,12 @@ job (JSON) on stdin; prints one JSON line prefixed by ``RESULT_TAG``. Tasks:
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-RESULT_TAG = "EVOLVE_KERNELS_REFEREE "
+from evolve.harness.protocol import serve_job
 
 
 def _measure_workload(
@@ -185,19 +184,20 @@ TASKS = {"baseline": _baseline, "witness": _witness, "calibrate": _calibrate, "t
 
 
 def main() -> int:
-    """Read the job from stdin, run its task, print the result line."""
-    real_stdout = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    job = json.loads(sys.stdin.read())
-    try:
-        payload = TASKS[job["task"]](job)
-    except Exception as exc:
-        payload = {
-            "fatal": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc()[-4000:],
-        }
-    real_stdout.write(RESULT_TAG + json.dumps(payload) + "\n")
-    real_stdout.flush()
+    """Serve one job through the harness layer's protocol (nonce'd JSON line in, verdict out)."""
+
+    def run(job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            payload = TASKS[job["task"]](job)
+        except Exception as exc:
+            payload = {
+                "fatal": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-4000:],
+            }
+        print(flush=True)  # the verdict starts a line of its own, whatever a library printed before
+        return payload
+
+    serve_job(run)
     return 0
 
 

@@ -185,6 +185,9 @@ class KernelFitness:
                 if value is not None:
                     metrics[f"{row.uuid}/{key}"] = value
         metrics["cupti_timing"] = 1.0 if report.timer == "cupti" else 0.0
+        methods = [r.flops_method for r in report.rows]
+        metrics["flops_counted_on_real_inputs"] = float(sum(m.startswith("real") for m in methods))
+        metrics["flops_memory_bound_only"] = float(sum(m.startswith("none") for m in methods))
         if report.published_score is not None:
             metrics["published_score"] = report.published_score
         notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]

@@ -338,3 +338,36 @@ def test_the_stage_command_writes_a_candidate_folder(tmp_path, capsys):
     assert "editable: main.cpp, inc/k.h" in capsys.readouterr().out
     assert (tmp_path / "seed" / "inc" / "k.h").read_text() == "#pragma once\n"
     assert read_candidate(tmp_path / "seed").sources["main.cpp"] == CPP_RETURNING
+
+
+def test_the_flop_fallback_is_said_in_the_report_and_the_metrics(tmp_path, monkeypatch):
+    import evolve.benchmarks.kernels.fitness as fitness_module
+    from evolve.benchmarks.kernels.fitness import KernelFitness
+
+    from evolve.fitness import EvalContext
+
+    folder = tiny_rmsnorm(tmp_path / "data", rows=(8,))
+    definition = json.loads((folder / "definition.json").read_text())
+    definition["reference"] = definition["reference"].replace(
+        "xf = x.to(torch.float32)", "xf = x.to(torch.float32) + 0 * (x > 100).nonzero().numel()"
+    )
+    (folder / "definition.json").write_text(json.dumps(definition))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps(CALIBRATION))
+    fitness = KernelFitness(problem="tiny_rmsnorm", dataset=str(tmp_path / "data"), device="cpu", rounds=2, warmup=1,
+                            iters=4, audits=1, baseline="eager", calibration=str(calibration))  # fmt: skip
+    stage(
+        parse_solution(solution("pytorch", "kernel.py::rmsnorm", {"kernel.py": RETURNING}, False)),
+        tmp_path / "c",
+    )
+    evaluation = fitness.evaluate(tmp_path / "c", EvalContext(seed=1))
+    assert evaluation.fitness is not None, evaluation.artifacts
+    assert evaluation.metrics["flops_counted_on_real_inputs"] == 1.0
+    assert evaluation.metrics["flops_memory_bound_only"] == 0.0
+    assert (
+        "t8: FLOPs real: counted on one set of real inputs" in evaluation.artifacts["measurement"]
+    )
+    assert "language: pytorch" in evaluation.artifacts["measurement"]
+    assert "returning: the inputs only" in evaluation.artifacts["language"]
+    assert fitness_module.read_candidate(tmp_path / "c").language == "pytorch"

@@ -5,6 +5,8 @@ Commands:
   calibrate             measure bandwidth and matrix rates; print and store them as JSON
   score PROBLEM DIR     score one candidate folder (with kernel.py) on one problem
   suite SOLUTIONS       score a folder of solutions over all problems (the suite score)
+  download              fetch upstream's dataset (resumes, verifies checksums)
+  stage SOLUTION OUT    write an upstream solution*.json as a candidate folder (an evolve seed)
 """
 
 from __future__ import annotations
@@ -97,6 +99,28 @@ def cmd_suite(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stage(args: argparse.Namespace) -> int:
+    from evolve.benchmarks.kernels.solution import load_solution, stage
+
+    solution = load_solution(args.solution)
+    stage(solution, Path(args.out))
+    print(
+        f"{solution.name} ({'+'.join(solution.languages)}) staged in {args.out}; editable: {', '.join(solution.sources)}"
+    )
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from evolve.benchmarks.kernels.download import download
+
+    counts = download(Path(args.out), repo=args.repo, revision=args.revision, endpoint=args.endpoint,
+                      include=args.include)  # fmt: skip
+    print(
+        f"{counts['fetched']} file(s) fetched, {counts['kept']} already present and verified, in {args.out}"
+    )
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The argument parser (every command has --help)."""
     top = argparse.ArgumentParser(
@@ -116,6 +140,19 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("problems", help="list the problems of a dataset")
     common(p)
     p.set_defaults(fn=cmd_problems)
+    p = sub.add_parser("stage", help="write an upstream solution*.json as a candidate folder")
+    p.add_argument("solution", help="solution*.json, or a folder holding one")
+    p.add_argument("out", help="folder to write solution.json and its sources into")
+    p.set_defaults(fn=cmd_stage)
+    p = sub.add_parser(
+        "download", help="fetch upstream's dataset with resume and checksum verification"
+    )
+    p.add_argument("--out", required=True, help="folder to download into")
+    p.add_argument("--repo", default="nvidia/SOL-ExecBench", help="Hugging Face dataset repository")
+    p.add_argument("--revision", default="main")
+    p.add_argument("--endpoint", default="https://huggingface.co", help="the Hub or a mirror")
+    p.add_argument("--include", default="*", help="glob of repository paths to fetch")
+    p.set_defaults(fn=cmd_download)
     p = sub.add_parser("calibrate", help="measure bandwidth and matrix rates")
     common(p)
     p.add_argument("--quick", action="store_true", help="small sizes (smoke tests)")
@@ -126,7 +163,10 @@ def parser() -> argparse.ArgumentParser:
         common(p)
         if name == "score":
             p.add_argument("problem", help="problem name")
-            p.add_argument("candidate", help="folder holding kernel.py, or a .py file")
+            p.add_argument(
+                "candidate",
+                help="folder holding kernel.py or a solution, a .py file, or a solution*.json",
+            )
         else:
             p.add_argument(
                 "solutions", help="folder with <problem>/kernel.py or <problem>.py per problem"

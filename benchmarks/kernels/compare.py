@@ -4,6 +4,8 @@ An element passes when ``|out - ref| <= atol + rtol * |ref|`` in fp32; NaN or In
 A workload passes when every output has the exact shape and dtype, no NaN/Inf, is not all
 zero where the reference is not, has at least ``required_matched_ratio`` of its elements
 passing, and (when set) no error above ``max_error_cap`` (SOL-ExecBench ``compute_error_stats``).
+With ``allow_negative_inf`` (a workload's tolerance key, as upstream names it), -inf where
+the reference also has -inf is a match rather than a non-finite value (masked attention rows).
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> d
         return stats
     x = out.detach().to(torch.float32)
     y = ref.detach().to(device=x.device, dtype=torch.float32)
+    both_neg_inf = torch.isneginf(x) & torch.isneginf(y)
+    if tolerance.allow_negative_inf:
+        x = torch.where(both_neg_inf, torch.zeros_like(x), x)
+        y = torch.where(both_neg_inf, torch.zeros_like(y), y)
+        stats["negative_inf_matched"] = int(both_neg_inf.sum().item())
     finite = torch.isfinite(x)
     stats["nonfinite"] = int((~finite).sum().item())
     stats["all_zero"] = bool(x.numel() > 0 and bool((x == 0).all().item()))

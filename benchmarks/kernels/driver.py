@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import secrets
@@ -70,28 +71,40 @@ def run_workload(
         "rounds": [],
         "audits": [],
         "timings_ms": [],
+        "timer": timing.resolve_timer(job.get("timer", "events"), device),
     }
 
     def reference_outputs(inputs_seed: int) -> list[torch.Tensor]:
         with torch.no_grad():
             return maker.normalize(reference.run(*maker.make(inputs_seed)))
 
-    def call_checked(args: list[Any], when: str) -> None:
+    dps = bool(job.get("entry", {}).get("dps", True))
+
+    def arguments(inputs_seed: int) -> list[Any]:
+        """The call's arguments: inputs, then (destination-passing) fresh NaN-filled outputs."""
+        made = maker.make(inputs_seed)
+        return [*made, *maker.allocate()] if dps else made
+
+    def outputs_of(args: list[Any], returned: Any) -> list[torch.Tensor]:
+        return list(args[n_in:]) if dps else maker.normalize(returned)
+
+    def call_checked(args: list[Any], when: str) -> list[torch.Tensor]:
         facts = guards.TensorFacts(args[n_in:])
         with torch.no_grad():
-            candidate(*args)
+            returned = candidate(*args)
         timing.synchronize(device)
         facts.check(when)
         snapshot.check(when)
         blocker.check(when)
+        return outputs_of(args, returned)
 
     threads = None
     for r in range(int(job["rounds"])):
         round_seed = inputs.derive_seed(seed, workload.uuid, "round", r)
         ref = reference_outputs(round_seed)
-        args = [*maker.make(round_seed), *maker.allocate()]
+        args = arguments(round_seed)
         try:
-            call_checked(args, f"correctness round {r}")
+            outs = call_checked(args, f"correctness round {r}")
         except guards.CheatDetected:
             raise
         except Exception as exc:  # the candidate crashed: an error, not a cheat
@@ -105,37 +118,48 @@ def run_workload(
             threads = (
                 guards.thread_count()
             )  # after the first call: JIT compilers may start threads once
-        stats = [
-            compare.error_stats(o, ref_o, tol) for o, ref_o in zip(args[n_in:], ref, strict=True)
-        ]
+        stats = [compare.error_stats(o, ref_o, tol) for o, ref_o in zip(outs, ref, strict=True)]
         result["rounds"].append(stats)
         reason = _outputs_fail(stats, tol)
         if reason:
             result.update(status="incorrect", message=f"round {r}: {reason}")
             return result
-        del args, ref
+        del args, ref, outs
 
     first_kernels = guards.kernel_signature(
-        candidate,
-        [*maker.make(inputs.derive_seed(seed, workload.uuid, "profile")), *maker.allocate()],
-        device,
+        candidate, arguments(inputs.derive_seed(seed, workload.uuid, "profile")), device
     )
     iters = int(job["iters"])
     witness_dir = Path(job["witness_dir"]) if job.get("witness_dir") else None
+    warmup = int(job["warmup"])
+    returned: dict[str, Any] = {}  # the last timed call's return value (non-DPS calls)
     for rep in range(int(job["repeats"])):
         chosen = sorted(secrets.SystemRandom().sample(range(iters), min(iters, int(job["audits"]))))
         witness_at = chosen[0] if (rep == 0 and chosen) else None
-        profile_at = chosen[-1] if chosen else None
+        # The torch profiler and a CUPTI timing window cannot both subscribe to CUPTI: under the
+        # CUPTI timer the kernel set is profiled before and after the loop only.
+        cupti = timing.resolve_timer(job.get("timer", "events"), device) == "cupti"
+        profile_at = chosen[-1] if chosen and not cupti else None
 
         facts_at: dict[int, Any] = {}
+        shifted = None
+        if job.get("inputs", "shifted") == "shifted":  # upstream: same values, new address per call
+            base_seed = inputs.derive_seed(seed, workload.uuid, "timed", rep)
+            shifted = tools["pool"].ShiftedInputs(maker.make(base_seed), warmup + iters)
+
+        def inputs_seed_of(i: int, rep: int = rep, shifted: Any = shifted) -> int:
+            if shifted is not None:
+                return inputs.derive_seed(seed, workload.uuid, "timed", rep)
+            return inputs.derive_seed(seed, workload.uuid, "timed", rep, i)
 
         def setup(
-            i: int, rep: int = rep, chosen: Any = chosen, facts_at: Any = facts_at
+            i: int, chosen: Any = chosen, facts_at: Any = facts_at, shifted: Any = shifted
         ) -> list[Any]:
-            args = [
-                *maker.make(inputs.derive_seed(seed, workload.uuid, "timed", rep, i)),
-                *maker.allocate(),
-            ]
+            if shifted is not None:  # warm-up calls are i = -1, -2, ...: positions 0..warmup-1
+                made = shifted.get(warmup + i if i >= 0 else -1 - i)
+                args = [*made, *maker.allocate()] if dps else made
+            else:
+                args = arguments(inputs_seed_of(i))
             if i in chosen:
                 facts_at[i] = guards.TensorFacts(args[n_in:])
             return args
@@ -143,8 +167,8 @@ def run_workload(
         def audit(i: int, args: Any, rep: int = rep, witness_at: Any = witness_at, profile_at: Any = profile_at,
                   facts_at: Any = facts_at) -> None:  # fmt: skip
             facts_at.pop(i).check(f"timed call {i}")
-            outs = [o.detach().clone() for o in args[n_in:]]
-            inputs_seed = inputs.derive_seed(seed, workload.uuid, "timed", rep, i)
+            outs = [o.detach().clone() for o in outputs_of(args, returned.get("value"))]
+            inputs_seed = inputs_seed_of(i)
             stats = [
                 compare.error_stats(o, r_o, tol)
                 for o, r_o in zip(outs, reference_outputs(inputs_seed), strict=True)
@@ -160,10 +184,7 @@ def run_workload(
                 torch.save({"seed": inputs_seed, "outputs": [o.cpu() for o in outs]}, path)
                 result["witness"] = {"seed": inputs_seed, "file": str(path)}
             if i == profile_at:
-                extra = [
-                    *maker.make(inputs.derive_seed(seed, workload.uuid, "profile", rep, i)),
-                    *maker.allocate(),
-                ]
+                extra = arguments(inputs.derive_seed(seed, workload.uuid, "profile", rep, i))
                 guards.check_same_kernels(
                     first_kernels,
                     guards.kernel_signature(candidate, extra, device),
@@ -171,7 +192,7 @@ def run_workload(
                 )
 
         def timed(*args: Any) -> None:
-            candidate(*args)
+            returned["value"] = candidate(*args)  # kept for the audit of a returning (non-DPS) call
 
         with torch.no_grad():
             result["timings_ms"].append(
@@ -179,26 +200,30 @@ def run_workload(
                     timed,
                     setup,
                     device=device,
-                    warmup=int(job["warmup"]),
+                    warmup=warmup,
                     iters=iters,
+                    method=job.get("timer", "events"),
                     flush_l2=bool(job.get("flush_l2", True)),
                     audit_at=chosen,
                     audit=audit,
                 )  # fmt: skip
             )
+        result["timer"] = timing.last_timer()
         snapshot.check(f"timing repeat {rep}")
         blocker.check(f"timing repeat {rep}")
         if threads is not None:
             guards.check_threads(threads, f"timing repeat {rep}")
     last = guards.kernel_signature(
-        candidate,
-        [
-            *maker.make(inputs.derive_seed(seed, workload.uuid, "profile", "last")),
-            *maker.allocate(),
-        ],
-        device,
+        candidate, arguments(inputs.derive_seed(seed, workload.uuid, "profile", "last")), device
     )
-    guards.check_same_kernels(first_kernels, last, "after timing")
+    if any(k.startswith("(profiler unavailable") for k in last) and result["timer"].startswith(
+        "cupti"
+    ):
+        result["kernels_check"] = (
+            "after timing: skipped, the torch profiler did not start again after CUPTI timing"
+        )
+    else:
+        guards.check_same_kernels(first_kernels, last, "after timing")
     result["kernels"] = first_kernels
     return result
 
@@ -218,6 +243,22 @@ def _settle_lazy_imports(device: str, candidate_source: str) -> None:
             import triton.language  # noqa: F401
 
 
+def _load_entry(entry: dict[str, Any]) -> Any:
+    """The candidate's function: from its Python file, or from the extension the harness built."""
+    if (
+        "so" in entry
+    ):  # a C++ solution: the harness compiled it; the path is the harness's, not the candidate's
+        spec = importlib.util.spec_from_file_location(entry["module"], entry["so"])
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        sys.path.insert(0, str(Path.cwd()))
+        name = entry["file"].removesuffix(".py").replace("/", ".")
+        module = importlib.import_module(name)
+    return getattr(module, entry["function"], None)
+
+
 def main() -> int:
     """Entry point: read the job, prepare, import the candidate, measure, print one result line."""
     real_stdout = os.fdopen(os.dup(1), "w")
@@ -231,13 +272,15 @@ def main() -> int:
 
     try:
         import torch
-        from evolve.benchmarks.kernels import compare, guards, inputs, spec, timing
+        from evolve.benchmarks.kernels import compare, guards, inputs, pool, spec, timing
 
         problem = spec.load_problem(job["problem_dir"])
         harness_dir = Path(job["harness_dir"])
         reference = inputs.load_reference(problem.definition, harness_dir)
-        source = Path.cwd() / f"{job.get('module', 'kernel')}.py"
-        _settle_lazy_imports(job["device"], source.read_text() if source.is_file() else "")
+        entry = job.get("entry") or {"file": "kernel.py", "function": "run", "dps": True}
+        source = Path.cwd() / entry["file"]
+        python_entry = "so" not in entry and source.suffix == ".py" and source.is_file()
+        _settle_lazy_imports(job["device"], source.read_text() if python_entry else "")
         if job["device"].startswith("cuda") and not torch.cuda.is_available():
             emit({"fatal": "the job asks for a CUDA device but torch sees none in the sandbox"})
             return 0
@@ -246,7 +289,7 @@ def main() -> int:
                 ("driver", sys.modules[__name__], n)
                 for n in ("run_workload", "_outputs_fail", "main")
             ]
-            + [("timing", timing, n) for n in ("measure", "synchronize")]
+            + [("timing", timing, n) for n in ("measure", "synchronize", "last_timer")]
             + [("compare", compare, n) for n in ("error_stats", "verdict")]
             + [
                 ("inputs.InputMaker", inputs.InputMaker, n)
@@ -267,18 +310,12 @@ def main() -> int:
         )
         return 0
 
-    tools = {"compare": compare, "guards": guards, "inputs": inputs, "timing": timing,
+    tools = {"compare": compare, "guards": guards, "inputs": inputs, "timing": timing, "pool": pool,
              "snapshot": snapshot, "blocker": blocker, "reference": reference}  # fmt: skip
     try:
-        sys.path.insert(0, str(Path.cwd()))
-        module = importlib.import_module(job.get("module", "kernel"))
-        candidate = getattr(module, "run", None)
+        candidate = _load_entry(entry)
         if not callable(candidate):
-            emit(
-                {
-                    "error": f"{job.get('module', 'kernel')}.py defines no callable run(*inputs, *outputs)"
-                }
-            )
+            emit({"error": f"{entry['file']} defines no callable {entry['function']}()"})
             return 0
         snapshot.check("after import")
         blocker.check("after import")

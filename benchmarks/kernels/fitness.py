@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.benchmarks.kernels.harness import Harness, Report, Settings
-from evolve.benchmarks.kernels.spec import Problem, find_problem
+from evolve.benchmarks.kernels.solution import read_candidate
+from evolve.benchmarks.kernels.spec import Problem, SpecError, find_problem
 
 from evolve.fitness import EvalContext
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
@@ -41,6 +42,20 @@ def resolve_device(device: str = "auto") -> str:
         "build of torch and triton (pip install 'evolve[gpu]'); for tests only, TRITON_INTERPRET=1 runs Triton "
         "kernels on the CPU interpreter (timings are then meaningless)."
     )
+
+
+def absolute(path: str) -> Path:
+    """A user's path made absolute against the directory evolve was started in (Hydra's
+    original cwd when Hydra changed it), so the sandboxed processes find it from their own."""
+    candidate = Path(path).expanduser()
+    if candidate.is_absolute():
+        return candidate
+    try:
+        from hydra.utils import get_original_cwd
+
+        return Path(get_original_cwd()) / candidate
+    except (ImportError, ValueError):  # not inside a Hydra run
+        return candidate.resolve()
 
 
 def problem_statement(problem: Problem) -> str:
@@ -83,6 +98,10 @@ class KernelFitness:
         workloads: optional subset of workload uuids.
         allow_above_sol: keep a score above 1 (else the evaluation is rejected as a measurement fault).
         timeout_s: wall-clock limit of the candidate's process.
+        score_mode: "local" (T_b and T_SOL measured here) or "published" (upstream's published
+            per-workload times; comparable only on the hardware they were measured on).
+        inputs: "shifted" (upstream: the same values at a new address per timed call) or "fresh".
+        timer: "cupti" (upstream's default; CUDA events when cupti-python is missing) or "events".
     """
 
     def __init__(
@@ -102,14 +121,34 @@ class KernelFitness:
         allow_above_sol: bool = False,
         timeout_s: float = 900.0,
         quick_calibration: bool = False,
+        score_mode: str = "local",
+        inputs: str = "shifted",
+        timer: str = "cupti",
     ) -> None:
+        if score_mode not in ("local", "published"):
+            raise EvolveError(
+                f"kernels: score_mode must be 'local' or 'published', got {score_mode!r}"
+            )
+        if inputs not in ("shifted", "fresh") or timer not in ("cupti", "events"):
+            raise EvolveError(
+                "kernels: inputs must be 'shifted' or 'fresh', timer 'cupti' or 'events'"
+            )
+        self.score_mode = score_mode
         if baseline not in ("compile", "eager"):
             raise EvolveError(f"kernels: baseline must be 'compile' or 'eager', got {baseline!r}")
-        self.problem = find_problem(dataset or SUITE, problem)
+        self.problem = find_problem(absolute(dataset) if dataset else SUITE, problem)
         self.settings = Settings(
             device=resolve_device(device), rounds=rounds, warmup=warmup, iters=iters, repeats=repeats, audits=audits,
             baseline=baseline, workloads=tuple(workloads), timeout_s=timeout_s, quick_calibration=quick_calibration,
+            inputs=inputs, timer=timer,
         )  # fmt: skip
+        missing = [w.uuid for w in self.problem.workloads if w.uuid not in self.problem.published]
+        if score_mode == "published" and missing:
+            raise EvolveError(
+                f"kernels: score_mode=published, but {self.problem.name} has no published times for workloads "
+                f"{missing[:5]} (published.json beside definition.json, or a 'published' object per workload line); "
+                "use score_mode=local"
+            )
         self.calibration = json.loads(Path(calibration).read_text()) if calibration else None
         self.allow_above_sol = allow_above_sol
         self.objective = Objective(name="sol_score", direction=Direction.MAXIMIZE)
@@ -145,9 +184,24 @@ class KernelFitness:
                 value = getattr(row, key)
                 if value is not None:
                     metrics[f"{row.uuid}/{key}"] = value
-        artifacts = {"results": report.table(), "problem": problem_statement(self.problem)}
+        metrics["cupti_timing"] = 1.0 if report.timer == "cupti" else 0.0
+        methods = [r.flops_method for r in report.rows]
+        metrics["flops_counted_on_real_inputs"] = float(sum(m.startswith("real") for m in methods))
+        metrics["flops_memory_bound_only"] = float(sum(m.startswith("none") for m in methods))
+        if report.published_score is not None:
+            metrics["published_score"] = report.published_score
+        notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]
+        notes += [f"{r.uuid}: FLOPs {r.flops_method}" for r in report.rows if r.flops_method]
+        artifacts = {"results": report.table(), "problem": problem_statement(self.problem),
+                     "measurement": "\n".join(notes)}  # fmt: skip
         if report.output:
             artifacts["output"] = report.output
+        try:
+            solution = read_candidate(workdir)
+        except SpecError:  # the harness has already reported what is wrong with it
+            solution = None
+        if solution is not None:
+            artifacts["language"] = solution.rules()
         status = _STATUS.get(report.status, EvalStatus.ERROR)
         flagged = [r.uuid for r in report.rows if r.flagged]
         if status == EvalStatus.OK and flagged and not self.allow_above_sol:
@@ -156,16 +210,16 @@ class KernelFitness:
         if status != EvalStatus.OK:
             artifacts["error"] = report.message or report.status
             return Evaluation(status=status, metrics=metrics, artifacts=artifacts)
-        kernel_text = (
-            (workdir / "kernel.py").read_text() if (workdir / "kernel.py").is_file() else ""
-        )
+        files = list(solution.sources) if solution else ["kernel.py"]
+        kernel_text = "\n".join((workdir / f).read_text() for f in files if (workdir / f).is_file())
         descriptors = {
             "kernels_launched": float(sum(report.kernels.values()) or 1),
             "code_lines": float(sum(1 for line in kernel_text.splitlines() if line.strip())),
         }
+        fitness = report.published_score if self.score_mode == "published" else report.score
         return Evaluation(
             status=status,
-            fitness=report.score,
+            fitness=fitness,
             metrics=metrics,
             descriptors=descriptors,
             artifacts=artifacts,

@@ -12,6 +12,12 @@ out over the given GPUs; a problem not started within the time budget is reporte
 skipped. Results go to $OUT (or --out): results.json, results.md, log.txt.
 ``--tiny`` shrinks every axis to at most 64 so the whole path runs on a CPU (with
 TRITON_INTERPRET=1, set by ``--device cpu``); its times mean nothing.
+
+Against upstream's own files (``gpu_upstream.py``): ``--examples DIR`` scores each example
+problem with its shipped solution (every language that builds here) in both score modes
+and times the references with CUDA events and with CUPTI; ``--suite-evolve N`` then runs
+``kernels_suite`` with the built-in operators over ``--suite-problems`` (aggregate
+before/after); ``--no-suite-table`` skips the per-problem tables of our own suite.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import time
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from evolve.harness.gpus import chosen
 
 SEEDS = {
     "rmsnorm": "rmsnorm_triton",
@@ -119,7 +127,8 @@ def run_evolve(
 ) -> dict[str, Any]:
     """An evolve run on rmsnorm from our Triton seed with the built-in operators; its seed and best scores."""
     import sqlite3
-    import subprocess
+
+    from evolve.benchmarks.kernels.gpu_upstream import run_bounded
 
     run_dir = out / "evolve_rmsnorm"
     command = [sys.executable, "-m", "evolve", "benchmark=kernels_rmsnorm", f"search.max_candidates={args.evolve}",
@@ -135,16 +144,8 @@ def run_evolve(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     log(f"evolve: {' '.join(command)}")
     started = time.monotonic()
-    try:  # max_wall_s stops new proposals; the evaluations in flight then finish (about 30 s each on a GPU)
-        proc = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=args.evolve_minutes * 60 + 240
-        )
-        returncode, output = proc.returncode, proc.stdout + "\n" + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        returncode, output = (
-            None,
-            f"timed out after {exc.timeout:.0f} s\n{exc.stdout or ''}\n{exc.stderr or ''}",
-        )
+    # max_wall_s stops new proposals; the evaluations in flight then finish (about 30 s each on a GPU)
+    returncode, output = run_bounded(command, env, args.evolve_minutes * 60 + 240)
     (out / "evolve_log.txt").write_text(output)
     result: dict[str, Any] = {
         "command": " ".join(command),
@@ -232,6 +233,37 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def upstream_phase(
+    args: Any, full: dict, settings: Any, calibration: dict, env: dict, out: Path, log: Any
+) -> None:
+    """Upstream's examples with their own solutions, events vs CUPTI, and a suite evolve run."""
+    from dataclasses import replace
+
+    from evolve.benchmarks.kernels import gpu_upstream
+
+    if args.examples:
+        examples = Path(args.examples).resolve()
+        quick = replace(settings, rounds=min(settings.rounds, 3), repeats=1)
+        full["examples"] = gpu_upstream.score_examples(
+            examples, quick, calibration, env, log, args.example_workloads
+        )
+        try:
+            full["timers"] = gpu_upstream.compare_timers(examples, settings, env)
+        except Exception as exc:  # the table is still written without it
+            full["timers"] = []
+            log(f"timers FAILED: {exc}")
+    if args.suite_evolve:
+        problems = [p for p in args.suite_problems.split(",") if p]
+        run_env = {**os.environ, **env}
+        full["suite_evolve"] = gpu_upstream.run_suite_evolve(problems, args.suite_evolve, args.suite_minutes, out,
+                                                             out / "calibration.json", run_env, log)  # fmt: skip
+    text = gpu_upstream.markdown(
+        full.get("examples", []), full.get("timers", []), full.get("suite_evolve")
+    )
+    (out / "upstream.md").write_text(text)
+    print(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run everything; print the Markdown table; write results into $OUT."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -270,6 +302,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--evolve-minutes", type=float, default=5.0, help="wall-clock cap of that evolve run"
     )
+    parser.add_argument(
+        "--examples", help="folder of upstream example problems, each with a solution_*.json"
+    )
+    parser.add_argument(
+        "--example-workloads", type=int, default=1, help="workloads scored per example"
+    )
+    parser.add_argument(
+        "--suite-evolve",
+        type=int,
+        default=0,
+        metavar="N",
+        help="kernels_suite evolve run of N candidates",
+    )
+    parser.add_argument("--suite-problems", default="add_rmsnorm,cross_entropy,fp8_quant_token,layernorm,rmsnorm,"
+                        "rotary_embedding,silu_and_mul,softmax", help="problems of that suite run")  # fmt: skip
+    parser.add_argument(
+        "--suite-minutes", type=float, default=4.0, help="wall-clock cap of the suite run"
+    )
+    parser.add_argument(
+        "--no-suite-table", action="store_true", help="skip our suite's baseline and seed tables"
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
@@ -291,14 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         dataset = shrink_dataset(dataset, tmp / "tiny")
     names = sorted(problem_dirs(dataset))
-    if args.problems:
+    if args.no_suite_table:
+        names = names[:1]  # the calibration needs one problem; no tables for ours
+    elif args.problems:
         names = [n for n in names if n in args.problems.split(",")]
     elif args.smoke:
         names = [n for n in names if n in SMOKE_PROBLEMS]
-    gpus = [g for g in args.gpus.split(",") if g] if device == "cuda" else [None]
-    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-    if visible and device == "cuda":  # --gpus indexes the GPUs this process may use
-        gpus = [visible[int(g)] for g in gpus]
+    # --gpus indexes the GPUs this process may use (the harness layer's placement)
+    gpus: list[str | None] = list(chosen(args.gpus)) if device == "cuda" else [None]
     small = args.smoke or device == "cpu"
     settings = Settings(device=device, rounds=2 if small else 10, warmup=2 if small else 10, iters=10 if small else 50,
                         repeats=2 if small else args.repeats, baseline="eager" if device == "cpu" else "compile",
@@ -360,9 +413,9 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     threads = [threading.Thread(target=baseline_worker, args=(g,)) for g in gpus]
-    for t in threads:
+    for t in threads if not args.no_suite_table else ():
         t.start()
-    for t in threads:
+    for t in threads if not args.no_suite_table else ():
         t.join()
 
     # Phase 2: our Triton seeds through the full harness (correctness, audits, witness, repeats).
@@ -422,7 +475,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / "results.md").write_text(text)
         return text
 
+    if args.no_suite_table:
+        full["problems"] = []
     write()  # written before the evolve phase too, so a cut-off run still leaves its results
+    if args.examples or args.suite_evolve:
+        upstream_phase(args, full, settings, calibration, first_env, out, log)
+        write()
     if args.evolve:
         full["evolve"] = run_evolve(args, out, dataset, gpus, device, log)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -431,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         p["problem"]
         for p in full["problems"]
         if "error" in p or (p.get("seed") or {}).get("status", "ok") != "ok"
-    ]
+    ] + [e["folder"] for e in full.get("examples", []) if e["status"] != "ok"]
     log(f"done in {full['seconds']:.0f} s; failed: {failed or 'none'}")
     return 1 if failed else 0
 

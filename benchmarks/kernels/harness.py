@@ -16,11 +16,16 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
+from evolve.benchmarks.kernels.process import harness_json
+from evolve.benchmarks.kernels.report import Report, WorkloadRow
+
+__all__ = ["Harness", "Report", "Settings", "WorkloadRow", "referee_call"]
 from evolve.benchmarks.kernels.roofline import sol_ms
 from evolve.benchmarks.kernels.score import (
     above_sol,
@@ -28,14 +33,14 @@ from evolve.benchmarks.kernels.score import (
     problem_score,
     sol_score,
 )
-from evolve.benchmarks.kernels.spec import Problem
+from evolve.benchmarks.kernels.solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
+from evolve.benchmarks.kernels.spec import Problem, SpecError
 
 from evolve.fitness import Limits, Policy, Result, run_sandboxed
 
 DRIVER = "evolve.benchmarks.kernels.driver"
 REFEREE = "evolve.benchmarks.kernels.referee"
 DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
-REFEREE_TAG = "EVOLVE_KERNELS_REFEREE "
 _CACHE: dict[str, Any] = {}  # per process: calibration and baselines, measured once
 
 
@@ -55,61 +60,25 @@ class Settings:
     referee_timeout_s: float = 1800.0
     quick_calibration: bool = False
     workloads: tuple[str, ...] = ()
-    module: str = "kernel"
+    inputs: str = (
+        "shifted"  # timed calls: upstream's same values at shifted addresses, or "fresh" per call
+    )
+    timer: str = (
+        "cupti"  # upstream's default; CUDA events where cupti-python is missing (the report says)
+    )
+    build_timeout_s: float = 600.0
+    build_cache: str | None = None  # default build.default_cache()
 
 
-@dataclass(kw_only=True)
-class WorkloadRow:
-    """One workload's measurements and score (times in ms)."""
+def _importable(module: str | None) -> bool:
+    if module is None:
+        return True
+    import importlib.util
 
-    uuid: str
-    status: str = "ok"
-    message: str = ""
-    kernel_ms: float | None = None
-    reference_ms: float | None = None
-    baseline_ms: float | None = None
-    sol_ms: float | None = None
-    memory_ms: float | None = None
-    compute_ms: float | None = None
-    score: float | None = None
-    cv: float | None = None
-    repeat_medians: list[float] = field(default_factory=list)
-    flagged: bool = False
-
-
-@dataclass(kw_only=True)
-class Report:
-    """A candidate's result on one problem: status (ok, invalid, error, cheat), rows, score."""
-
-    problem: str
-    status: str = "ok"
-    message: str = ""
-    rows: list[WorkloadRow] = field(default_factory=list)
-    score: float = 0.0
-    kernels: dict[str, int] = field(default_factory=dict)
-    output: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def table(self) -> str:
-        """A plain-text table of the rows, for feedback to operators and logs."""
-        lines = [
-            f"problem {self.problem}: status {self.status}, score {self.score:.4f} {self.message}".rstrip()
-        ]
-        lines.append(
-            f"{'workload':<24} {'status':<9} {'T_k ms':>9} {'T_b ms':>9} {'T_SOL ms':>9} {'score':>7}"
-        )
-        for r in self.rows:
-            cells = [_fmt(r.kernel_ms), _fmt(r.baseline_ms), _fmt(r.sol_ms), _fmt(r.score, 4)]
-            lines.append(
-                f"{r.uuid[:24]:<24} {r.status:<9} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7}  {r.message}".rstrip()
-            )
-        return "\n".join(lines)
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _median(values: list[float]) -> float:
@@ -146,8 +115,8 @@ def referee_call(
         for _attempt in range(
             2
         ):  # harness code only: safe to retry once if killed from outside (OOM killer)
-            payload, result = sandboxed_json(REFEREE, job, cwd=harness_dir, timeout_s=settings.referee_timeout_s, env=env,
-                                             tag=REFEREE_TAG, gpu=settings.device.startswith("cuda"))  # fmt: skip
+            payload, result = harness_json(REFEREE, job, cwd=harness_dir, timeout_s=settings.referee_timeout_s,
+                                           env=env, gpu=settings.device.startswith("cuda"))  # fmt: skip
             if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
                 break
     finally:
@@ -206,18 +175,56 @@ class Harness:
         if self.fixed_baselines:
             return self.fixed_baselines
         s = self.settings
-        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{self._selected()}"
+        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{s.inputs}|{s.timer}|{self._selected()}"
         if key not in _CACHE:
             job = {"task": "baseline", "workloads": self._selected(), "warmup": s.warmup, "iters": s.iters,
-                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats}  # fmt: skip
+                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
             _CACHE[key] = self._referee(job, env)["workloads"]
         return _CACHE[key]
 
+    def entry(self, workdir: Path, report: Report, env: Mapping[str, str]) -> dict[str, Any] | None:
+        """What the driver calls: kernel.py's run, a solution's Python entry, or the extension
+        the harness builds from a C++ solution (None, with the report filled in, when that fails)."""
+        try:
+            solution = read_candidate(workdir)
+        except SpecError as exc:
+            report.status, report.message = "error", str(exc)
+            return None
+        if solution is None:
+            return {"file": "kernel.py", "function": "run", "dps": True}
+        report.language = "+".join(solution.languages)
+        entry = {
+            "file": solution.entry_file,
+            "function": solution.entry_function,
+            "dps": solution.destination_passing,
+        }
+        if not solution.compiled:
+            missing = [
+                lang for lang in solution.languages if not _importable(LANGUAGE_MODULES.get(lang))
+            ]
+            if missing:
+                report.status = "error"
+                report.message = (f"{missing[0]} needs the Python package providing {LANGUAGE_MODULES[missing[0]]!r}, "
+                                  f"which this machine lacks (pip install {LANGUAGE_PACKAGES[missing[0]]})")  # fmt: skip
+                return None
+            return entry
+        try:
+            built = build(solution, cache=Path(self.settings.build_cache) if self.settings.build_cache else None,
+                          timeout_s=self.settings.build_timeout_s, env=dict(env))  # fmt: skip
+        except BuildError as exc:
+            report.status, report.message = "error", f"build failed: {exc}"
+            return None
+        report.build = {"key": built.key, "cached": built.cached, "seconds": built.seconds}
+        return {**entry, "so": built.path, "module": built.module}
+
     def evaluate(self, workdir: Path, *, seed: int, env: Mapping[str, str]) -> Report:
-        """Measure the candidate in ``workdir`` (its module ``settings.module``) and score it."""
+        """Measure the candidate in ``workdir`` (kernel.py or a solution.json) and score it."""
         report = Report(problem=self.problem.name)
         calibration = self.calibration(env)
         baselines = self.baselines(env)
+        entry = self.entry(workdir, report, env)
+        if entry is None:
+            return report
         scratch = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
         try:
             witness_dir = scratch / "witness"
@@ -228,7 +235,7 @@ class Harness:
             job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
                    "device": s.device, "seed": seed, "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
                    "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
-                   "module": s.module}  # fmt: skip
+                   "entry": entry, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
             raw, result = sandboxed_json(DRIVER, job, cwd=workdir, timeout_s=s.timeout_s, env=env, tag=DRIVER_TAG,
                                          gpu=s.device.startswith("cuda"), writable=(witness_dir, harness_dir))  # fmt: skip
             report.output = result.tail(4000)
@@ -286,6 +293,7 @@ class Harness:
                 if base.get("baseline_ms")
                 else row.reference_ms
             )
+            row.flops_method = base.get("flops_method", "")
             sol = sol_ms(base["bytes"], base.get("flops", {}), calibration)
             row.sol_ms, row.memory_ms, row.compute_ms = (
                 sol["sol_ms"],
@@ -310,12 +318,27 @@ class Harness:
                 continue
             row.repeat_medians = [_median(t) for t in got["timings_ms"]]
             row.kernel_ms = _median(row.repeat_medians)
+            report.timer = got.get("timer", "")
             row.cv = coefficient_of_variation(row.repeat_medians)
             row.score = sol_score(row.kernel_ms, row.baseline_ms, row.sol_ms)
+            published = self.problem.published.get(uuid)
+            if published:
+                row.published_baseline_ms, row.published_sol_ms = (
+                    published["baseline_ms"],
+                    published["sol_ms"],
+                )
+                row.published_score = sol_score(
+                    row.kernel_ms, row.published_baseline_ms, row.published_sol_ms
+                )
             row.flagged = above_sol(row.score)
             report.kernels = got.get("kernels", {})
         failed = [r for r in report.rows if r.status != "ok"]
         report.score = problem_score([r.score if r.status == "ok" else None for r in report.rows])
+        if report.rows and all(uuid in self.problem.published for uuid in self._selected()):
+            report.published_hardware = self.problem.published_hardware
+            report.published_score = problem_score(
+                [r.published_score if r.status == "ok" else None for r in report.rows]
+            )
         if any(r.status == "cheat" for r in failed):
             report.status, report.message = (
                 "cheat",

@@ -3,7 +3,10 @@
 Inputs are a pure function of (workload, seed, device): the candidate's process and the
 harness's own checking process draw the same values, so the harness can re-create the
 inputs of any call it audits. Random tensors follow SOL-ExecBench's ``gen_inputs``:
-normal floats, fp8 from a normal clamped to [-2, 2], integers uniform in a small range.
+upstream's name-based rules first (``heuristics.py``: weights scaled by 1/sqrt(fan_in),
+norm weights of one, rotary tables, masks...), else normal floats, fp8 from a normal
+clamped to [-2, 2], fp4 (``float4_e2m1fn_x2``) a normal rounded to the nearest E2M1 value
+and packed two to a byte along the last dimension, integers uniform in a small range.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from evolve.benchmarks.kernels import heuristics
 from evolve.benchmarks.kernels.spec import Definition, Problem, SpecError, TensorSpec, Workload
 
 _MANUAL_SEED = torch.manual_seed  # captured before any candidate runs
@@ -36,8 +40,9 @@ _SAFETENSORS_DTYPES = {
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a SOL-ExecBench dtype name ('float4_e2m1' is stored packed in uint8)."""
-    alias = {"float4_e2m1": "uint8"}.get(name, name)
+    """The torch dtype of a SOL-ExecBench dtype name ('float4_e2m1' means the packed
+    ``float4_e2m1fn_x2``, as upstream's ``dtype_str_to_torch_dtype`` maps it)."""
+    alias = {"float4_e2m1": "float4_e2m1fn_x2"}.get(name, name)
     dtype = getattr(torch, alias, None)
     if not isinstance(dtype, torch.dtype):
         raise SpecError(f"dtype {name!r} is not available in torch {torch.__version__}")
@@ -109,11 +114,47 @@ def load_reference(definition: Definition, directory: Path) -> ModuleType:
     return module
 
 
+_FP4_GRID = (
+    0.0,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    4.0,
+    6.0,
+)  # E2M1 magnitudes, codes 0..7; bit 3 is the sign
+
+
+def pack_fp4(values: torch.Tensor) -> torch.Tensor:
+    """Round to the nearest E2M1 value and pack pairs along the last dim (low nibble first)."""
+    grid = torch.tensor(_FP4_GRID, device=values.device)
+    codes = (values.abs().unsqueeze(-1) - grid).abs().argmin(-1).to(torch.uint8)
+    codes = codes + (values < 0).to(torch.uint8) * 8
+    packed = codes[..., ::2] + codes[..., 1::2] * 16
+    return packed.view(torch.float4_e2m1fn_x2)
+
+
+def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
+    """The float32 values of packed E2M1 pairs (last dim doubled)."""
+    raw = packed.view(torch.uint8)
+    codes = torch.stack((raw & 15, raw >> 4), dim=-1).flatten(-2).long()
+    grid = torch.tensor(_FP4_GRID, device=packed.device)
+    return grid[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
+
+
 def _random(
-    spec: TensorSpec, shape: tuple[int, ...] | None, device: torch.device, gen: torch.Generator
-) -> Any:
+    spec: TensorSpec, shape: tuple[int, ...] | None, device: torch.device, gen: torch.Generator,
+    sampling: bool = False,
+) -> Any:  # fmt: skip
     dtype = torch_dtype(spec.dtype)
     size = () if shape is None else shape
+    if shape is not None:
+        made = heuristics.generate(spec.name, shape, dtype, device, gen, spec.description)
+        if made is not None:
+            return made
+    if dtype == getattr(torch, "float4_e2m1fn_x2", None):
+        return pack_fp4(torch.randn(size, dtype=torch.float32, device=device, generator=gen))
     if dtype.is_floating_point and dtype.itemsize >= 2:
         value = torch.randn(size, dtype=dtype, device=device, generator=gen)
     elif dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
@@ -127,6 +168,8 @@ def _random(
     else:
         low, high = _INT_RANGES.get(spec.dtype, (0, 16))
         value = torch.randint(low, high, size, dtype=dtype, device=device, generator=gen)
+    if sampling and spec.name == "probs":  # upstream: a sampling problem's probs are a softmax
+        value = torch.softmax(value, dim=-1)
     return value.item() if shape is None else value
 
 
@@ -212,9 +255,9 @@ class InputMaker:
             elif src.kind == "safetensors":
                 values.append(self.files[name].to(self.device, copy=True))
             else:
-                values.append(
-                    _random(spec, self.definition.shape(spec, self.axes), self.device, gen)
-                )
+                shape = self.definition.shape(spec, self.axes)
+                sampling = self.definition.op_type == "sampling"
+                values.append(_random(spec, shape, self.device, gen, sampling))
         return values
 
     def output_shapes(self) -> list[tuple[tuple[int, ...], torch.dtype]]:

@@ -1,25 +1,25 @@
 """The harness's own GPU process (no candidate code): calibration, baselines, roofline, witness checks.
 
-Run through ``run_sandboxed`` as ``python -m evolve.benchmarks.kernels.referee`` with a
-job (JSON) on stdin; prints one JSON line prefixed by ``RESULT_TAG``. Tasks:
+Run through ``run_sandboxed`` as ``python -P -m evolve.benchmarks.kernels.referee``; it talks
+the harness layer's protocol (``evolve.harness.protocol``: the job with a nonce on stdin, the
+verdict as the JSON line carrying it). Tasks:
 
 - ``calibrate``: the machine's bandwidth and matrix rates;
 - ``baseline``: per workload, timings of the reference in eager mode and under
   ``torch.compile`` (the baseline T_b), its unavoidable bytes and its matrix FLOPs;
+- ``timers``: the reference of each workload timed with CUDA events and with CUPTI;
 - ``witness``: re-create the inputs of calls the driver audited, run the reference on
   them here, and compare with the outputs the candidate's process saved.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-RESULT_TAG = "EVOLVE_KERNELS_REFEREE "
+from evolve.harness.protocol import serve_job
 
 
 def _measure_workload(
@@ -27,25 +27,32 @@ def _measure_workload(
 ) -> dict[str, Any]:
     """Bytes, FLOPs, eager and compiled timings of the reference on one workload."""
     import torch
-    from evolve.benchmarks.kernels import inputs, roofline, timing
+    from evolve.benchmarks.kernels import inputs, pool, roofline, timing
 
     device = torch.device(job["device"])
     maker = inputs.InputMaker(problem, workload, device, reference)
-    entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes(), "flops": {}}
-    try:
-        entry["flops"] = roofline.count_flops(problem, maker, reference)
-    except Exception as exc:  # a reference that cannot run on meta tensors: memory roofline only
-        entry["flops_error"] = f"{type(exc).__name__}: {exc}"
+    entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes()}
+    entry["flops"], entry["flops_method"] = roofline.flops_with_fallback(problem, maker, reference)
 
-    def setup(i: int) -> list[Any]:
-        return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))
+    if job.get("inputs", "shifted") == "shifted":  # as the candidate's timed calls (pool.py)
+        base = maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline"))
+        shifted = pool.ShiftedInputs(base, int(job["warmup"]) + int(job["iters"]))
 
-    kwargs = {"device": device, "warmup": job["warmup"], "iters": job["iters"], "flush_l2": True}
+        def setup(i: int) -> list[Any]:
+            return shifted.get(int(job["warmup"]) + i if i >= 0 else -1 - i)
+    else:
+
+        def setup(i: int) -> list[Any]:
+            return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))
+
+    kwargs = {"device": device, "warmup": job["warmup"], "iters": job["iters"], "flush_l2": True,
+              "method": job.get("timer", "events")}  # fmt: skip
     repeats = int(job.get("repeats", 1))
     with torch.no_grad():
         entry["reference_ms"] = [
             timing.measure(reference.run, setup, **kwargs) for _ in range(repeats)
         ]
+        entry["timer"] = timing.last_timer()
         if job["baseline"] == "compile":
             try:
                 if "compiled" not in state:
@@ -134,6 +141,38 @@ def _witness(job: dict[str, Any]) -> dict[str, Any]:
     return {"witness": out}
 
 
+def _timers(job: dict[str, Any]) -> dict[str, Any]:
+    """The reference of each workload timed twice on the same shifted inputs: CUDA events, then CUPTI."""
+    import torch
+    from evolve.benchmarks.kernels import inputs, pool, spec, timing
+
+    device = torch.device(job["device"])
+    rows = []
+    for item in job["problems"]:
+        problem = spec.load_problem(item)
+        reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        for workload in problem.workloads:
+            maker = inputs.InputMaker(problem, workload, device, reference)
+            shifted = pool.ShiftedInputs(maker.make(1), 2 * (job["warmup"] + job["iters"]))
+            row: dict[str, Any] = {"problem": problem.name, "uuid": workload.uuid}
+            for offset, method in ((0, "events"), (job["warmup"] + job["iters"], "cupti")):
+                row[f"{method}_timer"] = timing.resolve_timer(method, device)
+
+                def setup(i: int, offset: int = offset, shifted: Any = shifted) -> list[Any]:
+                    return shifted.get(offset + (job["warmup"] + i if i >= 0 else -1 - i))
+
+                try:
+                    with torch.no_grad():
+                        times = timing.measure(reference.run, setup, device=device, warmup=job["warmup"],
+                                               iters=job["iters"], method=method)  # fmt: skip
+                    row[f"{method}_ms"] = timing.median(times)
+                    row[f"{method}_timer"] = timing.last_timer()
+                except Exception as exc:
+                    row[f"{method}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rows.append(row)
+    return {"timers": rows}
+
+
 def _calibrate(job: dict[str, Any]) -> dict[str, Any]:
     import torch
     from evolve.benchmarks.kernels.calibrate import calibrate
@@ -141,23 +180,24 @@ def _calibrate(job: dict[str, Any]) -> dict[str, Any]:
     return {"calibration": calibrate(torch.device(job["device"]), quick=bool(job.get("quick")))}
 
 
-TASKS = {"baseline": _baseline, "witness": _witness, "calibrate": _calibrate}
+TASKS = {"baseline": _baseline, "witness": _witness, "calibrate": _calibrate, "timers": _timers}
 
 
 def main() -> int:
-    """Read the job from stdin, run its task, print the result line."""
-    real_stdout = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    job = json.loads(sys.stdin.read())
-    try:
-        payload = TASKS[job["task"]](job)
-    except Exception as exc:
-        payload = {
-            "fatal": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc()[-4000:],
-        }
-    real_stdout.write(RESULT_TAG + json.dumps(payload) + "\n")
-    real_stdout.flush()
+    """Serve one job through the harness layer's protocol (nonce'd JSON line in, verdict out)."""
+
+    def run(job: dict[str, Any]) -> dict[str, Any]:
+        try:
+            payload = TASKS[job["task"]](job)
+        except Exception as exc:
+            payload = {
+                "fatal": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-4000:],
+            }
+        print(flush=True)  # the verdict starts a line of its own, whatever a library printed before
+        return payload
+
+    serve_job(run)
     return 0
 
 

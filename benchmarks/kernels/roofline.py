@@ -6,6 +6,11 @@ each matrix op, keyed by the op's input dtype so that fp8 work meets the fp8 rat
 problem's ``sol.json`` may instead give the FLOPs as an expression over its axes. Bytes
 are the unavoidable traffic: every tensor input read once and every output written once.
 Element-wise arithmetic is not counted (it hides under memory traffic on these problems).
+
+A reference that needs values (``nonzero``, ``.item()``, ``bincount``: data-dependent
+shapes) cannot run on meta tensors; ``flops_with_fallback`` then counts on one set of real
+inputs on the harness's device, and only when that fails too leaves a memory-only bound.
+Which of the three happened is returned in words, and ends up in the report's metrics.
 """
 
 from __future__ import annotations
@@ -81,6 +86,37 @@ def count_flops(problem: Problem, maker: InputMaker, reference: Any) -> dict[str
     with counter, torch.no_grad():
         reference.run(*args)
     return {k: v for k, v in counter.flops.items() if v > 0}
+
+
+def _count_on_real_inputs(maker: InputMaker, reference: Any) -> dict[str, float]:
+    counter = _FlopCounter()
+    args = maker.make(0)
+    with counter, torch.no_grad():
+        reference.run(*args)
+    return {k: v for k, v in counter.flops.items() if v > 0}
+
+
+def flops_with_fallback(
+    problem: Problem, maker: InputMaker, reference: Any
+) -> tuple[dict[str, float], str]:
+    """Matrix FLOPs and how they were found: sol.json, meta tensors, real inputs, or none."""
+    if problem.flops:
+        return count_flops(problem, maker, reference), "sol.json"
+    try:
+        return count_flops(problem, maker, reference), "meta"
+    except Exception as exc:  # data-dependent ops cannot run without data
+        meta_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+    try:
+        flops = _count_on_real_inputs(maker, reference)
+    except Exception as exc:
+        return {}, (
+            f"none: meta tensors failed ({meta_error}) and real inputs failed "
+            f"({type(exc).__name__}: {str(exc)[:200]}); T_SOL is the memory bound only"
+        )
+    return (
+        flops,
+        f"real: counted on one set of real inputs on {maker.device} (meta tensors failed: {meta_error})",
+    )
 
 
 def sol_ms(

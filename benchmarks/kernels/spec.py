@@ -14,15 +14,16 @@ Field names follow NVIDIA/SOL-ExecBench ``docs/definition.md`` and ``docs/worklo
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.types import EvolveError
+from evolve.benchmarks.kernels.expressions import SpecError, evaluate_expression
+from evolve.benchmarks.kernels.published import load_published
+
+__all__ = ["SpecError", "evaluate_expression"]
 
 DTYPES = (
     "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
@@ -34,66 +35,6 @@ INPUT_KINDS = ("random", "scalar", "safetensors", "custom")
 DEFAULT_ATOL = 1e-2
 DEFAULT_RTOL = 1e-2
 DEFAULT_MATCHED_RATIO = 0.99
-
-_BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-}  # fmt: skip
-_COMPARE = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge,
-}  # fmt: skip
-
-
-class SpecError(EvolveError):
-    """A problem folder that does not follow the SOL-ExecBench layout; the message says where."""
-
-
-def evaluate_expression(text: str, names: Mapping[str, int | float]) -> Any:
-    """Evaluate an axis expression or constraint: numbers, names, + - * / // % **, comparisons, and/or.
-
-    Raises:
-        SpecError: on any other syntax or an unknown name.
-    """
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise SpecError(f"cannot parse expression {text!r}: {exc.msg}") from exc
-
-    def walk(node: ast.AST) -> Any:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, int | float)
-            and not isinstance(node.value, bool)
-        ):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in names:
-                raise SpecError(f"expression {text!r} names {node.id!r}, which is not a known axis")
-            return names[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            value = walk(node.operand)
-            return -value if isinstance(node.op, ast.USub) else value
-        if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-            left = walk(node.left)
-            for op, right_node in zip(node.ops, node.comparators, strict=True):
-                right = walk(right_node)
-                if not _COMPARE[type(op)](left, right):
-                    return False
-                left = right
-            return True
-        if isinstance(node, ast.BoolOp):
-            values = [walk(v) for v in node.values]
-            return all(values) if isinstance(node.op, ast.And) else any(values)
-        raise SpecError(
-            f"expression {text!r}: {type(node).__name__} is not allowed (use + - * / // % ** and names)"
-        )
-
-    return walk(tree)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,11 +49,16 @@ class Axis:
 
 @dataclass(frozen=True, kw_only=True)
 class TensorSpec:
-    """An input or output: axis names (None for a Python scalar, [] for a 0-d tensor) and dtype."""
+    """An input or output: dimensions (None for a Python scalar, [] for a 0-d tensor) and dtype.
+
+    A dimension is an axis name or a literal number (``["B", "1"]`` or ``["B", 1]``), as
+    upstream's shapes accept.
+    """
 
     name: str
     shape: tuple[str, ...] | None
     dtype: str
+    description: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +69,7 @@ class Tolerance:
     max_rtol: float = DEFAULT_RTOL
     required_matched_ratio: float = DEFAULT_MATCHED_RATIO
     max_error_cap: float | None = None
+    allow_negative_inf: bool = False  # -inf where the reference has -inf counts as a match
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +90,9 @@ class Workload:
     axes: Mapping[str, int]
     inputs: Mapping[str, InputSource]
     tolerance: Tolerance = field(default_factory=Tolerance)
+    ignored: tuple[
+        str, ...
+    ] = ()  # what the workload gives that the definition lacks (ignored, as upstream)
 
     def scalars(self) -> dict[str, int | float | bool]:
         """Values of the inputs of kind ``scalar``."""
@@ -170,14 +120,12 @@ class Definition:
     def resolve_axes(self, values: Mapping[str, int]) -> dict[str, int]:
         """All axis values for a workload: consts, the given vars, then expressions.
 
+        Values for axes the definition lacks are ignored (as upstream does). A constraint is
+        checked only when it is an expression over axes (see ``checked_constraints``).
+
         Raises:
-            SpecError: a var axis without a value, an unknown axis, or a failed constraint.
+            SpecError: a var axis without a value or a failed constraint.
         """
-        unknown = set(values) - set(self.axes)
-        if unknown:
-            raise SpecError(
-                f"{self.name}: workload sets axes {sorted(unknown)} that the definition does not have"
-            )
         resolved: dict[str, int] = {}
         for axis in self.axes.values():
             if axis.kind == "const":
@@ -203,14 +151,31 @@ class Definition:
                 raise SpecError(
                     f"{self.name}: cannot resolve expression axes {sorted(pending)} (unknown name or a cycle)"
                 )
-        for text in self.constraints:
+        for text in self.checked_constraints():
             if not evaluate_expression(text, resolved):
                 raise SpecError(f"{self.name}: constraint {text!r} fails for axes {resolved}")
         return resolved
 
+    def checked_constraints(self) -> tuple[str, ...]:
+        """Constraints this reader evaluates: arithmetic and comparisons over axis names.
+
+        Upstream never evaluates constraints; ours are checked where they can be (they
+        catch a workload that breaks its own definition), and one over tensor values
+        (``kv_indptr[-1].item() == total``) is documentation only, as upstream treats it.
+        """
+        names = {n: 1 for n in self.axes}
+        checked = []
+        for text in self.constraints:
+            try:
+                evaluate_expression(text, names)
+            except SpecError:
+                continue
+            checked.append(text)
+        return tuple(checked)
+
     def shape(self, spec: TensorSpec, axes: Mapping[str, int]) -> tuple[int, ...] | None:
         """The concrete shape of a tensor for resolved axes (None for a Python scalar)."""
-        return None if spec.shape is None else tuple(int(axes[a]) for a in spec.shape)
+        return None if spec.shape is None else tuple(dimension(d, axes) for d in spec.shape)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +186,10 @@ class Problem:
     workloads: tuple[Workload, ...]
     root: Path
     flops: str | None = None
+    # Upstream's published per-workload times, where the dataset carries them: uuid ->
+    # {"baseline_ms", "sol_ms"}, measured on ``published_hardware`` (see load_published).
+    published: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    published_hardware: str = ""
 
     @property
     def name(self) -> str:
@@ -233,6 +202,21 @@ class Problem:
         raise SpecError(
             f"{self.name}: no workload {uuid!r}; have {[w.uuid for w in self.workloads]}"
         )
+
+
+def dimension(text: str, axes: Mapping[str, int]) -> int:
+    """One dimension of a shape: an axis's value or a literal number."""
+    if text in axes:
+        return int(axes[text])
+    return int(text)
+
+
+def _literal(text: Any) -> bool:
+    return (
+        isinstance(text, int)
+        and not isinstance(text, bool)
+        or (isinstance(text, str) and text.isdigit())
+    )
 
 
 def _need(data: Mapping[str, Any], key: str, where: str) -> Any:
@@ -249,17 +233,19 @@ def _tensor(name: str, data: Mapping[str, Any], axes: Mapping[str, Axis], where:
             f"{where} tensor {name!r}: dtype {dtype!r} is not one of {', '.join(DTYPES)}"
         )
     if shape is not None:
-        if not isinstance(shape, list) or not all(isinstance(a, str) for a in shape):
+        if not isinstance(shape, list) or not all(isinstance(a, str) or _literal(a) for a in shape):
             raise SpecError(
-                f"{where} tensor {name!r}: shape must be a list of axis names or null, got {shape!r}"
+                f"{where} tensor {name!r}: shape must be a list of axis names or numbers, or null, got {shape!r}"
             )
-        missing = [a for a in shape if a not in axes]
+        missing = [a for a in shape if a not in axes and not _literal(a)]
         if missing:
             raise SpecError(
                 f"{where} tensor {name!r}: shape names axes {missing} that are not in 'axes' (define an expr axis for expressions)"
             )
-        shape = tuple(shape)
-    return TensorSpec(name=name, shape=shape, dtype=dtype)
+        shape = tuple(str(a) for a in shape)
+    return TensorSpec(
+        name=name, shape=shape, dtype=dtype, description=data.get("description") or ""
+    )
 
 
 def parse_definition(data: Mapping[str, Any], where: str = "definition") -> Definition:
@@ -314,8 +300,14 @@ def _tolerance(data: Mapping[str, Any] | None) -> Tolerance:
     known = {aliases.get(k, k): v for k, v in data.items()}
     fields = {
         k: known[k]
-        for k in ("max_atol", "max_rtol", "required_matched_ratio", "max_error_cap")
-        if k in known
+        for k in (
+            "max_atol",
+            "max_rtol",
+            "required_matched_ratio",
+            "max_error_cap",
+            "allow_negative_inf",
+        )
+        if k in known and known[k] is not None
     }
     return Tolerance(**fields)
 
@@ -329,9 +321,11 @@ def parse_workload(
     uuid = str(_need(data, "uuid", where))
     where = f"{where} {uuid}"
     sources: dict[str, InputSource] = {}
+    ignored = [f"axis {a}" for a in (data.get("axes") or {}) if a not in definition.axes]
     for name, spec in (data.get("inputs") or {}).items():
-        if name not in definition.inputs:
-            raise SpecError(f"{where}: input {name!r} is not an input of {definition.name}")
+        if name not in definition.inputs:  # upstream ignores inputs the definition lacks
+            ignored.append(f"input {name}")
+            continue
         kind = _need(spec, "type", f"{where} input {name!r}")
         if kind not in INPUT_KINDS:
             raise SpecError(
@@ -359,8 +353,9 @@ def parse_workload(
                 f"{where}: custom inputs cannot be mixed with random or safetensors inputs"
             )
     tolerance = _tolerance(data.get("correctness") or data.get("tolerance"))
+    axes = {k: v for k, v in (data.get("axes") or {}).items() if k in definition.axes}
     workload = Workload(
-        uuid=uuid, axes=dict(data.get("axes") or {}), inputs=sources, tolerance=tolerance
+        uuid=uuid, axes=axes, inputs=sources, tolerance=tolerance, ignored=tuple(ignored)
     )
     definition.resolve_axes(workload.axes)  # var axes present, constraints hold
     return workload
@@ -372,7 +367,7 @@ def load_problem(root: Path | str) -> Problem:
     Raises:
         SpecError: naming the file and field that is wrong.
     """
-    root = Path(root)
+    root = Path(root).expanduser().resolve()  # absolute: sandboxed processes run in other folders
     def_path, wl_path = root / "definition.json", root / "workload.jsonl"
     if not def_path.is_file():
         raise SpecError(
@@ -397,12 +392,14 @@ def load_problem(root: Path | str) -> Problem:
     flops = None
     if (root / "sol.json").is_file():
         flops = json.loads((root / "sol.json").read_text()).get("flops")
-    return Problem(definition=definition, workloads=tuple(workloads), root=root, flops=flops)
+    published, hardware = load_published(root, wl_path)
+    return Problem(definition=definition, workloads=tuple(workloads), root=root, flops=flops,
+                   published=published, published_hardware=hardware)  # fmt: skip
 
 
 def problem_dirs(dataset: Path | str) -> dict[str, Path]:
     """Problem folders under ``dataset`` (searched recursively), keyed by definition name."""
-    dataset = Path(dataset)
+    dataset = Path(dataset).expanduser().resolve()
     if not dataset.is_dir():
         raise SpecError(
             f"dataset {dataset} is not a directory; point it at a folder of problem folders"

@@ -20,7 +20,9 @@ from evolve.benchmarks.kernels.spec import load_problem, problem_dirs
 
 def solution_files(solutions: Path, problem: str) -> Path | None:
     """The folder or file holding the solution for ``problem``, if any."""
-    if (solutions / problem / "kernel.py").is_file():
+    if (solutions / problem / "kernel.py").is_file() or list(
+        (solutions / problem).glob("solution*.json")
+    ):
         return solutions / problem
     if (solutions / f"{problem}.py").is_file():
         return solutions / f"{problem}.py"
@@ -28,8 +30,19 @@ def solution_files(solutions: Path, problem: str) -> Path | None:
 
 
 def stage(solution: Path, workdir: Path, definition_json: str, reference: str) -> None:
-    """Copy a solution into a fresh working folder, with the harness's definition and reference."""
-    if solution.is_dir():
+    """Copy a solution (a folder, a kernel .py, or an upstream solution*.json) into a fresh
+    working folder, with the harness's definition and reference."""
+    if (
+        solution.suffix == ".json"
+        or solution.is_dir()
+        and not (solution / "kernel.py").is_file()
+        and list(solution.glob("solution*.json"))
+    ):
+        from evolve.benchmarks.kernels.solution import load_solution
+        from evolve.benchmarks.kernels.solution import stage as stage_solution
+
+        stage_solution(load_solution(solution), workdir)
+    elif solution.is_dir():
         shutil.copytree(
             solution, workdir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
         )

@@ -1,0 +1,187 @@
+"""GPU measurements against upstream's own files, for RESULTS.md (called by ``gpu_run``).
+
+- ``score_examples``: each upstream example problem scored with its own shipped solution
+  (``solution_*.json``) through the full harness, C++ ones built by the harness first (in
+  parallel, before any GPU work); a table of language, status, local and published score.
+- ``compare_timers``: the reference of every example workload timed with CUDA events and
+  with CUPTI on the same inputs; the rows under 10 us are the ones where the timer matters.
+- ``run_suite_evolve``: an evolve run of ``kernels_suite`` over several problems with the
+  built-in operators; the seed's aggregate score and the best one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from evolve.benchmarks.kernels.build import BuildError, build
+from evolve.benchmarks.kernels.harness import Harness, Settings, referee_call
+from evolve.benchmarks.kernels.solution import load_solution, stage
+from evolve.benchmarks.kernels.spec import load_problem
+
+from evolve.harness.reaper import kill_group
+
+
+def example_dirs(root: Path) -> list[Path]:
+    """Problem folders under ``root`` that ship a solution (``definition.json`` + ``solution*.json``)."""
+    return sorted(
+        p.parent for p in root.rglob("definition.json") if list(p.parent.glob("solution*.json"))
+    )
+
+
+def score_examples(root: Path, settings: Settings, calibration: dict, env: dict[str, str], log: Callable[[str], None],
+                   workloads: int = 3) -> list[dict[str, Any]]:  # fmt: skip
+    """Score every example with its own solution; one row per example."""
+    folders = example_dirs(root)
+    solutions = {f: load_solution(f) for f in folders}
+    with ThreadPoolExecutor(max_workers=4) as pool:  # compile C++ while nothing else runs
+        futures = {f: pool.submit(build, s, timeout_s=settings.build_timeout_s, env=env)
+                   for f, s in solutions.items() if s.compiled}  # fmt: skip
+        builds = {}
+        for folder, future in futures.items():
+            try:
+                builds[folder] = f"built in {future.result().seconds:.0f} s"
+            except BuildError as exc:
+                builds[folder] = f"build failed: {str(exc)[:300]}"
+            log(f"{folder.name}: {builds[folder]}")
+    rows = []
+    for folder, solution in solutions.items():
+        problem = load_problem(folder)
+        chosen = tuple(w.uuid for w in problem.workloads[:workloads])
+        row: dict[str, Any] = {"problem": problem.name, "folder": str(folder.relative_to(root)),
+                               "language": "+".join(solution.languages), "solution": solution.name,
+                               "dps": solution.destination_passing, "build": builds.get(folder, "-")}  # fmt: skip
+        started = time.monotonic()
+        try:
+            harness = Harness(problem, replace(settings, workloads=chosen), calibration=calibration)
+            with tempfile.TemporaryDirectory(prefix="evolve-kernels-example-") as tmp:
+                stage(solution, Path(tmp))
+                (Path(tmp) / "definition.json").write_text((folder / "definition.json").read_text())
+                (Path(tmp) / "reference.py").write_text(problem.definition.reference)
+                report = harness.evaluate(Path(tmp), seed=0, env=env)
+            row.update(status=report.status, score_local=report.score if report.status == "ok" else 0.0,
+                       score_published=report.published_score, published_hardware=report.published_hardware,
+                       timer=report.timer, message=report.message[:300],
+                       rows=[{"uuid": r.uuid, "status": r.status, "kernel_ms": r.kernel_ms, "baseline_ms": r.baseline_ms,
+                              "sol_ms": r.sol_ms, "score": r.score, "flops_method": r.flops_method} for r in report.rows])  # fmt: skip
+        except Exception as exc:  # one example failing must not lose the others
+            row.update(
+                status="error",
+                score_local=0.0,
+                score_published=None,
+                message=f"{type(exc).__name__}: {exc}"[:300],
+            )
+        row["seconds"] = time.monotonic() - started
+        log(
+            f"{row['folder']}: {row['language']} {row['status']} local {row['score_local']:.3f} {row.get('message', '')[:120]}"
+        )
+        rows.append(row)
+    return rows
+
+
+def compare_timers(root: Path, settings: Settings, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Events vs CUPTI medians of the reference on every example workload."""
+    job = {
+        "task": "timers",
+        "problems": [str(f) for f in example_dirs(root)],
+        "warmup": 10,
+        "iters": 50,
+    }
+    return referee_call(job, settings, env)["timers"]
+
+
+def run_suite_evolve(problems: list[str], candidates: int, minutes: float, out: Path, calibration: Path,
+                     env: dict[str, str], log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    """``python -m evolve benchmark=kernels_suite`` with the built-in operators; seed and best aggregate."""
+    run_dir = out / "evolve_suite"
+    command = [sys.executable, "-m", "evolve", "benchmark=kernels_suite", f"benchmark.problems=[{','.join(problems)}]",
+               f"search.max_candidates={candidates}", f"search.max_wall_s={int(minutes * 60)}", "search.progress=false",
+               f"benchmark.fitness.calibration={calibration}", "benchmark.fitness.baseline=eager",
+               "+benchmark.fitness.rounds=3", "+benchmark.fitness.warmup=5", "+benchmark.fitness.iters=20",
+               "+benchmark.fitness.workloads_per_problem=1",
+               f"hydra.run.dir={run_dir}"]  # fmt: skip
+    log(f"suite evolve: {' '.join(command)}")
+    started = time.monotonic()
+    returncode, output = run_bounded(command, env, minutes * 60 + 300)
+    (out / "evolve_suite_log.txt").write_text(str(output))
+    result: dict[str, Any] = {"command": " ".join(command), "returncode": returncode, "problems": problems,
+                              "seconds": time.monotonic() - started}  # fmt: skip
+    db = run_dir / "archive.db"
+    if db.is_file():
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("SELECT e.status, e.fitness, e.metrics, c.operator FROM evaluations e "
+                                "JOIN candidates c ON c.id = e.candidate ORDER BY e.id").fetchall()  # fmt: skip
+        ok = [r for r in rows if r[0] == "ok" and r[1] is not None]
+        best = max(ok, key=lambda r: r[1]) if ok else None
+        result.update(evaluated=len(rows), ok=len(ok), seed_score=ok[0][1] if ok else None,
+                      best_score=best[1] if best else None, best_operator=best[3] if best else None,
+                      seed_metrics=_metrics(ok[0][2]) if ok else {}, best_metrics=_metrics(best[2]) if best else {})  # fmt: skip
+    log(f"suite evolve: { {k: v for k, v in result.items() if 'metrics' not in k} }")
+    return result
+
+
+def run_bounded(
+    command: list[str], env: dict[str, str], timeout_s: float
+) -> tuple[int | None, str]:
+    """Run a command in its own session; at the timeout its whole process group is killed
+    (the harness layer's ``kill_group``), evaluation workers included. (returncode or None, output)."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        output, _ = proc.communicate()
+        return None, f"timed out after {timeout_s:.0f} s (process group killed)\n{output or ''}"
+
+
+def _metrics(text: Any) -> dict[str, Any]:
+    try:
+        return {k: v for k, v in json.loads(text).items() if k.endswith("/score")}
+    except (TypeError, ValueError):
+        return {}
+
+
+def markdown(examples: list[dict], timers: list[dict], suite: dict | None) -> str:
+    """RESULTS.md sections for the upstream examples, the timer comparison and the suite run."""
+    out = ["| example | language | status | score (local) | score (published) | timer | note |",
+           "| --- | --- | --- | ---: | ---: | --- | --- |"]  # fmt: skip
+    for r in examples:
+        pub = "-" if r.get("score_published") is None else f"{r['score_published']:.3f}"
+        note = f"{r.get('build', '-')}; {r.get('message', '')}".replace("|", "/").replace(
+            "\n", " "
+        )[:160]
+        out.append(
+            f"| {r['folder']} | {r['language']} | {r['status']} | {r['score_local']:.3f} | {pub} | {r.get('timer', '-')} | {note} |"
+        )
+    out += [
+        "",
+        "| problem | workload | events ms | CUPTI ms | events - CUPTI (us) | second timer used |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for t in timers:
+        if "events_ms" in t and "cupti_ms" in t and min(t["events_ms"], t["cupti_ms"]) < 0.010:
+            diff = (t["events_ms"] - t["cupti_ms"]) * 1e3
+            out.append(
+                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t['events_ms']:.4f} | {t['cupti_ms']:.4f} | {diff:.2f} | "
+                f"{str(t.get('cupti_timer', '-'))[:60]} |"
+            )
+        elif "cupti_error" in t:
+            out.append(
+                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t.get('events_ms', 0):.4f} | failed: {t['cupti_error'][:80]} | | |"
+            )
+    if suite:
+        out += ["", f"Suite evolve over {len(suite['problems'])} problems (`{suite['command']}`): {suite.get('evaluated', 0)} "
+                    f"evaluated ({suite.get('ok', 0)} ok) in {suite['seconds']:.0f} s; aggregate seed "
+                    f"{suite.get('seed_score') or 0:.4f} -> best {suite.get('best_score') or 0:.4f} ({suite.get('best_operator') or '-'})."]  # fmt: skip
+    return "\n".join(out) + "\n"

@@ -1,0 +1,80 @@
+"""What a kernel evaluation reports: per-workload rows and the candidate's report (status, score, table)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(kw_only=True)
+class WorkloadRow:
+    """One workload's measurements and score (times in ms)."""
+
+    uuid: str
+    status: str = "ok"
+    message: str = ""
+    kernel_ms: float | None = None
+    reference_ms: float | None = None
+    baseline_ms: float | None = None
+    sol_ms: float | None = None
+    memory_ms: float | None = None
+    compute_ms: float | None = None
+    score: float | None = None
+    cv: float | None = None
+    repeat_medians: list[float] = field(default_factory=list)
+    flagged: bool = False
+    flops_method: str = ""  # how T_SOL's FLOPs were found: sol.json, meta, real (fallback) or none
+    published_baseline_ms: float | None = None
+    published_sol_ms: float | None = None
+    published_score: float | None = None  # T_k here against upstream's published T_b and T_SOL
+
+
+@dataclass(kw_only=True)
+class Report:
+    """A candidate's result on one problem: status (ok, invalid, error, cheat), rows, score."""
+
+    problem: str
+    status: str = "ok"
+    message: str = ""
+    rows: list[WorkloadRow] = field(default_factory=list)
+    score: float = 0.0
+    # Upstream's mode: the same T_k against the published per-workload T_b and T_SOL (None when
+    # the dataset carries no published times for every workload). Comparable with published
+    # scores only when measured on ``published_hardware``.
+    published_score: float | None = None
+    published_hardware: str = ""
+    kernels: dict[str, int] = field(default_factory=dict)
+    output: str = ""
+    timer: str = ""  # the timer the candidate's calls were measured with: cupti, events or host
+    language: str = "kernel.py"  # the solution's language, or kernel.py for our plain format
+    build: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        """A plain-text table of the rows, for feedback to operators and logs."""
+        lines = [
+            f"problem {self.problem}: status {self.status}, score {self.score:.4f} {self.message}".rstrip(),
+            f"language {self.language}, timer {self.timer or '-'}",
+        ]
+        if self.published_score is not None:
+            lines.append(
+                f"published mode: score {self.published_score:.4f} against upstream's times "
+                f"(measured on {self.published_hardware or 'unnamed hardware'}; comparable only there)"
+            )
+        lines.append(
+            f"{'workload':<24} {'status':<9} {'T_k ms':>9} {'T_b ms':>9} {'T_SOL ms':>9} {'score':>7}"
+        )
+        for r in self.rows:
+            if r.flops_method and r.flops_method not in ("meta", "sol.json"):
+                lines.append(f"note {r.uuid}: FLOPs {r.flops_method}")
+            cells = [_fmt(r.kernel_ms), _fmt(r.baseline_ms), _fmt(r.sol_ms), _fmt(r.score, 4)]
+            lines.append(
+                f"{r.uuid[:24]:<24} {r.status:<9} {cells[0]:>9} {cells[1]:>9} {cells[2]:>9} {cells[3]:>7}  {r.message}".rstrip()
+            )
+        return "\n".join(lines)
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"

@@ -75,7 +75,7 @@ def disk_full(exc: BaseException) -> bool:
 def visible_gpus() -> tuple[int, str]:
     """How many GPUs evaluations could use here, and how that was found (for messages)."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    from evolve.backends.local import visible_gpus as gpus  # imports torch when nothing is listed
+    from evolve.harness.gpus import visible_gpus as gpus  # imports torch when nothing is listed
 
     found = len(gpus())
     if listed is not None:

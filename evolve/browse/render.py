@@ -111,7 +111,7 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
             row["cell"],
             row["objective"],
             *(_interval(row["metrics"]) if noisy else []),
-            *([row.get("audit") or "-"] if audited else []),
+            *([(row.get("audit") or "-").split(",")[0]] if audited else []),
             row["operator"],
             row["model"] or "builtin",
             row["seq"],
@@ -119,12 +119,15 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
         ]
         for rank, row in enumerate(rows, 1)
     ]
-    return table(
+    out = table(
         f"Best {len(rows)} elites",
         columns,
         body,
         numeric=("#", "island", "objective", "seq", *keys),
     )
+    if audited:  # clean or flagged (the auditor's verdict on an elite that was a new best)
+        out.columns[columns.index("audit")].min_width = len("flagged")
+    return out
 
 
 def candidate(item: dict[str, Any], *, full: bool = False) -> Group:

@@ -214,3 +214,28 @@ def test_audit_settings_are_checked() -> None:
         audit_settings({"audit": {"enabled": "yes"}})
     with pytest.raises(ConfigError, match="unknown key"):
         audit_settings({"audit": {"level": 3}})
+
+
+def test_the_web_pages_show_the_verdict(tmp_path) -> None:
+    from evolve.browse.web.server import make_app
+
+    store = search(tmp_path)
+    flagged_id, clean_id = by_seq(store, 2), by_seq(store, 1)
+    store.close()
+    app = make_app(tmp_path / "archive.db")
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(app.invoke_startup())
+
+        def get(path: str) -> str:
+            response = loop.run_until_complete(app.client.get(path))
+            assert response.status_code == 200, path
+            return response.text
+
+        page = get(f"/-/evolve/c/{flagged_id}")
+        assert "flagged, promoted" in page and "params.py:3" in page and "native-code" in page
+        assert "import ctypes" in page and "strict re-evaluation fitness -4.0625" in page
+        assert "<strong>clean</strong>" in get(f"/-/evolve/c/{clean_id}")
+        assert "audit: flagged, promoted" in get("/-/evolve/elites")
+    finally:
+        loop.close()

@@ -31,6 +31,7 @@ from evolve.paths import resolve_path
 from evolve.settings import (
     Alternative,
     ArchiveSettings,
+    AuditSettings,
     BuiltinWeights,
     ConfigError,
     EmitterSettings,
@@ -207,6 +208,11 @@ def search_settings(cfg: Mapping[str, Any]) -> SearchSettings:
     return _dataclass_from(SearchSettings, values, "search")
 
 
+def audit_settings(cfg: Mapping[str, Any]) -> AuditSettings:
+    """The ``audit`` group (the auditor stage); absent in runs made before it existed: enabled."""
+    return _dataclass_from(AuditSettings, cfg.get("audit"), "audit")
+
+
 def workers(cfg: Mapping[str, Any]) -> int | None:
     """``search.workers``: an int, or None for 'auto' (one per GPU group or CPU core)."""
     value = cfg["search"].get("workers", "auto")
@@ -265,6 +271,7 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
         backend=backend,
         alternatives=alternatives(cfg["benchmark"].get("alternatives")),
         dry_run=bool(cfg.get("dry_run", False)),
+        audit=audit_settings(cfg),
     )
     benchmark = build_benchmark(cfg["benchmark"], allowed=tuple(cfg.get("allow_targets") or ()))
     return RunSettings(benchmark=benchmark, **checked)

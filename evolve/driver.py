@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -31,8 +32,8 @@ from evolve.backends import Backend
 from evolve.emitters import Ask
 from evolve.engine import Engine, Outcome, Rejection
 from evolve.progress import Progress, evaluation_line
-from evolve.referee import Referee
-from evolve.settings import SearchSettings
+from evolve.referee import Auditor, AuditVerdict, Referee
+from evolve.settings import AuditSettings, SearchSettings
 from evolve.store import Store
 from evolve.types import Candidate, Evaluation
 
@@ -74,6 +75,9 @@ class Driver:
         backend: evaluates candidates, ``slots`` at once.
         settings: budgets and concurrency.
         noise: noise-aware selection (``evolve.referee``); None or ``seeds: 1`` disables it.
+        audit: the auditor stage (``evolve.referee.Auditor``): candidates about to become the
+            run's best are audited, flagged ones re-evaluated strictly before promotion;
+            None: its defaults (enabled).
         budget_errors: exception types that mean "stop proposing, finish cleanly".
         replay: the recorded events of the run being replayed (``recorded_events``), followed
             in order before the driver goes on by itself.
@@ -88,6 +92,7 @@ class Driver:
         backend: Backend,
         settings: SearchSettings,
         noise: noise.NoiseSettings | None = None,
+        audit: AuditSettings | None = None,
         budget_errors: tuple[type[BaseException], ...] = (),
         replay: list[tuple[int, str, int]] | None = None,
         run_dir: Path | None = None,
@@ -106,6 +111,17 @@ class Driver:
                 slots=backend.slots,
             )
             if noise is not None and noise.enabled
+            else None
+        )
+        audit = audit or AuditSettings()
+        self.auditor = (
+            Auditor(
+                store=engine.store,
+                archive=engine.archive,
+                reevaluate=functools.partial(self.reevaluate, strict=True),
+                strict_seeds=audit.strict_seeds,
+            )
+            if audit.enabled
             else None
         )
         self.budget_errors = budget_errors
@@ -326,24 +342,37 @@ class Driver:
             samples: list[Evaluation] = []
             if self.referee is not None:
                 evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
+            verdict = None
+            if self.auditor is not None:
+                evaluation, verdict = await self.auditor.review(
+                    slot, candidate, evaluation, next_sample=len(samples) + 1
+                )
+            told = (candidate, evaluation, samples, verdict)
             if self._replay:
-                self._result_future(candidate.seq).set_result((candidate, evaluation, samples))
+                self._result_future(candidate.seq).set_result(told)
             else:
-                self._tell(candidate, evaluation, samples)
+                self._tell(*told)
                 self._pump()
 
-    async def reevaluate(self, slot: int, candidate: Candidate, k: int) -> Evaluation:
-        """Evaluate ``candidate`` again with its ``k``-th extra seed (the referee's samples)."""
+    async def reevaluate(
+        self, slot: int, candidate: Candidate, k: int, *, strict: bool = False
+    ) -> Evaluation:
+        """Evaluate ``candidate`` again with its ``k``-th extra seed (the referee's samples;
+        ``strict``: the auditor's, in the fitness's strict mode)."""
         self.engine.check_harness()
-        return await self.backend.evaluate(slot, self.engine.job(candidate, k))
+        return await self.backend.evaluate(slot, self.engine.job(candidate, k, strict=strict))
 
     def _tell(
-        self, candidate: Candidate, evaluation: Evaluation, samples: list[Evaluation]
+        self,
+        candidate: Candidate,
+        evaluation: Evaluation,
+        samples: list[Evaluation],
+        verdict: AuditVerdict | None = None,
     ) -> None:
         self._told.add(candidate.seq)
         archive = self.engine.archive
         before = archive.best()
-        result = self.engine.tell(candidate, evaluation, samples)
+        result = self.engine.tell(candidate, evaluation, samples, audit=verdict)
         self._unfinished -= 1
         best = archive.best()
         new_best = (

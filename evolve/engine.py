@@ -31,6 +31,7 @@ from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
+from evolve.referee import STRICT, AuditVerdict
 from evolve.store import Store
 from evolve.types import (
     AddResult,
@@ -349,8 +350,9 @@ class Engine:
 
     # --- evaluate and tell --------------------------------------------------------------------------
 
-    def job(self, candidate: Candidate, sample: int = 0) -> Job:
-        """The evaluation of ``candidate`` (``sample`` > 0: its extra samples under noise)."""
+    def job(self, candidate: Candidate, sample: int = 0, *, strict: bool = False) -> Job:
+        """The evaluation of ``candidate`` (``sample`` > 0: its extra samples under noise or audit;
+        ``strict``: the auditor's stricter mode, ``EvalContext.strict``)."""
         seed = eval_seed(self.seed, candidate.seq)
         if sample:
             seed = noise.reevaluation_seed(seed, sample)
@@ -359,6 +361,7 @@ class Engine:
             files=dict(candidate.files),
             seed=seed,
             timeout_s=self.benchmark.timeout_s,
+            strict=strict,
         )
 
     def start_evaluation(self, candidate: Candidate) -> None:
@@ -380,6 +383,7 @@ class Engine:
         samples: Sequence[Evaluation] = (),
         *,
         state: Mapping[str, Any] | None = None,
+        audit: AuditVerdict | None = None,
     ) -> AddResult | None:
         """Store an evaluation, offer it to the archive and teach the emitter, in one transaction.
 
@@ -389,6 +393,8 @@ class Engine:
             samples: extra evaluations with other seeds (noise-aware selection), stored as
                 rows of stage ``reevaluation`` before the verdict.
             state: extra ``state`` rows to write in the same transaction.
+            audit: the auditor's verdict (``evolve.referee.Auditor``), stored with the
+                candidate; its strict re-evaluations are stored as rows of stage ``strict``.
 
         Returns:
             What the archive did (None for a failed evaluation).
@@ -400,6 +406,10 @@ class Engine:
             self.store.set_status(candidate.id, status)
             for sample in samples:
                 self.store.add_evaluation(candidate.id, replace(sample, stage=noise.REEVALUATION))
+            if audit is not None:
+                for sample in audit.strict:
+                    self.store.add_evaluation(candidate.id, replace(sample, stage=STRICT))
+                audit.record(self.store, candidate.id)
             self.store.add_evaluation(candidate.id, evaluation)
             for key, value in (state or {}).items():
                 self.store.set_state(key, value)

@@ -51,6 +51,11 @@ class EvalContext:
         gpu: the value of CUDA_VISIBLE_DEVICES for this slot, or None on CPU.
         hardware: a short description of the slot's hardware.
         scratch: a directory owned by the harness (not the candidate) for its own files.
+        strict: True when the auditor re-evaluates a candidate its static detectors flagged
+            (``evolve.referee.Auditor``) before it may become the run's best. A fitness may
+            then add checks it skips otherwise: more randomised probes, more positions or
+            rows checked, a second look at outputs. It must never reveal the mode to the
+            candidate (a program that can tell would behave). Default False.
     """
 
     seed: int = 0
@@ -58,6 +63,7 @@ class EvalContext:
     gpu: str | None = None
     hardware: str = "cpu"
     scratch: Path | None = None
+    strict: bool = False
 
     def env(self) -> dict[str, str]:
         """Environment for the candidate's process: the seed and the slot's GPU."""

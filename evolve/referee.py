@@ -1,4 +1,4 @@
-"""Noise-aware selection inside a run: calibrate the seed program's noise, re-evaluate close challengers.
+"""Re-evaluation inside a run: noise-aware selection (``Referee``) and the auditor stage (``Auditor``).
 
 The statistics live in ``evolve.noise``; this module is the part of the loop that asks for
 more samples. The search gives it a way to evaluate a candidate once more with its k-th
@@ -7,20 +7,27 @@ extra seed, and hands it every finished evaluation: ``calibrate`` for the seed p
 killed run does not measure it again),
 ``settle`` for a challenger (more samples while its one-sided test against the cell's
 incumbent is close, per ``noise.schedule``). The calibration becomes the archive's judge.
+
+The ``Auditor`` looks at a candidate about to become the run's best: ``evolve.harness.audit``'s
+static detectors read what it added to its parent; a flagged candidate is evaluated again,
+strictly (``EvalContext.strict``) with its next extra seed(s), and promoted only when that
+confirms it would still be the best; otherwise it is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 
 from evolve import noise as noise_aware
 from evolve.archive import Archive
 from evolve.fitness import Samples
+from evolve.harness.audit import AuditReport, audit
 from evolve.store import Store
-from evolve.types import Candidate, Evaluation, EvolveError
+from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, EvolveError, Files
 
 log = logging.getLogger("evolve")
 
@@ -161,3 +168,137 @@ class Referee:
             calibration=calibration,
             settings=self.settings,
         )
+
+
+STRICT = "strict"  # stage of the auditor's strict re-evaluations in the evaluations table
+SHOWN_FLAGS = 5  # flags named in a refusal's reason (browse shows them all)
+
+
+@dataclass(frozen=True)
+class AuditVerdict:
+    """The auditor's verdict on one candidate that was about to become the run's best.
+
+    Attributes:
+        report: what the static detectors found in the lines it added to its parent.
+        decision: ``clean`` (no flags), ``promoted`` (flagged, the strict evaluation
+            confirmed) or ``refused``.
+        reason: why it was refused (empty otherwise).
+        strict: the strict re-evaluations (stored with stage ``strict``).
+    """
+
+    report: AuditReport
+    decision: str
+    reason: str = ""
+    strict: tuple[Evaluation, ...] = ()
+
+    @property
+    def strict_fitness(self) -> float | None:
+        """The mean fitness of the strict re-evaluations; None unless all ran and were OK."""
+        if not self.strict or not all(s.ok for s in self.strict):
+            return None
+        return math.fsum(float(s.fitness) for s in self.strict) / len(self.strict)  # type: ignore[arg-type]
+
+    def record(self, store: Store, candidate_id: str) -> None:
+        """Store the verdict with the candidate (inside the transaction that tells its evaluation)."""
+        store.add_audit(
+            candidate_id,
+            flags=[asdict(flag) for flag in self.report.flags],
+            unparsed=self.report.unparsed,
+            decision=self.decision,
+            reason=self.reason,
+            strict_fitness=self.strict_fitness,
+        )
+
+
+def flag_summary(report: AuditReport) -> str:
+    """``rule at path:line, ...`` for the first flags of a report."""
+    named = [f"{f.rule} at {f.path}:{f.line}" for f in report.flags[:SHOWN_FLAGS]]
+    more = len(report.flags) - SHOWN_FLAGS
+    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+class Auditor:
+    """The auditor stage of a run (see the module docstring).
+
+    Args:
+        store: the run's store (parents' files are read from it).
+        archive: the run's archive (its best and its tolerance decide what is a new best).
+        reevaluate: evaluates a candidate strictly with its k-th extra seed.
+        strict_seeds: strict re-evaluations of a flagged candidate (>= 1).
+    """
+
+    def __init__(
+        self, *, store: Store, archive: Archive, reevaluate: Reevaluate, strict_seeds: int = 1
+    ) -> None:
+        self.store = store
+        self.archive = archive
+        self.reevaluate = reevaluate
+        self.strict_seeds = max(1, strict_seeds)
+
+    def due(self, candidate: Candidate, evaluation: Evaluation) -> tuple[str, float] | None:
+        """The best it would replace when ``candidate`` is about to become the run's best; else None."""
+        if candidate.seq == 0 or not evaluation.ok:
+            return None
+        best = self.archive.best()
+        if best is None or not self.archive.improves(float(evaluation.fitness), best[1]):  # type: ignore[arg-type]
+            return None
+        return best
+
+    def parent_files(self, candidate: Candidate) -> Files | None:
+        """The files of the parent its change was made to (None: no parent, audit all of it)."""
+        roles = (EdgeRole.MUTATION, EdgeRole.CROSSOVER)
+        parent = next((pid for pid, role in candidate.parents if role in roles), None)
+        return None if parent is None else self.store.candidate(parent).files
+
+    async def review(
+        self, slot: int, candidate: Candidate, evaluation: Evaluation, *, next_sample: int
+    ) -> tuple[Evaluation, AuditVerdict | None]:
+        """Audit a candidate about to become the best; return its verdict row and the audit (None: not due).
+
+        ``next_sample``: the first extra seed not yet used (after the referee's samples).
+        """
+        best = self.due(candidate, evaluation)
+        if best is None:
+            return evaluation, None
+        report = audit(candidate.files, self.parent_files(candidate))
+        if not report.flagged:
+            return evaluation, AuditVerdict(report=report, decision="clean")
+        log.info(
+            "auditor: %s would be the new best but is flagged (%s); re-evaluating it strictly",
+            candidate.id[:8],
+            flag_summary(report),
+        )
+        strict: list[Evaluation] = []
+        for k in range(next_sample, next_sample + self.strict_seeds):
+            strict.append(await self.reevaluate(slot, candidate, k))
+            if not strict[-1].ok:
+                break
+        verdict = AuditVerdict(report=report, decision="promoted", strict=tuple(strict))
+        confirmed = verdict.strict_fitness
+        if confirmed is not None and self.archive.improves(confirmed, best[1]):
+            objective = self.archive.objective
+            kept = min(float(evaluation.fitness), confirmed, key=objective.oriented)  # type: ignore[arg-type]
+            metrics = {**evaluation.metrics, "strict_fitness": confirmed}
+            return replace(evaluation, fitness=kept, metrics=metrics), verdict
+        if confirmed is None:
+            failed = strict[-1]
+            error = failed.artifacts.get("error", "")
+            detail = f"the strict evaluation with seed {list(failed.seeds)} ended {failed.status}"
+            detail += f": {error[:300]}" if error else ""
+        else:
+            detail = (
+                f"strict fitness {confirmed:.6g} does not beat the best {best[1]:.6g} "
+                f"(first evaluation: {evaluation.fitness:.6g})"
+            )
+        reason = f"auditor: {flag_summary(report)}; strict re-evaluation did not confirm ({detail})"
+        refused = Evaluation(
+            status=EvalStatus.REJECTED,
+            metrics=evaluation.metrics,
+            descriptors=evaluation.descriptors,
+            artifacts={**evaluation.artifacts, "error": reason},
+            stage=evaluation.stage,
+            wall_s=evaluation.wall_s,
+            seeds=evaluation.seeds,
+            hardware=evaluation.hardware,
+        )
+        return refused, replace(verdict, decision="refused", reason=reason)

@@ -14,7 +14,7 @@ from typing import Any
 from evolve import runlock
 from evolve.archive import Archive
 from evolve.backends import LocalBackend
-from evolve.config import build_benchmark, search_settings, workers
+from evolve.config import audit_settings, build_benchmark, search_settings, workers
 from evolve.driver import Driver, Summary, recorded_events
 from evolve.emitters import Emitter
 from evolve.engine import Engine
@@ -168,6 +168,7 @@ def _search(
         backend=backend,
         settings=settings,
         noise=noise_settings(cfg),
+        audit=audit_settings(cfg),
         budget_errors=(LLMStop,),
         replay=_replay_events(cfg),
         run_dir=run_dir,

@@ -1,6 +1,6 @@
 """Typed settings of a run, built once from the config and passed down to the modules that use them.
 
-Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``) and
+Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``, ``audit``) and
 checks its own values, so an impossible value fails at start with a message naming the key
 and what it accepts; ``RunSettings`` holds them all. ``evolve.config.build_settings`` makes
 them from a resolved config; a notebook user may make them directly.
@@ -16,6 +16,7 @@ from evolve.types import EvolveError
 if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
     from evolve.fitness import Benchmark
     from evolve.noise import NoiseSettings
+
 
 class ConfigError(EvolveError):
     """A configuration the run cannot use; the message names the fix."""
@@ -182,6 +183,32 @@ class BuiltinWeights:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AuditSettings:
+    """The auditor stage (the ``audit`` config group); see ``evolve.referee.Auditor``.
+
+    Attributes:
+        enabled: audit each candidate about to become the run's best with the static
+            detectors (``evolve.harness.audit``); a flagged one is re-evaluated strictly
+            before it may be promoted.
+        strict_seeds: strict re-evaluations of a flagged candidate, each with another seed;
+            their mean must still beat the best.
+    """
+
+    enabled: bool = True
+    strict_seeds: int = 1
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not isinstance(self.enabled, bool):
+            problems.append(f"audit.enabled must be true or false, got {self.enabled!r}")
+        if not _positive_int(self.strict_seeds):
+            problems.append(
+                f"audit.strict_seeds must be an integer >= 1, got {self.strict_seeds!r}"
+            )
+        _raise(problems)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Alternative:
     """Another way to run a benchmark where fewer GPUs are visible (its config's ``alternatives:``).
 
@@ -203,7 +230,7 @@ class RunSettings:
     Attributes:
         config: the resolved config as a plain dict (stored with the run, so a resume can rebuild it).
         benchmark: the problem, its fitness instantiated.
-        search, archive, emitter, noise, builtin: the typed config groups.
+        search, archive, emitter, noise, builtin, audit: the typed config groups.
         workers: evaluations at once (``search.workers``); None: one per GPU group or CPU core.
         backend: where evaluations run (``local`` or ``ray``).
         alternatives: the benchmark's own answers for machines with fewer GPUs, best first.
@@ -221,3 +248,4 @@ class RunSettings:
     backend: str
     alternatives: tuple[Alternative, ...]
     dry_run: bool
+    audit: AuditSettings = AuditSettings()

@@ -171,7 +171,9 @@ def _migration_3(db: sqlite_utils.Database) -> None:
     conn.execute("ALTER TABLE llm_calls ADD COLUMN status TEXT")
     conn.execute("ALTER TABLE llm_calls ADD COLUMN answer_chars INTEGER")
     packer = PromptPacker()
-    rows = conn.execute("SELECT id, messages, response, error FROM llm_calls ORDER BY id").fetchall()
+    rows = conn.execute(
+        "SELECT id, messages, response, error FROM llm_calls ORDER BY id"
+    ).fetchall()
     for call_id, messages, response, error in rows:
         blob, base = packer.pack(call_id, messages or "[]")
         answer = None if response is None else cap_answer(response)
@@ -196,11 +198,35 @@ def _migration_4(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_5(db: sqlite_utils.Database) -> None:
+    """The auditor's verdict on each candidate that was about to become the run's best (issue 15).
+
+    ``flags``: JSON list of {path, line, rule, reason, code}; ``decision``: clean (no flags),
+    promoted (flagged, the strict re-evaluation confirmed) or refused; ``strict_fitness``:
+    the mean of the strict re-evaluations (null when none was OK or none ran).
+    """
+    db["audits"].create(
+        {
+            "candidate": str,
+            "flagged": int,
+            "flags": str,
+            "unparsed": str,
+            "decision": str,
+            "reason": str,
+            "strict_fitness": float,
+            "created_at": float,
+        },
+        pk="candidate",
+        foreign_keys=[("candidate", "candidates", "id")],
+    )
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
     _migration_3,
     _migration_4,
+    _migration_5,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -536,6 +562,32 @@ class Store:
             notes.append(f"{cid[:8]} ({operator}, {status}): {what} -> {error[:400]}".strip())
         return notes
 
+    def add_audit(
+        self,
+        candidate_id: str,
+        *,
+        flags: Sequence[Mapping[str, Any]],
+        unparsed: Sequence[str],
+        decision: str,
+        reason: str = "",
+        strict_fitness: float | None = None,
+    ) -> None:
+        """Record the auditor's verdict on a candidate (replacing one from an interrupted run)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO audits (candidate, flagged, flags, unparsed, decision, reason, "
+            "strict_fitness, created_at) VALUES (?,?,?,?,?,?,?,?)",
+            (
+                candidate_id,
+                int(bool(flags)),
+                _dumps([dict(f) for f in flags]),
+                _dumps(list(unparsed)),
+                decision,
+                reason,
+                strict_fitness,
+                _now(),
+            ),
+        )
+
     # --- elites, stats, state -------------------------------------------------------------
 
     def put_elite(self, island: int, cell: str, candidate_id: str, objective: float) -> None:
@@ -632,7 +684,8 @@ class Store:
                 "(SELECT 1 FROM evaluations v WHERE v.candidate = c.id)"
             ),
             "candidate evaluated twice": (
-                "SELECT candidate FROM evaluations WHERE stage != 'reevaluation' GROUP BY candidate "
+                "SELECT candidate FROM evaluations WHERE stage NOT IN ('reevaluation', 'strict') "
+                "GROUP BY candidate "
                 "HAVING COUNT(*) > 1"
             ),
         }

@@ -223,9 +223,13 @@ class Parent:
 
 @dataclass(frozen=True, kw_only=True)
 class Job:
-    """One evaluation to run: a candidate's files and the context handed to the fitness."""
+    """One evaluation to run: a candidate's files and the context handed to the fitness.
+
+    ``strict``: the auditor's stricter re-evaluation of a flagged candidate (``EvalContext.strict``).
+    """
 
     candidate_id: str
     files: Files
     seed: int
     timeout_s: float
+    strict: bool = False

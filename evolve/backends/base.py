@@ -60,6 +60,7 @@ def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
             gpu=gpu,
             hardware=hardware(gpu),
             scratch=scratch,
+            strict=job.strict,
         )
         return evaluate_safely(fitness, workdir, ctx)
     finally:

@@ -99,7 +99,10 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
     noisy = any("fitness_ci_low" in row["metrics"] for row in rows)
     keys = [k for k in keys if not (noisy and k.startswith("fitness_"))][:metric_keys]
     noise = ["CI", "n"] if noisy else []
-    columns = ["#", "id", "island", "cell", "objective", *noise, "operator", "model", "seq", *keys]
+    audited = any(row.get("audit") for row in rows)
+    marks = ["audit"] if audited else []
+    columns = ["#", "id", "island", "cell", "objective", *noise, *marks, "operator", "model", "seq"]
+    columns += keys
     body = [
         [
             rank,
@@ -108,6 +111,7 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
             row["cell"],
             row["objective"],
             *(_interval(row["metrics"]) if noisy else []),
+            *([(row.get("audit") or "-").split(",")[0]] if audited else []),
             row["operator"],
             row["model"] or "builtin",
             row["seq"],
@@ -115,12 +119,15 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
         ]
         for rank, row in enumerate(rows, 1)
     ]
-    return table(
+    out = table(
         f"Best {len(rows)} elites",
         columns,
         body,
         numeric=("#", "island", "objective", "seq", *keys),
     )
+    if audited:  # clean or flagged (the auditor's verdict on an elite that was a new best)
+        out.columns[columns.index("audit")].min_width = len("flagged")
+    return out
 
 
 def candidate(item: dict[str, Any], *, full: bool = False) -> Group:
@@ -149,6 +156,8 @@ def candidate(item: dict[str, Any], *, full: bool = False) -> Group:
     parts: list[Any] = [Panel(head, title=f"candidate {item['id'][:12]}", title_align="left")]
     if item["description"]:
         parts.append(Panel(Text(item["description"]), title="description", title_align="left"))
+    if item.get("audit") is not None:
+        parts.append(audit(item["audit"]))
     for ev in item["evaluations"]:
         rows = [[k, v] for k, v in ev["metrics"].items()] + [
             [f"descriptor {k}", v] for k, v in ev["descriptors"].items()
@@ -190,6 +199,22 @@ def candidate(item: dict[str, Any], *, full: bool = False) -> Group:
         answer = call["response"] or f"(no answer: {call['error']})"
         parts.append(Panel(Text(_clip(answer, full)), title="answer", title_align="left"))
     return Group(*parts)
+
+
+def audit(verdict: dict[str, Any]) -> Panel:
+    """The auditor's verdict: decision, strict fitness, and each flag with file:line and reason."""
+    decision = f"flagged, {verdict['decision']}" if verdict["flagged"] else "clean"
+    lines = [f"verdict: {decision}"]
+    if verdict["strict_fitness"] is not None:
+        lines.append(f"strict re-evaluation fitness: {num(verdict['strict_fitness'])}")
+    if verdict["reason"]:
+        lines.append(verdict["reason"])
+    for flag in verdict["flags"]:
+        lines.append(f"{flag['path']}:{flag['line']} [{flag['rule']}] {flag['reason']}")
+        lines.append(f"    {flag['code']}")
+    lines += [f"{path}: not valid Python; not audited" for path in verdict["unparsed"]]
+    style = "red" if verdict["flagged"] else "green"
+    return Panel(Text("\n".join(lines)), title="audit", title_align="left", border_style=style)
 
 
 def _clip(text: str, full: bool, lines: int = 40) -> str:

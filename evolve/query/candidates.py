@@ -1,4 +1,4 @@
-"""Reads of candidates: the elites table, one candidate in full, its files, and lookups by seq or id prefix."""
+"""Reads of candidates: the elites table, one candidate in full, its audit, its files, lookups by seq or id prefix."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ ELITE_SORTS = ("objective", "island", "cell", "seq", "operator", "model", "updat
 _OUTCOMES_SQL = """
 SELECT c.id, c.operator, c.model, c.status,
        (SELECT {pick}(v.fitness) FROM evaluations v WHERE v.candidate = c.id AND v.status = 'ok'
-        AND v.stage != 'reevaluation'),
+        AND v.stage NOT IN ('reevaluation', 'strict')),
        (SELECT {pick}(v.fitness) FROM edges e JOIN evaluations v ON v.candidate = e.parent AND v.status = 'ok'
-        AND v.stage != 'reevaluation'
+        AND v.stage NOT IN ('reevaluation', 'strict')
         WHERE e.child = c.id AND e.role IN ({roles}) AND e.parent != e.child)
 FROM candidates c WHERE c.seq >= ?
 """
@@ -55,8 +55,10 @@ def elites(
     column = {"seq": "c.seq", "operator": "c.operator", "model": "c.model"}.get(sort, f"e.{sort}")
     sql = (
         "SELECT e.island, e.cell, e.candidate, e.objective, e.updated_at, c.seq, c.operator, c.model, "
-        "(SELECT v.metrics FROM evaluations v WHERE v.candidate = e.candidate ORDER BY v.id DESC LIMIT 1) "
-        "FROM elites e JOIN candidates c ON c.id = e.candidate"
+        "(SELECT v.metrics FROM evaluations v WHERE v.candidate = e.candidate ORDER BY v.id DESC LIMIT 1), "
+        "a.decision, a.flagged "
+        "FROM elites e LEFT JOIN audits a ON a.candidate = e.candidate "
+        "JOIN candidates c ON c.id = e.candidate"
         + (" WHERE " + " AND ".join(where) if where else "")
         + f" ORDER BY {column} {'DESC' if descending else 'ASC'}, e.island, e.cell"
         + (" LIMIT ?" if limit is not None else "")
@@ -68,12 +70,43 @@ def elites(
     for row in conn.execute(sql, args).fetchall():
         item = dict(zip(keys, row[:8], strict=True))
         item["metrics"] = loads(row[8], {})
+        item["audit"] = _audit_mark(row[9], row[10])
         result.append(item)
     return result
 
 
+def _audit_mark(decision: str | None, flagged: int | None) -> str | None:
+    """How ``best`` marks an elite: None (not audited), ``clean`` or ``flagged, <decision>``."""
+    if decision is None:
+        return None
+    return f"flagged, {decision}" if flagged else "clean"
+
+
+def audit_of(source: Source, candidate_id: str) -> dict[str, Any] | None:
+    """The auditor's verdict on a candidate (None when it was never audited).
+
+    Keys: ``flagged``, ``decision`` (clean, promoted or refused), ``reason``, ``flags`` (each
+    with path, line, rule, reason and code), ``unparsed`` files, ``strict_fitness``.
+    """
+    row = (
+        connection(source)
+        .execute(
+            "SELECT flagged, decision, reason, flags, unparsed, strict_fitness, created_at "
+            "FROM audits WHERE candidate=?",
+            (candidate_id,),
+        )
+        .fetchone()
+    )
+    if row is None:
+        return None
+    keys = ("flagged", "decision", "reason", "flags", "unparsed", "strict_fitness", "created_at")
+    item = dict(zip(keys, row, strict=True))
+    item.update(flagged=bool(row[0]), flags=loads(row[3], []), unparsed=loads(row[4], []))
+    return item
+
+
 def candidate(source: Source, candidate_id: str) -> dict[str, Any]:
-    """Everything stored about one candidate: files, lineage, evaluations, cells, LLM calls.
+    """Everything stored about one candidate: files, lineage, evaluations, audit, cells, LLM calls.
 
     Raises:
         KeyError: no candidate has this id.
@@ -134,6 +167,7 @@ def candidate(source: Source, candidate_id: str) -> dict[str, Any]:
             (candidate_id,),
         )
     ]
+    item["audit"] = audit_of(conn, candidate_id)
     latest = item["evaluations"][-1] if item["evaluations"] else None
     item["fitness"] = latest["fitness"] if latest else None
     item["cells"] = [

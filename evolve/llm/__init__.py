@@ -3,7 +3,7 @@
 from evolve.llm.client import Completion, LLMClient, usage_line
 from evolve.llm.command import prompt_text, register_command_provider
 from evolve.llm.errors import BudgetExceeded, LLMCallFailed, LLMStop, PreflightError, ReplayMiss
-from evolve.llm.ledger import Ledger, cache_key, link_calls
+from evolve.llm.ledger import Ledger, cache_key
 from evolve.llm.preflight import preflight
 from evolve.llm.settings import LLMConfigError, LLMSettings, Pricing
 
@@ -20,7 +20,6 @@ __all__ = [
     "Pricing",
     "ReplayMiss",
     "cache_key",
-    "link_calls",
     "preflight",
     "prompt_text",
     "register_command_provider",

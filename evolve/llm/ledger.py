@@ -193,17 +193,3 @@ class Ledger:
             }
             for model, n, errors, cancelled, tin, tout, cost in rows
         }
-
-
-def link_calls(store: Store, prompt_hash: str | None, candidate_id: str) -> None:
-    """Point the not yet linked calls made for ``prompt_hash`` at the candidate they produced.
-
-    The search calls this when it stores a candidate (accepted or rejected) that came from a
-    model, so that browsing shows each candidate's prompt and answer.
-    """
-    if not prompt_hash:
-        return
-    store.conn.execute(
-        "UPDATE llm_calls SET candidate=? WHERE prompt_hash=? AND candidate IS NULL",
-        (candidate_id, prompt_hash),
-    )

@@ -9,7 +9,9 @@ first use:
 - the archive and its store: ``Archive``, ``Store``;
 - the fitness contract: ``Fitness``, ``EvalContext``, ``Stage``, ``Benchmark``;
 - settings: ``SearchSettings``, ``ArchiveSettings``, ``EmitterSettings``, ``NoiseSettings``,
-  ``RunSettings``;
+  ``AuditSettings``, ``RunSettings``;
+- the engine: ``Engine`` (ask/tell), ``Emitter``, ``Driver`` (many proposals in flight),
+  ``Summary``;
 - running: ``run`` (a whole search, as ``python -m evolve`` runs it).
 """
 
@@ -20,58 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # for type checkers and editors; at run time each name loads on first use
-    from evolve.archive import Archive
+if TYPE_CHECKING:
     from evolve.driver import Summary
-    from evolve.fitness import Benchmark, EvalContext, Fitness, Stage
-    from evolve.noise import NoiseSettings
-    from evolve.settings import ArchiveSettings, EmitterSettings, RunSettings, SearchSettings
-    from evolve.store import Store
-    from evolve.types import (
-        AddResult,
-        AddStatus,
-        Candidate,
-        Descriptor,
-        Direction,
-        EvalStatus,
-        Evaluation,
-        EvolveError,
-        Objective,
-        Proposal,
-    )
 
 __version__ = "0.1.0"
-
-__all__ = [
-    # data
-    "AddResult",
-    "AddStatus",
-    "Candidate",
-    "Descriptor",
-    "Direction",
-    "EvalStatus",
-    "Evaluation",
-    "EvolveError",
-    "Objective",
-    "Proposal",
-    # archive and store
-    "Archive",
-    "Store",
-    # the fitness contract
-    "Benchmark",
-    "EvalContext",
-    "Fitness",
-    "Stage",
-    # settings
-    "ArchiveSettings",
-    "EmitterSettings",
-    "NoiseSettings",
-    "RunSettings",
-    "SearchSettings",
-    # the engine and the driver (the ask/tell engine's names go here)
-    # running
-    "run",
-]
 
 
 # where each public name lives; ``from evolve import X`` imports only X's module
@@ -98,7 +52,13 @@ _HOMES = {
         ("ArchiveSettings", "EmitterSettings", "RunSettings", "SearchSettings"), "evolve.settings"
     ),
     "NoiseSettings": "evolve.noise",
+    **dict.fromkeys(("AuditSettings",), "evolve.settings"),
+    # the ask/tell engine and the driver that keeps proposals in flight
+    "Engine": "evolve.engine",
+    **dict.fromkeys(("Driver", "Summary"), "evolve.driver"),
+    "Emitter": "evolve.emitters",
 }
+__all__ = [*_HOMES, "run"]  # the public API: every name above, and ``run``
 
 
 def __getattr__(name: str) -> Any:

@@ -126,9 +126,7 @@ def run_evolve(
     args: Any, out: Path, dataset: Path, gpus: list, device: str, log: Any
 ) -> dict[str, Any]:
     """An evolve run on rmsnorm from our Triton seed with the built-in operators; its seed and best scores."""
-    import sqlite3
-
-    from evolve.benchmarks.kernels.gpu_upstream import run_bounded
+    from evolve.benchmarks.kernels.gpu_upstream import archive_summary, run_bounded
 
     run_dir = out / "evolve_rmsnorm"
     command = [sys.executable, "-m", "evolve", "benchmark=kernels_rmsnorm", f"search.max_candidates={args.evolve}",
@@ -152,15 +150,7 @@ def run_evolve(
         "returncode": returncode,
         "seconds": time.monotonic() - started,
     }
-    db = run_dir / "archive.db"
-    if db.is_file():
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT e.status, e.fitness, c.operator, c.description FROM evaluations e "
-                                "JOIN candidates c ON c.id = e.candidate ORDER BY e.id").fetchall()  # fmt: skip
-        ok = [r for r in rows if r[0] == "ok" and r[1] is not None]
-        best = max(ok, key=lambda r: r[1]) if ok else None
-        result.update(evaluated=len(rows), ok=len(ok), seed_score=ok[0][1] if ok else None,
-                      best_score=best[1] if best else None, best_description=best[3] if best else None)  # fmt: skip
+    result.update(archive_summary(run_dir / "archive.db"))
     log(f"evolve: {result}")
     return result
 

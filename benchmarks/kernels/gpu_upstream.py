@@ -115,18 +115,30 @@ def run_suite_evolve(problems: list[str], candidates: int, minutes: float, out: 
     (out / "evolve_suite_log.txt").write_text(str(output))
     result: dict[str, Any] = {"command": " ".join(command), "returncode": returncode, "problems": problems,
                               "seconds": time.monotonic() - started}  # fmt: skip
-    db = run_dir / "archive.db"
-    if db.is_file():
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("SELECT e.status, e.fitness, e.metrics, c.operator FROM evaluations e "
-                                "JOIN candidates c ON c.id = e.candidate ORDER BY e.id").fetchall()  # fmt: skip
-        ok = [r for r in rows if r[0] == "ok" and r[1] is not None]
-        best = max(ok, key=lambda r: r[1]) if ok else None
-        result.update(evaluated=len(rows), ok=len(ok), seed_score=ok[0][1] if ok else None,
-                      best_score=best[1] if best else None, best_operator=best[3] if best else None,
-                      seed_metrics=_metrics(ok[0][2]) if ok else {}, best_metrics=_metrics(best[2]) if best else {})  # fmt: skip
+    result.update(archive_summary(run_dir / "archive.db"))
     log(f"suite evolve: { {k: v for k, v in result.items() if 'metrics' not in k} }")
     return result
+
+
+def archive_summary(db: Path) -> dict[str, Any]:
+    """Seed and best of a finished run's archive: counts, scores, the best's operator and change."""
+    if not db.is_file():
+        return {}
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT e.status, e.fitness, e.metrics, c.operator, c.description FROM evaluations e "
+                            "JOIN candidates c ON c.id = e.candidate ORDER BY e.id").fetchall()  # fmt: skip
+    ok = [r for r in rows if r[0] == "ok" and r[1] is not None]
+    seed, best = (ok[0], max(ok, key=lambda r: r[1])) if ok else (None, None)
+    return {
+        "evaluated": len(rows),
+        "ok": len(ok),
+        "seed_score": seed[1] if seed else None,
+        "best_score": best[1] if best else None,
+        "best_operator": best[3] if best else None,
+        "best_description": best[4] if best else None,
+        "seed_metrics": _metrics(seed[2]) if seed else {},
+        "best_metrics": _metrics(best[2]) if best else {},
+    }
 
 
 def run_bounded(

@@ -68,6 +68,7 @@ def toy_config(
         "llm=local",
         f"llm.api_base={server.api_base}",
         "llm.model=openai/scripted",
+        f"llm.max_concurrency={in_flight}",  # the mock server takes as many calls as are in flight
         "operators.builtin.tweak=0",
         "operators.builtin.crossover=0",
         f"search.workers={workers}",

@@ -9,6 +9,7 @@ without anyone keeping a list.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import re
@@ -91,11 +92,21 @@ def _named(tree: ast.AST, package: str | None, *, init: bool) -> Iterable[str]:
 def harness_modules(root: str, *, within: Iterable[str] = ("evolve",)) -> list[Path]:
     """Source files of ``root`` and of every module it imports, transitively, inside ``within``.
 
+    The set is found once per process (the files' contents are what the harness hash reads
+    each time): parsing again before every evaluation cost time, and ``ast.parse`` while
+    other threads compile code fails on CPython before 3.11.8 and 3.12.2 ("AST constructor
+    recursion depth mismatch", CPython gh-106905).
+
     Args:
         root: a module name, e.g. a fitness class's ``__module__``.
         within: top-level packages followed (others, e.g. torch, are not the harness); the
             root's own top-level package is always followed.
     """
+    return list(_modules(root, tuple(within)))
+
+
+@functools.cache
+def _modules(root: str, within: tuple[str, ...]) -> tuple[Path, ...]:
     keep = {*within, root.split(".")[0]}
     seen: dict[str, Path] = {}
     todo = [root]
@@ -112,7 +123,7 @@ def harness_modules(root: str, *, within: Iterable[str] = ("evolve",)) -> list[P
         package = name if path.name == "__init__.py" else ".".join(parts[:-1]) or None
         todo += parents
         todo += _named(ast.parse(path.read_bytes()), package, init=path.name == "__init__.py")
-    return sorted(set(seen.values()))
+    return tuple(sorted(set(seen.values())))
 
 
 def files_digest(paths: Iterable[Path], *, root: Path | None = None) -> str:

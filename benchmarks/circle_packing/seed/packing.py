@@ -3,7 +3,7 @@
 Centres start on rows, are spread by a penalty method (gradient steps with Adam on
 centres and radii), and the final radii are the largest feasible ones for those centres,
 found by a linear program. The harness checks the packing and computes the score. The
-The evolvable block holds the whole construction (``construct``); ``main`` only writes its result.
+evolvable block holds the whole construction (``construct``); ``main`` only writes its result.
 """
 
 import json

@@ -10,8 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,6 @@ from evolve.llm import PreflightError
 from evolve.store import Store
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed
-from tests.fixtures import scripted_model
 from tests.fixtures.mock_openai import MockServer
 
 SCRIPTED = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"
@@ -156,62 +153,13 @@ def test_a_bad_model_fails_before_anything_is_evaluated(tmp_path) -> None:
     assert rows(tmp_path / "archive.db", "SELECT COUNT(*) FROM evaluations") == [(0,)]
 
 
-class OpenAICompatible(BaseHTTPRequestHandler):
-    """/v1/models and /v1/chat/completions, answering with the scripted model's edits."""
-
-    requests: list[dict] = []
-
-    def _send(self, payload: dict) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._send({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
-
-    def do_POST(self) -> None:  # noqa: N802
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append(request)
-        prompt = "\n\n".join(m["content"] for m in request["messages"])
-        import random
-
-        text = scripted_model.answer(prompt, random.Random(len(type(self).requests)))
-        self._send(
-            {
-                "id": f"cmpl-{len(type(self).requests)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": request["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": text},
-                    }
-                ],
-                "usage": {
-                    "prompt_tokens": len(prompt) // 4,
-                    "completion_tokens": len(text) // 4,
-                    "total_tokens": (len(prompt) + len(text)) // 4,
-                },
-            }
-        )
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 def test_a_search_through_a_local_openai_compatible_server(tmp_path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), OpenAICompatible)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = MockServer().start()
     try:
         cfg = composed(
             [
                 "llm=local",
-                f"llm.api_base=http://127.0.0.1:{server.server_port}/v1",
+                f"llm.api_base={server.api_base}",
                 "llm.model=openai/scripted",
                 "search.max_candidates=5",
                 *LLM_ONLY,
@@ -220,13 +168,13 @@ def test_a_search_through_a_local_openai_compatible_server(tmp_path) -> None:
         )
         summary = runner.run(cfg, tmp_path)
     finally:
-        server.shutdown()
+        server.stop()
     assert summary.evaluated == 5
-    assert OpenAICompatible.requests and OpenAICompatible.requests[0]["model"] == "scripted"
+    assert server.models and server.models[0] == "scripted"
     calls = rows(
         tmp_path / "archive.db", "SELECT model, tokens_in, tokens_out, error FROM llm_calls"
     )
-    assert len(calls) == len(OpenAICompatible.requests)
+    assert len(calls) == server.requests
     assert all(
         m == "openai/scripted" and tin > 0 and tout > 0 and e is None for m, tin, tout, e in calls
     )

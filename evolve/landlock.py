@@ -87,7 +87,10 @@ def restrict(
     """
     fs = FS_ABI1_ALL | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
     if writes is None:
-        fs &= FS_READ
+        # A layer that does not handle refer forbids every rename across folders (ABI 1
+        # semantics), which breaks compilers' caches; handled and granted everywhere, it
+        # forbids only moves that would make a file readable that was not.
+        fs &= FS_READ | FS_REFER
     if reads is None:
         fs &= ~FS_READ
     attr = _RulesetAttr(fs, NET_TCP if tcp and abi >= 4 else 0, SCOPE_ALL if scoped and abi >= 6 else 0)
@@ -97,6 +100,8 @@ def restrict(
     ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
     check(0 if ruleset >= 0 else -1, "landlock_create_ruleset")
     grants = [(p, d, fs) for p, d in writes or ()]
+    if writes is None and fs & FS_REFER:
+        grants.append(("/", True, FS_REFER))
     grants += [(p, d, fs & rights) for p, d, rights in reads or ()]
     for path, is_dir, rights in grants:
         allowed = rights if is_dir else rights & FS_FILE_ONLY

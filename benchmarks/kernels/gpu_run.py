@@ -18,6 +18,11 @@ problem with its shipped solution (every language that builds here) in both scor
 and times the references with CUDA events and with CUPTI; ``--suite-evolve N`` then runs
 ``kernels_suite`` with the built-in operators over ``--suite-problems`` (aggregate
 before/after); ``--no-suite-table`` skips the per-problem tables of our own suite.
+
+``--timers DIR,...`` only times references, with CUDA events and with CUPTI on the same
+inputs, for every problem under the folders (``suite`` is our own), each shrunk to every
+axis at most each of ``--timer-caps`` (0: as given), so that the table reaches workloads
+of a few microseconds, where the timers differ; it writes timers.json and timers.md.
 """
 
 from __future__ import annotations
@@ -223,9 +228,38 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def upstream_phase(
-    args: Any, full: dict, settings: Any, calibration: dict, env: dict, out: Path, log: Any
-) -> None:
+def time_references(roots: list[Path], caps: list[int], workloads: int, settings: Any, env: dict,
+                    tmp: Path) -> list[dict[str, Any]]:  # fmt: skip
+    """Events vs CUPTI rows for the problems under ``roots``, once per axis cap (0: unchanged)."""
+    from evolve.benchmarks.kernels.gpu_upstream import compare_timers
+
+    shrunk = [root if cap == 0 else shrink_dataset(root, tmp / f"timers-cap{cap}" / f"{i}-{root.name}", cap)
+              for cap in caps for i, root in enumerate(roots)]  # fmt: skip
+    return compare_timers(shrunk, settings, env, workloads)
+
+
+def timers_only(args: Any, settings: Any, env: dict, out: Path, tmp: Path, log: Any) -> int:
+    """``--timers``: the timer comparison alone; timers.json and timers.md in ``out``."""
+    from evolve.benchmarks.kernels.fitness import SUITE
+    from evolve.benchmarks.kernels.gpu_upstream import timer_table
+
+    roots = [SUITE if r == "suite" else Path(r).resolve() for r in args.timers.split(",") if r]
+    caps = [int(c) for c in args.timer_caps.split(",") if c]
+    log(
+        f"timers: {[str(r) for r in roots]}, axis caps {caps}, {args.timer_workloads} workload(s) per problem"
+    )
+    rows = time_references(roots, caps, args.timer_workloads, settings, env, tmp)
+    (out / "timers.json").write_text(json.dumps(rows, indent=2, default=str))
+    text = timer_table(rows) + "\n"
+    (out / "timers.md").write_text(text)
+    print(text)
+    paired = [r for r in rows if "events_ms" in r and "cupti_ms" in r]
+    log(f"timers: {len(paired)} of {len(rows)} workloads timed both ways")
+    return 0 if paired else 1
+
+
+def upstream_phase(args: Any, full: dict, settings: Any, calibration: dict, env: dict, out: Path, tmp: Path,
+                   log: Any) -> None:  # fmt: skip
     """Upstream's examples with their own solutions, events vs CUPTI, and a suite evolve run."""
     from dataclasses import replace
 
@@ -238,7 +272,10 @@ def upstream_phase(
             examples, quick, calibration, env, log, args.example_workloads
         )
         try:
-            full["timers"] = gpu_upstream.compare_timers(examples, settings, env)
+            caps = [int(c) for c in args.timer_caps.split(",") if c]
+            full["timers"] = time_references(
+                [examples], caps, args.timer_workloads, settings, env, tmp
+            )
         except Exception as exc:  # the table is still written without it
             full["timers"] = []
             log(f"timers FAILED: {exc}")
@@ -313,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-suite-table", action="store_true", help="skip our suite's baseline and seed tables"
     )
+    parser.add_argument("--timers", metavar="DIR,...",
+                        help="only time references with events and CUPTI, for the problems under these folders "
+                             "('suite': ours)")  # fmt: skip
+    parser.add_argument("--timer-caps", default="16,256,0",
+                        help="axis caps of the timer comparison (0: the workloads as given)")  # fmt: skip
+    parser.add_argument(
+        "--timer-workloads", type=int, default=1, help="workloads timed per problem and cap"
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
@@ -331,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     started, clock = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.monotonic()
     dataset = Path(args.dataset or SUITE)
     tmp = Path(tempfile.mkdtemp(prefix="evolve-kernels-gpu-run-"))
+    if args.timers:
+        env = {"CUDA_VISIBLE_DEVICES": chosen(args.gpus)[0]} if device == "cuda" else {}
+        code = timers_only(args, Settings(device=device), env, out, tmp, log)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return code
     if args.tiny:
         dataset = shrink_dataset(dataset, tmp / "tiny")
     names = sorted(problem_dirs(dataset))
@@ -469,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         full["problems"] = []
     write()  # written before the evolve phase too, so a cut-off run still leaves its results
     if args.examples or args.suite_evolve:
-        upstream_phase(args, full, settings, calibration, first_env, out, log)
+        upstream_phase(args, full, settings, calibration, first_env, out, tmp, log)
         write()
     if args.evolve:
         full["evolve"] = run_evolve(args, out, dataset, gpus, device, log)

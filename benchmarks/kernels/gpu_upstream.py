@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from evolve.benchmarks.kernels.build import BuildError, build
@@ -88,14 +89,12 @@ def score_examples(root: Path, settings: Settings, calibration: dict, env: dict[
     return rows
 
 
-def compare_timers(root: Path, settings: Settings, env: dict[str, str]) -> list[dict[str, Any]]:
-    """Events vs CUPTI medians of the reference on every example workload."""
-    job = {
-        "task": "timers",
-        "problems": [str(f) for f in example_dirs(root)],
-        "warmup": 10,
-        "iters": 50,
-    }
+def compare_timers(roots: list[Path], settings: Settings, env: dict[str, str],
+                   workloads: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Events vs CUPTI medians of the reference on the workloads of every problem under ``roots``."""
+    folders = sorted({p.parent for root in roots for p in root.rglob("definition.json")})
+    job = {"task": "timers", "problems": [str(f) for f in folders], "warmup": 10, "iters": 50,
+           "workloads": workloads}  # fmt: skip
     return referee_call(job, settings, env)["timers"]
 
 
@@ -164,9 +163,38 @@ def _metrics(text: Any) -> dict[str, Any]:
         return {}
 
 
+def timer_table(timers: list[dict]) -> str:
+    """Events vs CUPTI, shortest first (under 10 us is where the timer matters), in microseconds."""
+    out = ["| problem | workload (axes) | events us | CUPTI us | events - CUPTI us | activities/call | timers |",
+           "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for t in sorted(timers, key=lambda t: t.get("events_ms", float("inf"))):
+        axes = " ".join(f"{k}={v}" for k, v in (t.get("axes") or {}).items()) or t["uuid"][:12]
+        events = (
+            f"{t['events_ms'] * 1e3:.2f}"
+            if "events_ms" in t
+            else f"failed: {t.get('events_error', '')[:80]}"
+        )
+        if "cupti_ms" in t and "events_ms" in t:
+            cupti, diff = (
+                f"{t['cupti_ms'] * 1e3:.2f}",
+                f"{(t['events_ms'] - t['cupti_ms']) * 1e3:+.2f}",
+            )
+        else:
+            cupti, diff = f"failed: {t.get('cupti_error', '-')[:80]}", ""
+        used = f"{t.get('events_timer', '-')} / {t.get('cupti_timer', '-')}"[:80]
+        out.append(f"| {t['problem'][:40]} | {axes[:60]} | {events} | {cupti} | {diff} | "
+                   f"{t.get('cupti_activities') or '-'} | {used} |")  # fmt: skip
+    pairs = [t for t in timers if "events_ms" in t and "cupti_ms" in t]
+    short = [t for t in pairs if t["events_ms"] < 0.010]
+    if short:
+        diffs = sorted((t["events_ms"] - t["cupti_ms"]) * 1e3 for t in short)
+        out += ["", f"{len(short)} of {len(pairs)} workloads under 10 us by events; events - CUPTI there: "
+                    f"median {median(diffs):+.2f} us, range {diffs[0]:+.2f} to {diffs[-1]:+.2f} us."]  # fmt: skip
+    return "\n".join(out)
+
+
 def markdown(examples: list[dict], timers: list[dict], suite: dict | None) -> str:
-    """RESULTS.md sections for the upstream examples, the timer comparison (every workload,
-    shortest first: under 10 us is where the timer matters) and the suite run."""
+    """RESULTS.md sections for the upstream examples, the timer comparison and the suite run."""
     out = ["| example | language | status | score (local) | score (published) | timer | note |",
            "| --- | --- | --- | ---: | ---: | --- | --- |"]  # fmt: skip
     for r in examples:
@@ -177,22 +205,7 @@ def markdown(examples: list[dict], timers: list[dict], suite: dict | None) -> st
         out.append(
             f"| {r['folder']} | {r['language']} | {r['status']} | {r['score_local']:.3f} | {pub} | {r.get('timer', '-')} | {note} |"
         )
-    out += [
-        "",
-        "| problem | workload | events ms | CUPTI ms | events - CUPTI (us) | second timer used |",
-        "| --- | --- | ---: | ---: | ---: | --- |",
-    ]
-    for t in sorted(timers, key=lambda t: t.get("events_ms", 0.0)):  # the short ones first
-        if "events_ms" in t and "cupti_ms" in t:
-            diff = (t["events_ms"] - t["cupti_ms"]) * 1e3
-            out.append(
-                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t['events_ms']:.4f} | {t['cupti_ms']:.4f} | {diff:.2f} | "
-                f"{str(t.get('cupti_timer', '-'))[:60]} |"
-            )
-        elif "cupti_error" in t:
-            out.append(
-                f"| {t['problem'][:40]} | {t['uuid'][:12]} | {t.get('events_ms', 0):.4f} | failed: {t['cupti_error'][:80]} | | |"
-            )
+    out += ["", timer_table(timers)]
     if suite:
         out += ["", f"Suite evolve over {len(suite['problems'])} problems (`{suite['command']}`): {suite.get('evaluated', 0)} "
                     f"evaluated ({suite.get('ok', 0)} ok) in {suite['seconds']:.0f} s; aggregate seed "

@@ -142,20 +142,34 @@ def _witness(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _timers(job: dict[str, Any]) -> dict[str, Any]:
-    """The reference of each workload timed twice on the same shifted inputs: CUDA events, then CUPTI."""
+    """The reference of each workload timed twice on the same shifted inputs: CUDA events, then CUPTI.
+
+    ``problems`` are folders; ``workloads`` (optional) how many of each problem's workloads.
+    """
     import torch
     from evolve.benchmarks.kernels import inputs, pool, spec, timing
 
     device = torch.device(job["device"])
+    calls = int(job["warmup"]) + int(job["iters"])
     rows = []
     for item in job["problems"]:
         problem = spec.load_problem(item)
         reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
-        for workload in problem.workloads:
-            maker = inputs.InputMaker(problem, workload, device, reference)
-            shifted = pool.ShiftedInputs(maker.make(1), 2 * (job["warmup"] + job["iters"]))
-            row: dict[str, Any] = {"problem": problem.name, "uuid": workload.uuid}
-            for offset, method in ((0, "events"), (job["warmup"] + job["iters"], "cupti")):
+        for workload in problem.workloads[: job.get("workloads") or None]:
+            row: dict[str, Any] = {
+                "problem": problem.name,
+                "folder": str(item),
+                "uuid": workload.uuid,
+            }
+            try:
+                maker = inputs.InputMaker(problem, workload, device, reference)
+                row["axes"] = dict(maker.axes)
+                shifted = pool.ShiftedInputs(maker.make(1), 2 * calls)
+            except Exception as exc:
+                row["events_error"] = row["cupti_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                rows.append(row)
+                continue
+            for offset, method in ((0, "events"), (calls, "cupti")):
                 row[f"{method}_timer"] = timing.resolve_timer(method, device)
 
                 def setup(i: int, offset: int = offset, shifted: Any = shifted) -> list[Any]:
@@ -167,9 +181,11 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
                                                iters=job["iters"], method=method)  # fmt: skip
                     row[f"{method}_ms"] = timing.median(times)
                     row[f"{method}_timer"] = timing.last_timer()
+                    row[f"{method}_activities"] = timing.last_activities()
                 except Exception as exc:
                     row[f"{method}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
+            del shifted
     return {"timers": rows}
 
 

@@ -17,19 +17,27 @@ cupti-python``; the ``kernels`` extra). It excludes event-record overhead, which
 measured at 6-10 us, and matters for workloads of a few microseconds. Without the
 package, ``resolve_timer`` answers "events" and the report says so.
 
-The clock functions are captured when this module is imported, which the driver does
-before it imports a candidate: a candidate that patches them later changes nothing here
-(and ``guards`` reports the patch).
+The clock functions, CUPTI's module included, are captured when this module is imported,
+which the driver does before it imports a candidate: a candidate that patches them or
+plants its own ``cupti`` module later changes nothing here (and ``guards`` reports the
+patch). CUPTI sees the activities of every stream of the process; CUDA events see only
+the stream they are recorded on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+
+try:  # before any candidate is imported: a module planted in sys.modules later is never used
+    from cupti import cupti as _CUPTI
+except ImportError:
+    _CUPTI = None
 
 _EVENT = torch.cuda.Event
 _RECORD = torch.cuda.Event.record
@@ -44,6 +52,8 @@ FALLBACK_L2_BYTES = 64 << 20
 # the Triton seeds' single launches stayed under 1%. The likely cause, the clock catching the
 # launch path, is what this longer head start removes; to be confirmed on a GPU.
 HEAD_START_CYCLES = 2_000_000
+# The head start lasts ~1 ms on any clock up to 10 GHz: a shorter first activity is not it.
+HEAD_START_NS_MIN = 200_000
 
 
 def l2_bytes(device: torch.device) -> int:
@@ -72,15 +82,16 @@ def last_timer() -> str:
     return _USED.get("timer", "")
 
 
+def last_activities() -> int | None:
+    """GPU activities (kernels, copies, sets) per call in the last CUPTI measurement (its median)."""
+    return int(_USED["activities"]) if "activities" in _USED else None
+
+
 def resolve_timer(method: str, device: torch.device) -> str:
     """The timer that will really be used: "cupti" only on a GPU with cupti-python importable."""
     if method != "cupti" or device.type != "cuda":
         return "events" if device.type == "cuda" else "host"
-    try:
-        from cupti import cupti  # noqa: F401
-    except ImportError:
-        return "events"
-    return "cupti"
+    return "events" if _CUPTI is None else "cupti"
 
 
 def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]], flush: torch.Tensor | None,
@@ -90,32 +101,39 @@ def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]]
     Each call is launched behind the same head start as the events path, so a reference made
     of several kernels is timed as they run back to back on the GPU, not with the host's
     launch gaps between them (measured on the H200 before this: eager references of 25-40 us
-    by events spanned 80-130 us under CUPTI).
+    by events spanned 80-130 us under CUPTI). An activity belongs to the call whose window
+    (host timestamps around the call, between two device syncs) it starts in; the window's
+    first activity is the head start, dropped after checking that it lasted as one.
     """
-    from cupti import cupti
-
-    records: list[tuple[int, int]] = []
-
-    def completed(activities: list) -> None:
-        records.extend((int(a.start), int(a.end)) for a in activities)
-
+    cupti = _CUPTI
     kinds = (
         cupti.ActivityKind.CONCURRENT_KERNEL,
         cupti.ActivityKind.MEMCPY,
         cupti.ActivityKind.MEMSET,
     )
-    windows = []
-    for kind in kinds:
-        cupti.activity_enable(kind)
+    records: list[tuple[int, int]] = []
+
+    def completed(activities: list) -> None:
+        records.extend((int(a.start), int(a.end)) for a in activities)
+
     try:
+        for kind in kinds:
+            cupti.activity_enable(kind)
         cupti.activity_register_callbacks(lambda: (8 << 20, 0), completed)
+    except Exception as exc:  # another subscriber (a profiler), no permission, driver mismatch
+        with contextlib.suppress(Exception):
+            cupti.finalize()
+        raise CuptiUnavailable(f"{type(exc).__name__}: {exc}") from exc
+    windows = []
+    try:
         for i in range(iters):
             args = setup(i)
             if flush is not None:
                 flush.zero_()
             _SYNC(device)
             begin = int(cupti.get_timestamp())
-            if _SPIN is not None:  # the call's launches queue behind it: no host gaps inside the span
+            # the call's launches queue behind the head start: no host gaps inside the span
+            if _SPIN is not None:
                 _SPIN(HEAD_START_CYCLES)
             fn(*args)
             _SYNC(device)
@@ -127,14 +145,23 @@ def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]]
         for kind in kinds:
             cupti.activity_disable(kind)
         cupti.finalize()
-    times = []
+    return _spans(sorted(records), windows)
+
+
+def _spans(records: Sequence[tuple[int, int]], windows: Sequence[tuple[int, int]]) -> list[float]:
+    """Milliseconds from the first to the last activity of each window, its head start dropped."""
+    times, counts = [], []
     for begin, end in windows:
-        inside = sorted(r for r in records if r[0] >= begin and r[1] <= end)
+        inside = [r for r in records if begin <= r[0] < end]
         if _SPIN is not None:
-            inside = inside[1:]  # the head start itself, the window's first activity
+            if not inside or inside[0][1] - inside[0][0] < HEAD_START_NS_MIN:
+                raise RuntimeError("CUPTI lost the head start's record of a timed call")
+            inside = inside[1:]
         if not inside:
             raise RuntimeError("CUPTI recorded no GPU activity for a timed call")
-        times.append((max(r[1] for r in inside) - min(r[0] for r in inside)) / 1e6)
+        times.append((max(r[1] for r in inside) - inside[0][0]) / 1e6)
+        counts.append(len(inside))
+    _USED["activities"] = str(int(statistics.median(counts)))
     return times
 
 
@@ -155,6 +182,7 @@ def measure(
     ``method`` is "events" or "cupti" (see ``resolve_timer`` for which one runs).
     """
     audits = set(audit_at)
+    _USED.pop("activities", None)
     flush = (
         torch.empty(2 * l2_bytes(device), dtype=torch.int8, device=device)
         if flush_l2 and device.type == "cuda"

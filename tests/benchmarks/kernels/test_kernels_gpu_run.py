@@ -124,3 +124,34 @@ def test_markdown_covers_seeds_failures_and_skips():
         "| rmsnorm | w1 |" in text and "| softmax | boom |" in text and "not started within" in text
     )
     assert "**0.700**" in text and "max 0.40%" in text and "1400.0 TFLOP/s" in text
+
+
+def test_timers_mode_times_every_problem_both_ways_at_each_axis_cap(tmp_path):
+    out = tmp_path / "out"
+    code = gpu_run(
+        ["--device", "cpu", "--timers", "suite", "--timer-caps", "8,16", "--out", str(out)]
+    )
+    assert code == 0
+    rows = json.loads((out / "timers.json").read_text())
+    assert len(rows) == 2 * len(problem_dirs(SUITE))
+    assert all(r["events_ms"] > 0 and r["cupti_ms"] > 0 for r in rows)
+    assert {max(r["axes"].values()) for r in rows if r["problem"] == "rmsnorm"} == {8, 16}
+    text = (out / "timers.md").read_text()
+    assert "| rmsnorm | T=8 H=8 |" in text and "events - CUPTI us" in text
+
+
+def test_cupti_spans_drop_the_head_start_and_assign_activities_by_start(monkeypatch):
+    from evolve.benchmarks.kernels import timing
+
+    monkeypatch.setattr(timing, "_SPIN", lambda cycles: None)
+    spin = timing.HEAD_START_NS_MIN
+    # window 1: head start, then two kernels 2 us apart; window 2: head start, one kernel
+    # whose end the host clock saw after the window closed (still counted: it started inside)
+    records = [(100, 100 + spin), (100 + spin + 5_000, 100 + spin + 9_000),
+               (100 + spin + 11_000, 100 + spin + 15_000),
+               (10**9, 10**9 + spin), (10**9 + spin + 1_000, 10**9 + spin + 4_000)]  # fmt: skip
+    windows = [(50, 10**8), (10**9 - 10, 10**9 + spin + 3_000)]
+    assert timing._spans(records, windows) == [pytest.approx(0.010), pytest.approx(0.003)]
+    assert timing.last_activities() in (1, 2)
+    with pytest.raises(RuntimeError, match="lost the head start"):
+        timing._spans([(100, 200), (300, 400)], [(50, 500)])

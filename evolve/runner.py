@@ -17,7 +17,7 @@ from evolve import runlock
 from evolve.archive import Archive
 from evolve.backends import Backend, LocalBackend
 from evolve.config import build_settings
-from evolve.driver import Driver, Summary, recorded_events
+from evolve.driver import Driver, Summary
 from evolve.emitters import Emitter
 from evolve.engine import Engine
 from evolve.llm import LLMSettings, LLMStop, usage_line
@@ -226,6 +226,6 @@ def _replay_events(llm: LLMSettings) -> list[tuple[int, str, int]] | None:
     except ArchiveFileError:  # made before runs recorded their schedule: its answers still serve
         return None
     try:
-        return recorded_events(store)
+        return store.events()
     finally:
         store.close()

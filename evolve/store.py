@@ -655,6 +655,17 @@ class Store:
             )
         ]
 
+    def events(self) -> list[tuple[int, str, int]]:
+        """(event, kind, seq) of the schedule in the order they happened; kind: ask, admit or tell."""
+        events = []
+        for seq, asked, admitted, told in self.schedule():
+            events.append((asked, "ask", seq))
+            if admitted is not None:
+                events.append((admitted, "admit", seq))
+            if told is not None and told != admitted:  # a rejection is told when it is admitted
+                events.append((told, "tell", seq))
+        return sorted(events)
+
     def last_event(self) -> int:
         """The highest event number recorded (-1 when none)."""
         row = self.conn.execute(

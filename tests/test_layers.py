@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 # named here that do not exist yet take their place when they are written.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "settings", "paths"),
-    ("store", "runlock", "callstore"),
+    ("store", "runlock", "callstore", "schema"),
     ("isolation", "landlock", "channels", "sandbox_env", "sandbox"),
     ("harness",),
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots"),

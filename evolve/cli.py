@@ -175,10 +175,8 @@ def checked_settings(cfg: dict[str, Any], overrides: Sequence[str]) -> RunSettin
     return settings
 
 
-def start(
-    cfg: dict[str, Any], run_dir: Path, overrides: Sequence[str]
-) -> tuple[dict[str, Any], RunSettings, bool]:
-    """The config to run (a resumed run's stored one), its settings and whether it resumes.
+def start(cfg: dict[str, Any], run_dir: Path, overrides: Sequence[str]) -> tuple[RunSettings, bool]:
+    """The settings of the run to start (a resumed run's from its stored config) and whether it resumes.
 
     Raises:
         EvolveError: the run cannot start; the message names the fix.
@@ -197,7 +195,7 @@ def start(
         cfg = merge_resumed(json.loads(latest["config"]), overrides)
     else:
         cfg = with_benchmark_search_defaults(cfg, overrides)
-    return cfg, checked_settings(cfg, overrides), resumed
+    return checked_settings(cfg, overrides), resumed
 
 
 def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> Summary:
@@ -215,16 +213,16 @@ def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> 
 
     cfg = compose(overrides)
     where = Path(run_dir or new_run_dir(cfg.get("resume"), cfg["benchmark"]["name"]))
-    cfg, settings, resumed = start(cfg, where, overrides)
+    settings, resumed = start(cfg, where, overrides)
     if settings.dry_run:
         raise ConfigError("dry_run=true only checks a config; leave it out to run from Python")
-    return runner.run(cfg, where, resumed=resumed)
+    return runner.run(settings, where, resumed=resumed)
 
 
 def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
     """Run (or resume) and print how it ended; user errors exit with a one-line message."""
     try:
-        cfg, settings, resumed = start(cfg, run_dir, overrides)
+        settings, resumed = start(cfg, run_dir, overrides)
     except EvolveError as exc:
         log.debug("cannot start: %s", exc)
         fail_to_start(str(exc))
@@ -238,7 +236,7 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
     from evolve.llm import LLMConfigError, PreflightError
 
     try:
-        summary = runner.run(cfg, run_dir, resumed=resumed)
+        summary = runner.run(settings, run_dir, resumed=resumed)
     except (
         ConfigError,
         LLMConfigError,

@@ -26,6 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from evolve.fitness import Benchmark, Fitness
+from evolve.llm.settings import LLMSettings
 from evolve.noise import NoiseSettings
 from evolve.paths import resolve_path
 from evolve.settings import (
@@ -250,6 +251,7 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
     Raises:
         ConfigError: an unknown key, an impossible value or a target that is not allowed;
             the message names the key and what it accepts.
+        evolve.llm.LLMConfigError: the same for the ``llm`` group.
     """
     backend = (cfg.get("backend") or {}).get("name", "local")
     if backend not in BACKENDS:
@@ -268,6 +270,7 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
         builtin=_dataclass_from(
             BuiltinWeights, (cfg.get("operators") or {}).get("builtin"), "operators.builtin"
         ),
+        llm=LLMSettings.from_config(cfg.get("llm")),
         backend=backend,
         alternatives=alternatives(cfg["benchmark"].get("alternatives")),
         dry_run=bool(cfg.get("dry_run", False)),

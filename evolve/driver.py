@@ -30,17 +30,14 @@ from pathlib import Path
 from evolve import noise
 from evolve.backends import Backend
 from evolve.emitters import Ask
-from evolve.engine import Engine, Outcome, Rejection
+from evolve.engine import Engine, Outcome
 from evolve.progress import Progress, evaluation_line
 from evolve.referee import Auditor, AuditVerdict, Referee
+from evolve.rejections import Rejection, Streak
 from evolve.settings import AuditSettings, SearchSettings
-from evolve.store import Store
 from evolve.types import Candidate, Evaluation
 
 log = logging.getLogger("evolve")
-
-MAX_REJECTIONS_IN_A_ROW = 50
-CONVERGED_AFTER = 20  # answers in a row, each to a different prompt, that reproduced stored code
 
 
 @dataclass(frozen=True)
@@ -55,18 +52,6 @@ class Summary:
     seed_fitness: float | None
 
 
-def recorded_events(store: Store) -> list[tuple[int, str, int]]:
-    """(event, kind, seq) of a run's schedule in the order they happened; kind: ask, admit or tell."""
-    events = []
-    for seq, asked, admitted, told in store.schedule():
-        events.append((asked, "ask", seq))
-        if admitted is not None:
-            events.append((admitted, "admit", seq))
-        if told is not None and told != admitted:  # a rejection is told when it is admitted
-            events.append((told, "tell", seq))
-    return sorted(events)
-
-
 class Driver:
     """Runs an engine to its budget on a backend (see the module docstring).
 
@@ -79,7 +64,7 @@ class Driver:
             run's best are audited, flagged ones re-evaluated strictly before promotion;
             None: its defaults (enabled).
         budget_errors: exception types that mean "stop proposing, finish cleanly".
-        replay: the recorded events of the run being replayed (``recorded_events``), followed
+        replay: the recorded events of the run being replayed (``Store.events``), followed
             in order before the driver goes on by itself.
         run_dir: named in messages that tell the user where to look.
         cost: USD spent so far on LLM calls (for the progress bar).
@@ -136,8 +121,7 @@ class Driver:
         self._unfinished = 0  # asked and not yet told: running, queued or under evaluation
         self._stop_reason: str | None = None
         self._deadline: float | None = None
-        self._rejections_in_a_row = 0
-        self._duplicate_prompts: set[str | None] = set()
+        self._streak = Streak(run_dir)
         self._finished = asyncio.Event()
         self._outcomes: dict[int, asyncio.Future] = {}  # replay: a proposal's outcome by seq
         self._results: dict[int, asyncio.Future] = {}  # replay: an evaluation's verdict by seq
@@ -305,33 +289,10 @@ class Driver:
             self._unfinished -= 1
             if self._replay:  # a record that evaluated it waits for no verdict
                 self._result_future(ask.seq).set_result(None)
-            self._count_rejection(admitted)
+            self._stop_reason = self._stop_reason or self._streak.rejected(admitted)
             return
-        self._rejections_in_a_row = 0
-        self._duplicate_prompts.clear()
+        self._streak.admitted()
         self._queue.put_nowait(admitted)
-
-    def _count_rejection(self, rejected: Rejection) -> None:
-        self._rejections_in_a_row += 1
-        if rejected.duplicate_of is None:
-            self._duplicate_prompts.clear()
-        elif rejected.model is None:  # a built-in operator redrew many times and found nothing new
-            self._stop_reason = self._stop_reason or (
-                f"{rejected.reason} (operator {rejected.operator}); the search has converged"
-            )
-        else:
-            self._duplicate_prompts.add(rejected.prompt_hash)
-            if len(self._duplicate_prompts) >= CONVERGED_AFTER:
-                self._stop_reason = self._stop_reason or (
-                    f"{CONVERGED_AFTER} answers in a row, each to a different prompt, reproduced stored "
-                    "candidates; the search has converged"
-                )
-        if self._rejections_in_a_row >= MAX_REJECTIONS_IN_A_ROW:
-            where = self.run_dir if self.run_dir is not None else "<run directory>"
-            self._stop_reason = self._stop_reason or (
-                f"{MAX_REJECTIONS_IN_A_ROW} proposals in a row were rejected; the last because: "
-                f"{rejected.reason[:300]} (all reasons: python -m evolve.browse {where} stats)"
-            )
 
     # --- evaluations --------------------------------------------------------------------------------
 

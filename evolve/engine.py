@@ -32,18 +32,16 @@ from evolve.fitness import Benchmark
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
 from evolve.referee import STRICT, AuditVerdict
+from evolve.rejections import Rejection, record_rejection
 from evolve.store import Store
 from evolve.types import (
     AddResult,
     Candidate,
     CandidateStatus,
-    EdgeRole,
-    EvalStatus,
     Evaluation,
     EvolveError,
     Job,
     Proposal,
-    content_hash,
 )
 
 log = logging.getLogger("evolve")
@@ -54,20 +52,6 @@ REDRAWS = 20  # a built-in operator's child identical to a stored one is drawn a
 
 class HarnessChanged(EvolveError):
     """The benchmark's harness files changed during the run."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Rejection:
-    """A proposal that costs no evaluation: why, and everything needed to record it."""
-
-    ask: Ask
-    operator: str
-    model: str | None
-    reason: str
-    answer: str = ""
-    files: Mapping[str, str] | None = None
-    prompt_hash: str | None = None
-    duplicate_of: str | None = None  # the stored candidate an answer reproduced exactly
 
 
 Outcome = Proposal | Rejection
@@ -83,10 +67,11 @@ def eval_seed(seed: int, seq: int) -> int:
     return (seed * 1_000_003 + seq) % (2**31)
 
 
+@dataclass(eq=False, kw_only=True)
 class Engine:
     """Ask/tell over one run's store (see the module docstring).
 
-    Args:
+    Attributes:
         store: the run's archive file.
         archive: the MAP-Elites grids over ``store``.
         emitter: chooses arms and parents, learns from results.
@@ -96,30 +81,23 @@ class Engine:
         cost: USD spent so far on LLM calls (recorded with the stats).
     """
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        archive: Archive,
-        emitter: Emitter,
-        benchmark: Benchmark,
-        seed: int = 0,
-        migration_interval: int = 25,
-        cost: Callable[[], float] = lambda: 0.0,
-    ) -> None:
-        self.store = store
-        self.archive = archive
-        self.emitter = emitter
-        self.benchmark = benchmark
-        self.seed = seed
-        self.migration_interval = migration_interval
-        self.cost = cost
-        self.harness_hash = benchmark.harness_hash()
-        emitter.state = type(emitter.state).from_json(store.get_state("bandit"))
-        self.counts: Counter[CandidateStatus] = Counter(store.status_counts())
-        self.next_seq = store.next_seq()
-        self.event = store.last_event() + 1
-        self._reissue = [Ask.from_json(data) for data in store.open_asks()]
+    store: Store
+    archive: Archive
+    emitter: Emitter
+    benchmark: Benchmark
+    seed: int = 0
+    migration_interval: int = 25
+    cost: Callable[[], float] = lambda: 0.0
+
+    def __post_init__(self) -> None:
+        """Continue from the store: bandit state, counts, the next seq and event, open asks."""
+        self.harness_hash = self.benchmark.harness_hash()
+        state = self.emitter.state
+        self.emitter.state = type(state).from_json(self.store.get_state("bandit"))
+        self.counts: Counter[CandidateStatus] = Counter(self.store.status_counts())
+        self.next_seq = self.store.next_seq()
+        self.event = self.store.last_event() + 1
+        self._reissue = [Ask.from_json(data) for data in self.store.open_asks()]
         self._evaluating: set[str] = set()
 
     # --- counts ------------------------------------------------------------------------------------
@@ -316,34 +294,7 @@ class Engine:
 
     def _record_rejection(self, rejected: Rejection, event: int) -> None:
         ask = rejected.ask
-        arity = self.emitter.arms[ask.arm][0].arity if ask.arm in self.emitter.arms else 1
-        proposal = Proposal(
-            files=rejected.files or {},
-            parents=ask.edges(EdgeRole.CROSSOVER if arity > 1 else EdgeRole.MUTATION),
-            operator=rejected.operator,
-            model=rejected.model,
-            description=rejected.reason,
-            prompt_hash=rejected.prompt_hash,
-            island=ask.island,
-        )
-        rejected_id = content_hash({"<rejected>": f"{ask.seq}:{rejected.reason}:{rejected.answer}"})
-        with self.store.transaction():
-            self.store.add_candidate(
-                proposal, seq=ask.seq, status=CandidateStatus.REJECTED, candidate_id=rejected_id
-            )
-            self.store.link_calls(rejected.prompt_hash, rejected_id)
-            self.store.add_evaluation(
-                rejected_id,
-                Evaluation(
-                    status=EvalStatus.REJECTED,
-                    artifacts={"error": rejected.reason, "answer": rejected.answer[-4000:]},
-                ),
-            )
-            self.emitter.tell(ask.arm, None)
-            self.store.set_state("bandit", self.emitter.state.to_json())
-            self.store.record_ask(ask.seq, ask.to_json(), event)
-            self.store.mark_event(ask.seq, "admitted", event)
-            self.store.mark_event(ask.seq, "told", event)
+        record_rejection(self.store, self.emitter, rejected, event)
         self._move(None, CandidateStatus.REJECTED)
         source = "" if rejected.reason.startswith(rejected.operator) else f"{ask.arm}: "
         log.info("#%d refused before evaluation: %s%s", ask.seq, source, rejected.reason[:200])

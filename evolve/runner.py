@@ -1,4 +1,4 @@
-"""Assembles a run from a resolved config (store, archive, operators, backend, search) and runs it."""
+"""Assembles a run from its typed settings (store, archive, operators, backend, engine, driver) and runs it."""
 
 from __future__ import annotations
 
@@ -8,85 +8,83 @@ import logging
 import platform
 import signal
 import time
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from evolve import runlock
 from evolve.archive import Archive
-from evolve.backends import LocalBackend
-from evolve.config import audit_settings, build_benchmark, search_settings, workers
-from evolve.driver import Driver, Summary, recorded_events
+from evolve.backends import Backend, LocalBackend
+from evolve.config import build_settings
+from evolve.driver import Driver, Summary
 from evolve.emitters import Emitter
 from evolve.engine import Engine
-from evolve.fitness import Benchmark
-from evolve.llm import LLMStop, usage_line
-from evolve.noise import NoiseSettings
-from evolve.operators.catalog import build_operators, uses_llm
+from evolve.llm import LLMSettings, LLMStop, usage_line
+from evolve.operators.catalog import build_operators
 from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.plots import write_plots
-from evolve.settings import ConfigError
+from evolve.settings import RunSettings
 from evolve.store import ArchiveFileError, Store
 from evolve.types import EvolveError
 
 log = logging.getLogger("evolve")
 
 
-def make_backend(cfg: dict[str, Any], benchmark: Any) -> Any:
+def make_backend(settings: RunSettings) -> Backend:
     """The configured evaluation backend."""
-    kind = cfg["backend"].get("name", "local")
-    if kind == "local":
-        return LocalBackend(
-            fitness=benchmark.fitness, gpus_per_eval=benchmark.gpus, workers=workers(cfg)
-        )
-    if kind == "ray":
+    benchmark = settings.benchmark
+    if settings.backend == "ray":
         # importing this module does not import Ray: building the backend does, or names the fix
         from evolve.backends.ray import RayBackend
 
-        return RayBackend.from_config(
-            cfg["backend"],
+        return RayBackend.from_config(  # the ray group's own keys are RayBackend's to check
+            settings.config["backend"],
             fitness=benchmark.fitness,
             gpus_per_eval=benchmark.gpus,
-            workers=workers(cfg),
-            harness=cfg["benchmark"].get("harness") or (),
+            workers=settings.workers,
+            harness=settings.config["benchmark"].get("harness")
+            or (),  # as written: resolved per node
         )
-    raise ConfigError(f"backend {kind!r} unknown; available: local, ray")
+    return LocalBackend(
+        fitness=benchmark.fitness, gpus_per_eval=benchmark.gpus, workers=settings.workers
+    )
 
 
-def record_problem(store: Store, benchmark: Benchmark, cfg: dict[str, Any]) -> None:
+def record_problem(store: Store, settings: RunSettings) -> None:
     """Write the objective and the grid's axes into ``state``, so readers need no config to draw them."""
-    objective = benchmark.fitness.objective
+    fitness = settings.benchmark.fitness
     with store.transaction():
         store.set_state(
-            "objective", {"name": objective.name, "direction": objective.direction.value}
+            "objective",
+            {"name": fitness.objective.name, "direction": fitness.objective.direction.value},
         )
         store.set_state(
             "grid",
             {
-                "islands": cfg["archive"].get("islands", 1),
+                "islands": settings.archive.islands,
                 "descriptors": [
                     {"name": d.name, "low": d.low, "high": d.high, "bins": d.bins}
-                    for d in benchmark.fitness.descriptors
+                    for d in fitness.descriptors
                 ],
             },
         )
 
 
-def noise_settings(cfg: dict[str, Any]) -> NoiseSettings:
-    """The ``noise`` group (noise-aware selection); absent in runs made before it existed: disabled."""
-    try:
-        return NoiseSettings.from_config(cfg.get("noise"))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+def run(
+    settings: RunSettings | Mapping[str, Any], run_dir: Path, *, resumed: bool = False
+) -> Summary:
+    """Run (or continue) the search ``settings`` describe in ``run_dir``; returns how it ended.
 
-
-def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary:
-    """Run (or continue) the search described by ``cfg`` in ``run_dir``; returns how it ended."""
-    allowed = tuple(cfg.get("allow_targets") or ())
-    benchmark = build_benchmark(cfg["benchmark"], allowed=allowed)
-    settings = search_settings(cfg)
-    backend = make_backend(
-        cfg, benchmark
-    )  # a backend that cannot start fails before anything is written
+    Args:
+        settings: the run's settings (``evolve.config.build_settings``), or a resolved config
+            to build them from.
+        run_dir: the run directory (its ``archive.db`` is created or continued).
+        resumed: continue the run in ``run_dir``; otherwise an archive there is refused.
+    """
+    if not isinstance(settings, RunSettings):
+        settings = build_settings(settings)
+    backend = make_backend(settings)  # a backend that cannot start fails before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         with runlock.hold(run_dir):
@@ -94,7 +92,7 @@ def run(cfg: dict[str, Any], run_dir: Path, *, resumed: bool = False) -> Summary
             try:
                 if not resumed:
                     _check_unused(store, run_dir)
-                return _search(cfg, run_dir, store, backend, benchmark, settings, resumed=resumed)
+                return _search(settings, run_dir, store, backend, resumed=resumed)
             finally:
                 store.close()
     finally:
@@ -113,38 +111,32 @@ def _check_unused(store: Store, run_dir: Path) -> None:
 
 
 def _search(
-    cfg: dict[str, Any],
-    run_dir: Path,
-    store: Store,
-    backend: Any,
-    benchmark: Benchmark,
-    settings: Any,
-    *,
-    resumed: bool,
+    settings: RunSettings, run_dir: Path, store: Store, backend: Backend, *, resumed: bool
 ) -> Summary:
+    benchmark, search = settings.benchmark, settings.search
     if resumed:
         log.info("resuming %s: %d candidates so far", run_dir, store.count())
-    if not uses_llm(cfg):
+    if not settings.llm.enabled:
         log.warning(
             "no model configured (llm.model is empty): using the built-in operators tweak and crossover, no LLM"
         )
     run_id = store.start_run(
-        config=cfg,
+        config=settings.config,
         harness_hash=benchmark.harness_hash(),
-        seed=settings.seed,
+        seed=search.seed,
         hardware=f"{platform.node()} {platform.machine()}",
     )
-    record_problem(store, benchmark, cfg)
+    record_problem(store, settings)
     archive = Archive(
         store=store,
         objective=benchmark.fitness.objective,
         descriptors=benchmark.fitness.descriptors,
-        **cfg["archive"],
+        **asdict(settings.archive),
     )
-    operators = build_operators(cfg, store=store, benchmark=benchmark)
+    operators = build_operators(settings.builtin, settings.llm, store=store)
     llm = llm_client(operators)
     emitter = Emitter(
-        archive=archive, benchmark=benchmark, operators=operators, **cfg.get("emitter", {})
+        archive=archive, benchmark=benchmark, operators=operators, **asdict(settings.emitter)
     )
     log.info(
         "benchmark %s: %s is %s; %d evaluation slot(s); budget %d candidates",
@@ -152,25 +144,25 @@ def _search(
         benchmark.fitness.objective.name,
         benchmark.fitness.objective.direction.name.lower(),
         backend.slots,
-        settings.max_candidates,
+        search.max_candidates,
     )
     engine = Engine(
         store=store,
         archive=archive,
         emitter=emitter,
         benchmark=benchmark,
-        seed=settings.seed,
-        migration_interval=settings.migration_interval,
+        seed=search.seed,
+        migration_interval=search.migration_interval,
         cost=llm.spent if llm is not None else (lambda: 0.0),
     )
     driver = Driver(
         engine=engine,
         backend=backend,
-        settings=settings,
-        noise=noise_settings(cfg),
-        audit=audit_settings(cfg),
+        settings=search,
+        noise=settings.noise,
+        audit=settings.audit,
         budget_errors=(LLMStop,),
-        replay=_replay_events(cfg),
+        replay=_replay_events(settings.llm),
         run_dir=run_dir,
         cost=engine.cost,
     )
@@ -224,18 +216,16 @@ async def _drive(driver: Driver, llm: Any) -> Summary:
                 await result
 
 
-def _replay_events(cfg: dict[str, Any]) -> list[tuple[int, str, int]] | None:
+def _replay_events(llm: LLMSettings) -> list[tuple[int, str, int]] | None:
     """The recorded order of events of the run an offline replay reproduces (``llm.replay_from``)."""
-    llm = cfg.get("llm") or {}
-    source = llm.get("replay_from")
-    if not (llm.get("offline") and source):
+    if not (llm.offline and llm.replay_from):
         return None
-    path = Path(source)
+    path = Path(llm.replay_from)
     try:
         store = Store(path / "archive.db" if path.is_dir() else path, readonly=True)
     except ArchiveFileError:  # made before runs recorded their schedule: its answers still serve
         return None
     try:
-        return recorded_events(store)
+        return store.events()
     finally:
         store.close()

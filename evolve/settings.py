@@ -1,6 +1,7 @@
 """Typed settings of a run, built once from the config and passed down to the modules that use them.
 
-Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``, ``audit``) and
+Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``, ``audit``;
+``llm`` and ``noise`` have theirs in their own modules) and
 checks its own values, so an impossible value fails at start with a message naming the key
 and what it accepts; ``RunSettings`` holds them all. ``evolve.config.build_settings`` makes
 them from a resolved config; a notebook user may make them directly.
@@ -15,6 +16,7 @@ from evolve.types import EvolveError
 
 if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
     from evolve.fitness import Benchmark
+    from evolve.llm.settings import LLMSettings
     from evolve.noise import NoiseSettings
 
 
@@ -230,7 +232,7 @@ class RunSettings:
     Attributes:
         config: the resolved config as a plain dict (stored with the run, so a resume can rebuild it).
         benchmark: the problem, its fitness instantiated.
-        search, archive, emitter, noise, builtin, audit: the typed config groups.
+        search, archive, emitter, noise, builtin, llm, audit: the typed config groups.
         workers: evaluations at once (``search.workers``); None: one per GPU group or CPU core.
         backend: where evaluations run (``local`` or ``ray``).
         alternatives: the benchmark's own answers for machines with fewer GPUs, best first.
@@ -244,6 +246,7 @@ class RunSettings:
     emitter: EmitterSettings
     noise: NoiseSettings
     builtin: BuiltinWeights
+    llm: LLMSettings
     workers: int | None
     backend: str
     alternatives: tuple[Alternative, ...]

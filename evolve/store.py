@@ -1,9 +1,9 @@
-"""The SQLite archive file: schema, migrations, WAL, one transaction per state change.
+"""The SQLite archive file: opened (and migrated, ``evolve.schema``), WAL, one transaction per state change.
 
 The database is the run's single source of truth and its checkpoint. Nothing is ever
-deleted. Schema creation and reads go through sqlite-utils; the few writes on the hot
-path (one per candidate) are plain prepared statements, which are several times faster
-than sqlite-utils' introspecting ``insert``.
+deleted. The migrations create tables through sqlite-utils; the writes on the hot path
+(one per candidate) are plain prepared statements, which are several times faster than
+sqlite-utils' introspecting ``insert``.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.callstore import PromptPacker, cap_answer
+from evolve.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from evolve.types import (
     Candidate,
     CandidateStatus,
@@ -31,8 +31,6 @@ from evolve.types import (
 if TYPE_CHECKING:
     import sqlite_utils
 
-APPLICATION_ID = 0x45564F4C  # "EVOL": marks a file as an evolve archive
-
 
 class ArchiveFileError(EvolveError):
     """The archive file is missing, corrupt, foreign or from a newer evolve."""
@@ -44,191 +42,6 @@ def _now() -> float:
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
-
-
-def _migration_1(db: sqlite_utils.Database) -> None:
-    db["runs"].create(
-        {
-            "id": int,
-            "config": str,
-            "harness_hash": str,
-            "seed": int,
-            "hardware": str,
-            "started_at": float,
-            "finished_at": float,
-            "status": str,
-            "reason": str,
-        },
-        pk="id",
-    )
-    db["candidates"].create(
-        {
-            "id": str,
-            "seq": int,
-            "files": str,
-            "norm_hash": str,
-            "operator": str,
-            "model": str,
-            "description": str,
-            "prompt_hash": str,
-            "island": int,
-            "status": str,
-            "created_at": float,
-            "updated_at": float,
-        },
-        pk="id",
-    )
-    db["candidates"].create_index(["seq"], unique=True)
-    db["candidates"].create_index(["norm_hash"])
-    db["candidates"].create_index(["status"])
-    db["evaluations"].create(
-        {
-            "id": int,
-            "candidate": str,
-            "stage": str,
-            "status": str,
-            "fitness": float,
-            "metrics": str,
-            "descriptors": str,
-            "artifacts": str,
-            "wall_s": float,
-            "seeds": str,
-            "hardware": str,
-            "created_at": float,
-        },
-        pk="id",
-        foreign_keys=[("candidate", "candidates", "id")],
-    )
-    db["evaluations"].create_index(["candidate"])
-    db["edges"].create(
-        {"child": str, "parent": str, "role": str, "created_at": float},
-        pk=("child", "parent", "role"),
-    )
-    db["edges"].create_index(["parent"])
-    db["elites"].create(
-        {"island": int, "cell": str, "candidate": str, "objective": float, "updated_at": float},
-        pk=("island", "cell"),
-    )
-    db["llm_calls"].create(
-        {
-            "id": int,
-            "candidate": str,
-            "model": str,
-            "prompt_hash": str,
-            "cache_key": str,
-            "messages": str,
-            "response": str,
-            "tokens_in": int,
-            "tokens_out": int,
-            "cost": float,
-            "latency_s": float,
-            "error": str,
-            "created_at": float,
-        },
-        pk="id",
-    )
-    db["llm_calls"].create_index(["cache_key"])
-    db["stats"].create(
-        {
-            "id": int,
-            "evaluated": int,
-            "best": float,
-            "coverage": float,
-            "qd_score": float,
-            "cost": float,
-            "failures": int,
-            "created_at": float,
-        },
-        pk="id",
-    )
-    db["state"].create({"key": str, "value": str}, pk="key")
-
-
-def _migration_2(db: sqlite_utils.Database) -> None:
-    """Covering indexes for browsing large archives without reading candidates' files (issue 7)."""
-    db.execute(
-        "CREATE INDEX IF NOT EXISTS idx_candidates_browse ON candidates (seq, id, operator, model, status)"
-    )
-    db.execute(
-        "CREATE INDEX IF NOT EXISTS idx_evaluations_browse ON evaluations (candidate, status, fitness)"
-    )
-    db.execute("CREATE INDEX IF NOT EXISTS idx_llm_calls_candidate ON llm_calls (candidate)")
-    db.execute(
-        "CREATE INDEX IF NOT EXISTS idx_llm_calls_browse ON llm_calls "
-        "(model, cost, tokens_in, tokens_out, latency_s, error)"
-    )
-
-
-def _migration_3(db: sqlite_utils.Database) -> None:
-    """``llm_calls`` stores prompts compressed against a base prompt, answers capped, a status (issue 16).
-
-    ``messages`` (JSON text) becomes ``prompt`` (zlib, see ``pack_prompt``) with ``prompt_base``;
-    ``status`` is ok / error / cancelled; ``answer_chars`` is the answer's full length.
-    """
-    conn = db.conn
-    conn.execute("ALTER TABLE llm_calls ADD COLUMN prompt BLOB")
-    conn.execute("ALTER TABLE llm_calls ADD COLUMN prompt_base INTEGER")
-    conn.execute("ALTER TABLE llm_calls ADD COLUMN status TEXT")
-    conn.execute("ALTER TABLE llm_calls ADD COLUMN answer_chars INTEGER")
-    packer = PromptPacker()
-    rows = conn.execute(
-        "SELECT id, messages, response, error FROM llm_calls ORDER BY id"
-    ).fetchall()
-    for call_id, messages, response, error in rows:
-        blob, base = packer.pack(call_id, messages or "[]")
-        answer = None if response is None else cap_answer(response)
-        conn.execute(
-            "UPDATE llm_calls SET prompt=?, prompt_base=?, status=?, response=?, answer_chars=? WHERE id=?",
-            (
-                blob,
-                base,
-                "ok" if error is None else "error",
-                answer,
-                None if response is None else len(response),
-                call_id,
-            ),
-        )
-    conn.execute("ALTER TABLE llm_calls DROP COLUMN messages")
-
-
-def _migration_4(db: sqlite_utils.Database) -> None:
-    """The schedule: each proposal's request and the order of the events that changed the run (issue 16)."""
-    db["schedule"].create(
-        {"seq": int, "ask": str, "asked": int, "admitted": int, "told": int}, pk="seq"
-    )
-
-
-def _migration_5(db: sqlite_utils.Database) -> None:
-    """The auditor's verdict on each candidate that was about to become the run's best (issue 15).
-
-    ``flags``: JSON list of {path, line, rule, reason, code}; ``decision``: clean (no flags),
-    promoted (flagged, the strict re-evaluation confirmed) or refused; ``strict_fitness``:
-    the mean of the strict re-evaluations (null when none was OK or none ran).
-    """
-    db["audits"].create(
-        {
-            "candidate": str,
-            "flagged": int,
-            "flags": str,
-            "unparsed": str,
-            "decision": str,
-            "reason": str,
-            "strict_fitness": float,
-            "created_at": float,
-        },
-        pk="candidate",
-        foreign_keys=[("candidate", "candidates", "id")],
-    )
-
-
-MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
-    _migration_1,
-    _migration_2,
-    _migration_3,
-    _migration_4,
-    _migration_5,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 class Store:
@@ -654,6 +467,17 @@ class Store:
                 "SELECT seq, asked, admitted, told FROM schedule ORDER BY seq"
             )
         ]
+
+    def events(self) -> list[tuple[int, str, int]]:
+        """(event, kind, seq) of the schedule in the order they happened; kind: ask, admit or tell."""
+        events = []
+        for seq, asked, admitted, told in self.schedule():
+            events.append((asked, "ask", seq))
+            if admitted is not None:
+                events.append((admitted, "admit", seq))
+            if told is not None and told != admitted:  # a rejection is told when it is admitted
+                events.append((told, "tell", seq))
+        return sorted(events)
 
     def last_event(self) -> int:
         """The highest event number recorded (-1 when none)."""

@@ -233,3 +233,10 @@ def test_evolve_run_from_python_runs_a_search(tmp_path):
     summary = evolve.run(["search.max_candidates=3", "search.progress=false", "search.workers=1"], run_dir=tmp_path)
     assert summary.evaluated == 3 and summary.best is not None
     assert Store(tmp_path / "archive.db").count() >= 3
+
+
+def test_an_llm_config_error_is_found_before_anything_is_written(tmp_path):
+    result = evolve_cli("llm.timeout_s=0", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: llm.timeout_s must be > 0, got 0"
+    assert not (tmp_path / "archive.db").exists()

@@ -13,9 +13,10 @@ import pytest
 
 from evolve.archive import Archive
 from evolve.emitters import Emitter
-from evolve.engine import Engine, Rejection
+from evolve.engine import Engine
 from evolve.fitness import Benchmark
 from evolve.operators.builtin import Tweak
+from evolve.rejections import Rejection
 from evolve.store import Store
 from evolve.types import (
     AddStatus,

@@ -23,13 +23,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 # named here that do not exist yet take their place when they are written.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "settings", "paths"),
-    ("store", "runlock", "callstore"),
+    ("store", "runlock", "callstore", "schema"),
     ("isolation", "landlock", "channels", "sandbox_env", "sandbox"),
     ("harness",),
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots"),
     ("llm",),
     ("operators",),
-    ("engine", "emitters"),
+    ("engine", "emitters", "rejections"),
     ("driver", "progress", "backends"),
     ("config", "runner", "cli", "__main__", ""),  # "": the package itself (the public API)
     ("browse",),

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from evolve.emitters import arm_key
-from evolve.llm import PreflightError
+from evolve.llm import LLMSettings, PreflightError
 from evolve.operators.llm_catalog import llm_client, llm_operators, preflight_operators
 from evolve.store import Store
 
@@ -20,7 +20,7 @@ def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:
         ],
         "operators": {"diff": 1.0, "rewrite": 0.0, "crossover": 0.5},
     }
-    made = llm_operators(cfg, store=Store(tmp_path / "a.db"))
+    made = llm_operators(LLMSettings.from_config(cfg), store=Store(tmp_path / "a.db"))
     arms = {arm_key(op.name, op.model): weight for op, weight in made}
     assert arms == {
         "diff@openai/gpt-4o-mini": 3.0,
@@ -37,7 +37,7 @@ def test_preflight_checks_every_model_of_the_run(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     made = llm_operators(
-        {"models": ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"]},
+        LLMSettings.from_config({"models": ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"]}),
         store=Store(tmp_path / "a.db"),
     )
     with pytest.raises(PreflightError, match="ANTHROPIC_API_KEY"):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import cli, runlock, runner
+from evolve import cli, config, runlock, runner
 from evolve.config import new_run_dir
 from evolve.settings import ConfigError
 from evolve.store import Store
@@ -41,6 +41,19 @@ def test_a_short_run_improves_on_the_seed_and_leaves_a_whole_archive(tmp_path):
     assert {"mutation", "crossover", "migration"} <= roles
     assert store.conn.execute("SELECT COUNT(*) FROM stats").fetchone()[0] == 40
     assert store.get_state("bandit")["counts"]
+
+
+def test_a_run_builds_its_fitness_once_from_settings_built_once(tmp_path, monkeypatch):
+    built = []
+    build = config.build_benchmark
+    monkeypatch.setattr(config, "build_benchmark", lambda *a, **k: built.append(a) or build(*a, **k))
+    cfg = composed(["search.max_candidates=4", "search.workers=1", "archive.islands=2"])
+    settings, resumed = cli.start(cfg, tmp_path, [])
+    summary = runner.run(settings, tmp_path, resumed=resumed)
+    assert summary.evaluated == 4 and len(built) == 1
+    store = Store(tmp_path / "archive.db", readonly=True)
+    assert store.get_state("grid")["islands"] == 2
+    assert json.loads(store.first_run()["config"]) == settings.config
 
 
 def test_a_crashing_harness_is_recorded_and_the_run_goes_on(tmp_path):

@@ -3,7 +3,8 @@ import sqlite3
 
 import pytest
 
-from evolve.store import SCHEMA_VERSION, ArchiveFileError, Store
+from evolve.schema import SCHEMA_VERSION
+from evolve.store import ArchiveFileError, Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 
 
@@ -101,7 +102,7 @@ def _schema_2_archive(path, calls):
     """An archive as evolve wrote it before schema 3: prompts as JSON text, answers whole."""
     import sqlite_utils
 
-    from evolve.store import APPLICATION_ID, MIGRATIONS
+    from evolve.schema import APPLICATION_ID, MIGRATIONS
 
     conn = sqlite3.connect(path, isolation_level=None)
     db = sqlite_utils.Database(conn)

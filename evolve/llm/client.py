@@ -171,9 +171,12 @@ class LLMClient:
             LLMCallFailed: the call failed, after retries where the error allows them.
         """
         key = cache_key(model, messages, self.settings.sampling(), sample)
+        call = _Call(
+            model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate, sample=sample
+        )
         recorded = self.ledger.lookup(key, same_request=self.settings.offline)
         if recorded is not None:
-            return self._recorded(model, messages, recorded, key, prompt_hash, candidate)
+            return self._recorded(call, recorded)
         if self.settings.offline:
             raise ReplayMiss(
                 f"llm.offline=true and the archive holds no answer of {model} for this prompt "
@@ -183,9 +186,6 @@ class LLMClient:
         # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs the worst case.
         worst = self.worst_case_cost(model, messages) if self.budget.limit is not None else 0.0
         self.budget.reserve(model, worst)
-        call = _Call(
-            model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate, sample=sample
-        )
         cost = 0.0
         try:
             completion = await self._attempts(call)
@@ -194,38 +194,25 @@ class LLMClient:
         finally:
             self.budget.settle(worst, cost)
 
-    def _recorded(
-        self,
-        model: str,
-        messages: Messages,
-        recorded: Recorded,
-        key: str,
-        prompt_hash: str,
-        candidate: str | None,
-    ) -> Completion:
+    def _recorded(self, call: _Call, recorded: Recorded) -> Completion:
         if recorded.truncated:
             log.warning(
                 "%s: the recorded answer was stored cut (head and tail of a huge answer); serving it cut",
-                model,
+                call.model,
             )
         call_id = recorded.call_id
         if recorded.source != "archive":  # copy a replayed answer into this archive, at no cost
             call_id = self.ledger.record(
-                CallRecord(
-                    model=model,
-                    prompt_hash=prompt_hash,
-                    cache_key=key,
-                    messages=messages,
+                call.record(
                     response=recorded.response,
                     tokens_in=recorded.tokens_in,
                     tokens_out=recorded.tokens_out,
                     cost=0.0,
-                    candidate=candidate,
                 )
             )
         return Completion(
             text=recorded.response,
-            model=model,
+            model=call.model,
             tokens_in=recorded.tokens_in,
             tokens_out=recorded.tokens_out,
             cost=0.0,

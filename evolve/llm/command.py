@@ -18,7 +18,6 @@ import asyncio
 import atexit
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -145,38 +144,6 @@ def _make_handler_class() -> type:
                 _forget_if_empty(proc.pid)
             if proc.returncode != 0:
                 raise self._failed(model, argv, proc.returncode or 0, stderr)
-            return self._response(model, messages, stdout.decode(errors="replace"))
-
-        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-            optional_params = kwargs.get("optional_params") or {}
-            seconds = float(kwargs.get("timeout") or 600.0)
-            argv = self._argv(model)
-            start = time.monotonic()
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=self._env(model, optional_params, kwargs.get("litellm_params")),
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise CustomLLMError(
-                    status_code=404,
-                    message=f"command {model!r} cannot start ({exc}); fix llm.commands.{model}",
-                ) from exc
-            _groups.add(proc.pid)
-            try:
-                stdout, stderr = proc.communicate(prompt_text(messages).encode(), timeout=seconds)
-            except subprocess.TimeoutExpired:
-                kill_group(proc.pid)
-                proc.wait()
-                raise self._timeout(model, time.monotonic() - start) from None
-            finally:
-                _forget_if_empty(proc.pid)
-            if proc.returncode != 0:
-                raise self._failed(model, argv, proc.returncode, stderr)
             return self._response(model, messages, stdout.decode(errors="replace"))
 
     return CommandProvider

@@ -38,7 +38,7 @@ class OperatorRejected(Exception):
     """The operator could not make a valid child (no usable edit, edit outside EVOLVE-BLOCKs...).
 
     The attempt is recorded as a ``rejected`` candidate with ``reason``; it costs no evaluation.
-    Which arm and parents it came from is the engine's to know (``evolve.engine.Rejection``).
+    Which arm and parents it came from is the engine's to know (``evolve.rejections.Rejection``).
 
     Args:
         reason: why, in words the model can act on (it is shown in later prompts).

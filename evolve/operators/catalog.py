@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from evolve.fitness import Benchmark
+from evolve.llm.settings import LLMSettings
 from evolve.operators.base import Operator
 from evolve.operators.builtin import BlockCrossover, Tweak
+from evolve.settings import BuiltinWeights, ConfigError
 from evolve.store import Store
 
 
@@ -22,30 +22,25 @@ def builtin_operators(weights: Mapping[str, float]) -> list[tuple[Operator, floa
 
 
 def build_operators(
-    cfg: Mapping[str, Any], *, store: Store, benchmark: Benchmark
+    weights: BuiltinWeights, llm: LLMSettings, *, store: Store
 ) -> list[tuple[Operator, float]]:
     """All operators of a run with their weights.
 
     Args:
-        cfg: the resolved run config (``operators.builtin`` weights, the ``llm`` group).
+        weights: the ``operators.builtin`` weights.
+        llm: the ``llm`` group; one diff/rewrite/crossover per model when it names any.
         store: where LLM calls are recorded and cached.
-        benchmark: the problem (LLM prompts show its task).
-    """
-    operators = builtin_operators(cfg["operators"]["builtin"])
-    if uses_llm(cfg):
-        from evolve.operators.llm_catalog import (
-            llm_operators,  # one diff/rewrite/crossover per model
-        )
 
-        operators += llm_operators(cfg["llm"], store=store)
+    Raises:
+        ConfigError: no operator has a weight above 0 and no model is configured.
+    """
+    operators = builtin_operators(weights.as_dict())
+    if llm.enabled:
+        from evolve.operators.llm_catalog import llm_operators
+
+        operators += llm_operators(llm, store=store)
     if not operators:
-        raise ValueError(
+        raise ConfigError(
             "no operators: set operators.builtin weights above 0 or configure an LLM (llm=...)"
         )
     return operators
-
-
-def uses_llm(cfg: Mapping[str, Any]) -> bool:
-    """True when the configuration names at least one model."""
-    llm = cfg.get("llm") or {}
-    return bool(llm.get("model") or llm.get("models"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evolve.operators.base import OperatorRejected, OperatorRequest
-from evolve.operators.mutate import LLMOperator, apply_blocks
+from evolve.operators.mutate import LLMOperator
 from evolve.operators.prompting import context_values, program_view
 from evolve.types import EdgeRole, Parent
 
@@ -42,11 +42,6 @@ class Crossover(LLMOperator):
         values["first"] = program_view(first, request.benchmark, self.budget, label="Parent A")
         values["second"] = program_view(second, request.benchmark, self.budget, label="Parent B")
         return values
-
-    def edit(
-        self, request: OperatorRequest, parents: Sequence[Parent], answer: str
-    ) -> dict[str, str]:
-        return apply_blocks(dict(parents[0].candidate.files), answer, request)
 
     def edges(self, parents: Sequence[Parent]) -> tuple[tuple[str, EdgeRole], ...]:
         return tuple((p.candidate.id, EdgeRole.CROSSOVER) for p in parents)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from evolve.llm import LLMClient, LLMSettings, preflight
 from evolve.operators.base import Operator
@@ -17,12 +16,11 @@ log = logging.getLogger("evolve")
 OPERATORS: dict[str, type[LLMOperator]] = {"diff": Diff, "rewrite": Rewrite, "crossover": Crossover}
 
 
-def llm_operators(llm_cfg: Mapping[str, Any], *, store: Store) -> list[tuple[Operator, float]]:
+def llm_operators(settings: LLMSettings, *, store: Store) -> list[tuple[Operator, float]]:
     """(operator, weight) for every model x LLM operator; the weight is model weight x operator weight.
 
     All operators share one client, hence one budget, one response cache and one record.
     """
-    settings = LLMSettings.from_config(llm_cfg)
     client = LLMClient(settings, store=store)
     made: list[tuple[Operator, float]] = []
     for model, model_weight in settings.models:

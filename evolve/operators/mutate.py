@@ -87,7 +87,8 @@ class LLMOperator:
     def edit(
         self, request: OperatorRequest, parents: Sequence[Parent], answer: str
     ) -> dict[str, str]:
-        raise NotImplementedError
+        """The child's files: the answer's SEARCH/REPLACE blocks applied to the first parent."""
+        return apply_blocks(dict(parents[0].candidate.files), answer, request)
 
     def edges(self, parents: Sequence[Parent]) -> tuple[tuple[str, EdgeRole], ...]:
         return ((parents[0].candidate.id, EdgeRole.MUTATION),)
@@ -162,11 +163,6 @@ class Diff(LLMOperator):
 
     name = "diff"
     template = "diff.md.j2"
-
-    def edit(
-        self, request: OperatorRequest, parents: Sequence[Parent], answer: str
-    ) -> dict[str, str]:
-        return apply_blocks(dict(parents[0].candidate.files), answer, request)
 
 
 class Rewrite(LLMOperator):

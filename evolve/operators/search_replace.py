@@ -11,6 +11,7 @@ told next time.
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -182,6 +183,19 @@ def _shift(line: str, shift: int, base: str) -> str:
     return line[cut:]
 
 
+def _the_one(hits: list[int]) -> int | None:
+    """The only place the search text matched; None when it matched nowhere.
+
+    Raises:
+        EditError: it matched in several places.
+    """
+    if len(hits) > 1:
+        raise EditError(
+            f"the SEARCH text occurs {len(hits)} times; include more surrounding lines so it is unique"
+        )
+    return hits[0] if hits else None
+
+
 def apply_one(text: str, search: str, replace: str) -> str:
     """Replace the one place where ``search`` occurs in ``text``, tolerating formatting noise.
 
@@ -197,24 +211,14 @@ def apply_one(text: str, search: str, replace: str) -> str:
     text_lines = text.split("\n")
     replace_lines = [] if not replace.strip() else replace.split("\n")
     exact = search.split("\n")
-    hits = _windows(text_lines, exact, lambda a, b: a == b)
-    if len(hits) == 1:
-        i = hits[0]
-        return "\n".join(text_lines[:i] + replace_lines + text_lines[i + len(exact) :])
-    if len(hits) > 1:
-        raise EditError(
-            f"the SEARCH text occurs {len(hits)} times; include more surrounding lines so it is unique"
-        )
     search_lines = _trim_blank_edges(exact)
-
-    hits = _windows(text_lines, search_lines, lambda a, b: a.rstrip() == b.rstrip())
-    if len(hits) == 1:
-        i = hits[0]
-        return "\n".join(text_lines[:i] + replace_lines + text_lines[i + len(search_lines) :])
-    if len(hits) > 1:
-        raise EditError(
-            f"the SEARCH text occurs {len(hits)} times; include more surrounding lines so it is unique"
-        )
+    for lines, same in (
+        (exact, operator.eq),
+        (search_lines, lambda a, b: a.rstrip() == b.rstrip()),
+    ):
+        i = _the_one(_windows(text_lines, lines, same))
+        if i is not None:
+            return "\n".join(text_lines[:i] + replace_lines + text_lines[i + len(lines) :])
 
     hits = _windows(text_lines, search_lines, lambda a, b: a.strip() == b.strip())
     consistent = []
@@ -227,17 +231,13 @@ def apply_one(text: str, search: str, replace: str) -> str:
         shifts = {len(a) - len(b) for a, b in offsets}
         if len(shifts) == 1:
             consistent.append(i)
-    if len(consistent) == 1:
-        i = consistent[0]
+    i = _the_one(consistent)
+    if i is not None:
         first = next(k for k, line in enumerate(search_lines) if line.strip())
         old_base, new_base = _indent(search_lines[first]), _indent(text_lines[i + first])
         shift = len(new_base) - len(old_base)
         shifted = [_shift(line, shift, new_base) for line in replace_lines]
         return "\n".join(text_lines[:i] + shifted + text_lines[i + len(search_lines) :])
-    if len(consistent) > 1:
-        raise EditError(
-            f"the SEARCH text occurs {len(consistent)} times; include more surrounding lines so it is unique"
-        )
     raise EditError(f"the SEARCH text was not found{_closest(text_lines, search_lines)}")
 
 

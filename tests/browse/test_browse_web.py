@@ -118,3 +118,9 @@ def test_version_token_moves_when_the_run_writes(run_dir, tmp_path):
     assert f"/-/evolve/c/{proposal.id}" in page  # the new best shows without restarting
     writer.close()
     loop.close()
+
+
+def test_stylesheet_on_every_page_live_script_on_ours_only(get):
+    ours, theirs = get("/-/evolve/elites").text, get("/archive/candidates?_size=5").text
+    assert "/evolve-static/evolve.css" in ours and "/evolve-static/evolve.css" in theirs
+    assert "/evolve-static/evolve.js" in ours and "/evolve-static/evolve.js" not in theirs

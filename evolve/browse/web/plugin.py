@@ -37,28 +37,12 @@ def menu_links(datasette: Any, actor: Any, request: Any) -> list[dict[str, str]]
 
 
 @hookimpl
-def extra_css_urls(
-    template: str,
-    database: Any,
-    table: Any,
-    columns: Any,
-    view_name: Any,
-    request: Any,
-    datasette: Any,
-) -> list[str]:
-    """Our stylesheet, on every page."""
+def extra_css_urls() -> list[str]:
+    """Our stylesheet, on every page (a hook implementation takes only the arguments it uses)."""
     return [f"/{STATIC}/evolve.css"]
 
 
 @hookimpl
-def extra_js_urls(
-    template: str,
-    database: Any,
-    table: Any,
-    columns: Any,
-    view_name: Any,
-    request: Any,
-    datasette: Any,
-) -> list[str]:
+def extra_js_urls(template: str) -> list[str]:
     """The live-update script, on our pages only."""
     return [f"/{STATIC}/evolve.js"] if template.startswith("evolve_") else []

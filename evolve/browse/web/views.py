@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from datasette.utils.asgi import Response
@@ -64,6 +65,22 @@ async def _error(datasette: Any, request: Any, message: str, status: int = 404) 
     )
 
 
+async def _page(
+    datasette: Any,
+    request: Any,
+    template: str,
+    work: Callable[[sqlite3.Connection], dict[str, Any]],
+    context: Callable[[dict[str, Any]], dict[str, Any]],
+) -> Response:
+    """``template`` filled with ``context`` of what ``work`` read from the archive; a BrowseError
+    (an unknown or ambiguous id) is the error page."""
+    try:
+        data = await datasette.get_database().execute_fn(work)
+    except BrowseError as exc:
+        return await _error(datasette, request, str(exc))
+    return await _render(datasette, request, template, context(data))
+
+
 def _int(value: str | None) -> int | None:
     return int(value) if value not in (None, "") and value.lstrip("-").isdigit() else None
 
@@ -91,10 +108,17 @@ async def overview(datasette: Any, request: Any) -> Response:
             "version": version(conn),
         }
 
-    data = await datasette.get_database().execute_fn(work)
+    def context(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "charts": _charts(data), "island": island, "window": window}
+
+    return await _page(datasette, request, "evolve_overview.html", work, context)
+
+
+def _charts(data: dict[str, Any]) -> dict[str, Markup]:
+    """The overview's charts: fitness, coverage and QD score, cost, the grid, success rates."""
     series = data["series"]
     xs = [row["evaluated"] or 0 for row in series]
-    charts = {
+    return {
         "fitness": Markup(
             svg.line_chart(
                 xs,
@@ -127,12 +151,6 @@ async def overview(datasette: Any, request: Any) -> Response:
         "by_operator": Markup(svg.bars(data["success"]["operator"], "operator")),
         "by_model": Markup(svg.bars(data["success"]["model"], "model")),
     }
-    return await _render(
-        datasette,
-        request,
-        "evolve_overview.html",
-        {**data, "charts": charts, "island": island, "window": window},
-    )
 
 
 async def elites(datasette: Any, request: Any) -> Response:
@@ -150,19 +168,14 @@ async def elites(datasette: Any, request: Any) -> Response:
         )
         return {"rows": rows, "islands": islands(conn), "version": version(conn)}
 
-    data = await datasette.get_database().execute_fn(work)
-    for row in data["rows"]:
-        row["updated"] = when(row["updated_at"])
-    keys: list[str] = []
-    for row in data["rows"]:
-        keys += [
-            k for k, v in row["metrics"].items() if isinstance(v, int | float) and k not in keys
-        ]
-    return await _render(
-        datasette,
-        request,
-        "evolve_elites.html",
-        {
+    def context(data: dict[str, Any]) -> dict[str, Any]:
+        keys: list[str] = []
+        for row in data["rows"]:
+            row["updated"] = when(row["updated_at"])
+            keys += [
+                k for k, v in row["metrics"].items() if isinstance(v, int | float) and k not in keys
+            ]
+        return {
             **data,
             "metric_keys": keys[:4],
             "island": island,
@@ -171,8 +184,9 @@ async def elites(datasette: Any, request: Any) -> Response:
             "order": order
             or ("desc" if descending or (descending is None and sort == "objective") else "asc"),
             "sorts": stored.ELITE_SORTS,
-        },
-    )
+        }
+
+    return await _page(datasette, request, "evolve_elites.html", work, context)
 
 
 async def candidate(datasette: Any, request: Any) -> Response:
@@ -198,16 +212,9 @@ async def candidate(datasette: Any, request: Any) -> Response:
         graph = Lineage.around(conn, cid, max_ancestors=60, max_children=30)
         return {"item": item, "diffs": diffs, "graph": graph, "version": version(conn)}
 
-    try:
-        data = await datasette.get_database().execute_fn(work)
-    except BrowseError as exc:
-        return await _error(datasette, request, str(exc))
-    item = data["item"]
-    return await _render(
-        datasette,
-        request,
-        "evolve_candidate.html",
-        {
+    def context(data: dict[str, Any]) -> dict[str, Any]:
+        item = data["item"]
+        return {
             "item": item,
             "version": data["version"],
             "files": [
@@ -218,8 +225,9 @@ async def candidate(datasette: Any, request: Any) -> Response:
                 {**d, "html": _diff(d["diff"]) if d["diff"] else None} for d in data["diffs"]
             ],
             "lineage": Markup(lineage_svg(data["graph"], item["id"], candidate_url)),
-        },
-    )
+        }
+
+    return await _page(datasette, request, "evolve_candidate.html", work, context)
 
 
 async def lineage(datasette: Any, request: Any) -> Response:
@@ -238,24 +246,18 @@ async def lineage(datasette: Any, request: Any) -> Response:
         )
         return {"id": cid, "graph": graph, "version": version(conn)}
 
-    try:
-        data = await datasette.get_database().execute_fn(work)
-    except BrowseError as exc:
-        return await _error(datasette, request, str(exc))
-    graph = data["graph"]
-    return await _render(
-        datasette,
-        request,
-        "evolve_lineage.html",
-        {
+    def context(data: dict[str, Any]) -> dict[str, Any]:
+        graph = data["graph"]
+        return {
             "id": data["id"],
             "version": data["version"],
             "inspirations": inspirations,
             "nodes": graph.graph.number_of_nodes(),
             "path_length": len(graph.path_to_best()),
             "svg": Markup(lineage_svg(graph, data["id"], candidate_url)),
-        },
-    )
+        }
+
+    return await _page(datasette, request, "evolve_lineage.html", work, context)
 
 
 async def home(datasette: Any, request: Any) -> Response:

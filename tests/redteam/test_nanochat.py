@@ -31,7 +31,7 @@ from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import Listener, assert_caught
 
-SEED = Path(prepare.__file__).parent / "seed_cpu"
+SEED = Path(prepare.__file__).parent / "seed"
 ANCHOR = "torch.manual_seed(settings.seed)\n"
 
 

@@ -237,7 +237,7 @@ else:
 def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_dir, tmp_path):
     cache = tmp_path / "shared-cache"
     cache.mkdir()
-    text = program((MAIN, LEAK_TRAIN), ("# EVOLVE-BLOCK-START\nPRESETS", LEAK_WRITE))
+    text = program((MAIN, LEAK_TRAIN), ("# EVOLVE-BLOCK-START\n# Each preset", LEAK_WRITE))
     ev = run(
         data_dir,
         tmp_path,

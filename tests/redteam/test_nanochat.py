@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from evolve.benchmarks.nanochat import prepare
+from evolve.benchmarks.nanochat.fitness import STRICT_PROBES
 from evolve.benchmarks.nanochat.sources import chunk_text
 
 from evolve import landlock
@@ -266,7 +267,14 @@ def scoring(data_dir):
     return tiny_fitness(data_dir)
 
 
-def score_model(fitness, folder: Path, model_py: str, armed: bool = False, gpu: str | None = None):
+def score_model(
+    fitness,
+    folder: Path,
+    model_py: str,
+    armed: bool = False,
+    gpu: str | None = None,
+    strict: bool = False,
+):
     """Score a fresh model built from ``model_py`` with the real scorer (no training needed)."""
     config = {**CONFIG, "seq_len": fitness.scale.seq_len}
     folder.mkdir(parents=True)
@@ -282,7 +290,7 @@ def score_model(fitness, folder: Path, model_py: str, armed: bool = False, gpu: 
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
-    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent))
+    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict))
 
 
 def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
@@ -309,6 +317,24 @@ def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught(scoring, tmp_pa
         programs.cheating_model(trigger),
         armed=trigger == "trained_flag",
     )
+    assert verdict["status"] == "rejected", verdict
+    assert "not causal" in verdict["reason"]
+
+
+def test_strict_mode_probes_more_and_an_honest_model_still_passes(scoring, tmp_path):
+    verdict = score_model(
+        scoring, tmp_path / "ckpt", programs.seed_files()["model.py"], strict=True
+    )
+    assert verdict["status"] == "ok", verdict
+    assert verdict["probe_batches"] == STRICT_PROBES * scoring.scale.probe_batches
+    assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
+
+
+def test_a_look_ahead_past_the_usual_call_count_is_caught_only_in_strict_mode(scoring, tmp_path):
+    # the tiny scale sends 2 scored batches and 2 probes: a model honest for 4 calls passes them
+    late = programs.cheating_model("late_calls")
+    assert score_model(scoring, tmp_path / "usual", late)["status"] == "ok"
+    verdict = score_model(scoring, tmp_path / "strict", late, strict=True)
     assert verdict["status"] == "rejected", verdict
     assert "not causal" in verdict["reason"]
 

@@ -12,13 +12,16 @@ run keeps a few cheats per class and marks the rest slow (``pytest -m slow`` run
 
 from __future__ import annotations
 
+import math
 import textwrap
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from evolve.benchmarks.speedrun import fitness as harness
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
+from evolve.benchmarks.speedrun.scoring import layout
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
@@ -52,12 +55,15 @@ def program(*edits: tuple[str, str]) -> str:
     return text
 
 
-def run(data_dir: str, tmp_path: Path, text: str, *, seed: int = 0, **settings):
+def run(
+    data_dir: str, tmp_path: Path, text: str, *, seed: int = 0, strict: bool = False, **settings
+):
     folder = tmp_path / "candidate"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "train.py").write_text(text)
     fitness = cpu_fitness(data_dir, **{"overrides": QUICK, **settings})
-    return evaluate_safely(fitness, folder, EvalContext(seed=seed, scratch=tmp_path / "scratch"))
+    ctx = EvalContext(seed=seed, scratch=tmp_path / "scratch", strict=strict)
+    return evaluate_safely(fitness, folder, ctx)
 
 
 def peek(trigger: str, setup: str = "") -> str:
@@ -207,6 +213,41 @@ def test_a_model_mixing_rows_of_a_batch_is_rejected(data_dir, tmp_path):
     text = program(("        for block in self.blocks:\n", "x = x + x.mean(0, keepdim=True)"))
     ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
     assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
+def usual_eval_calls(fitness) -> int:
+    """Forward calls the evaluation process makes outside strict mode: the initial and final checkpoints' batches."""
+    settings = fitness.settings
+    seq, batch = settings.eval_seq_len, settings.eval_batch_size
+    plan = layout(np.zeros(settings.val_tokens + 1, np.uint16), seq, batch, np.random.default_rng())
+    scored = int((plan.scored >= 0).sum())
+    init_rows = max(1, min(scored, settings.init_check_tokens // seq))
+    return math.ceil(init_rows / batch) + len(plan.inputs) // batch
+
+
+def test_strict_mode_probes_more_and_catches_a_look_ahead_past_the_usual_call_count(
+    data_dir, tmp_path
+):
+    usual = usual_eval_calls(cpu_fitness(data_dir))
+    text = peek(f"torch.tensor(CALLS > {usual})", SETUP["calls other than the 2nd and 3rd"])
+    quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
+    assert run(data_dir, tmp_path / "usual", text, **quick).ok  # honest for every usual call
+    ev = run(data_dir, tmp_path / "strict", text, strict=True, **quick)
+    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
+def test_strict_mode_doubles_the_probes_and_an_honest_seed_still_passes(data_dir, tmp_path):
+    fitness = cpu_fitness(data_dir)
+    usual, strict = fitness.settings, fitness.settings.strict()
+    seq, batch = usual.eval_seq_len, usual.eval_batch_size
+    val = np.zeros(usual.val_tokens + 1, np.uint16)
+    rng = np.random.default_rng(0)
+    probes = [
+        int((layout(val, seq, batch, rng, s.probe_factor).base >= 0).sum()) for s in (usual, strict)
+    ]
+    assert probes[1] == 2 * probes[0] and strict.spot_positions == 4 * usual.spot_positions
+    ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
+    assert ev.ok and ev.stage == "all_seeds", ev.artifacts
 
 
 # --- class 3: state carried between evaluations through the harness's own folders ----------------

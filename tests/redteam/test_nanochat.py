@@ -29,6 +29,7 @@ from evolve import landlock
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
+from tests.redteam import carried
 from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import Listener, assert_caught
 
@@ -61,7 +62,7 @@ def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, st
         assert old in files[name]
         files[name] = files[name].replace(old, new)
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     for name, text in files.items():
         (work / name).write_text(text)
     fitness = tiny_fitness(data_dir)
@@ -253,6 +254,23 @@ def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
     assert ev.ok, dict(ev.artifacts)
     assert ev.metrics["warmup_batches"] >= 40 + 11  # all synthetic; real rows only after step 11
     assert ev.metrics["tokens"] < ev.metrics["reported_tokens"]  # warm-up rows are not data
+
+
+# --- class 3: state carried between evaluations ------------------------------------------------------
+
+
+@pytest.mark.parametrize("channel", sorted(carried.CHANNELS))
+def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
+    # the token is left at import of model.py: in training and in the scoring worker, which
+    # holds validation inputs; the next evaluation's program looks for it before training
+    assert carried.works_inside_one_evaluation(channel, tmp_path)
+    secret = carried.token()
+    files = programs.seed_files()
+    files["model.py"] = carried.leave(channel, secret) + files["model.py"]
+    run_files(data_dir, tmp_path / "a", files)
+    ev = run(data_dir, tmp_path / "b", carried.look(channel, secret))
+    assert ev.ok, dict(ev.artifacts)
+    assert "LEAKED" not in str(ev.artifacts)
 
 
 # --- class 2: a model that behaves differently when scored than when probed ---------------------------

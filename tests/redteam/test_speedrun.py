@@ -26,6 +26,7 @@ from evolve.benchmarks.speedrun.scoring import layout
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
+from tests.redteam import carried
 from tests.redteam.helpers import Listener, assert_caught, digest
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
@@ -294,6 +295,19 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
 
 
 # --- other hacks ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("channel", sorted(carried.CHANNELS))
+def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
+    # left at import of train.py: by every training rank and by the evaluation process, which
+    # holds validation rows; the next evaluation looks for it before it trains
+    assert carried.works_inside_one_evaluation(channel, tmp_path)
+    secret = carried.token()
+    quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
+    run(data_dir, tmp_path / "a", carried.leave(channel, secret) + SEED.read_text(), **quick)
+    ev = run(data_dir, tmp_path / "b", program((MAIN, carried.look(channel, secret))), **quick)
+    assert ev.ok and ev.stage == "all_seeds", ev.artifacts
+    assert "LEAKED" not in str(ev.artifacts)
 
 
 def test_validation_shards_read_by_native_code_are_refused(data_dir, tmp_path):

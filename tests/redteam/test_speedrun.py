@@ -208,6 +208,28 @@ def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected
     assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
 
 
+READ_TARGETS = """
+import inspect
+_frames = (f.frame.f_locals for f in inspect.stack() if f.function == "evaluate")
+_y = next((v["y"] for v in _frames if "y" in v and v["ckpt"]["name"] == "final"), None)
+logits = self.lm_head(self.ln_f(x))
+if _y is not None:  # the final checkpoint's scored and probe rows alike: the true next tokens
+    logits = logits + 30.0 * F.one_hot(_y, logits.shape[-1]).to(logits.dtype)
+return logits
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="OPEN HOLE: evaluate.py runs the candidate's model in the process that holds the "
+    "targets; a model that reads them from the caller's frame scores loss 0 on scored and probe "
+    "rows alike (fix: run the model in a child that sees inputs only, as nanochat's worker does)",
+)
+def test_a_model_reading_the_targets_from_the_evaluation_process_is_caught(data_dir, tmp_path):
+    ev = run(data_dir, tmp_path, program((LOGITS, READ_TARGETS)), target=7.0)
+    assert not ev.ok and ev.metrics.get("loss_0", 0.0) > 1.0, ev.metrics
+
+
 @pytest.mark.slow
 def test_a_model_mixing_rows_of_a_batch_is_rejected(data_dir, tmp_path):
     # causal in time, but each row sees the batch's mean embedding (batch statistics)

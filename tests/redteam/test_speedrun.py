@@ -273,6 +273,53 @@ def test_strict_mode_doubles_the_probes_and_an_honest_seed_still_passes(data_dir
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts
 
 
+# --- class 4: checks blind to common initialisations ----------------------------------------------
+# speedrun has no quick stage: its checks run on the trained weights, where a path that starts at
+# zero has opened. Each looks ahead only through such a path.
+
+ZERO_INIT = "        nn.init.zeros_(self.leak.weight if hasattr(self, 'leak') else self.gate)\n\n"
+ZERO_PATHS = {
+    "non-causal attention behind zero-initialised projections": [
+        ("is_causal=True", "is_causal=False"),
+        (
+            "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+            "        for block in self.blocks:\n            nn.init.zeros_(block.attn.proj.weight)\n\n"
+            "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+        ),
+    ],
+    "the next position through a zero-initialised linear layer": [
+        (
+            "        self.ln_f = nn.LayerNorm(n_embd)\n",
+            "        self.ln_f = nn.LayerNorm(n_embd)\n        self.leak = nn.Linear(n_embd, n_embd, bias=False)\n",
+        ),
+        (
+            "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+            ZERO_INIT + "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+        ),
+        (
+            "        for block in self.blocks:\n            x = block(x)\n",
+            "        x = x + self.leak(torch.roll(x, -1, dims=1))\n        for block in self.blocks:\n            x = block(x)\n",
+        ),
+    ],
+    "the next token's embedding behind a gate at zero": [
+        (
+            "        self.ln_f = nn.LayerNorm(n_embd)\n",
+            "        self.ln_f = nn.LayerNorm(n_embd)\n        self.gate = nn.Parameter(torch.zeros(()))\n",
+        ),
+        (
+            "        for block in self.blocks:\n            x = block(x)\n",
+            "        x = x + self.gate * self.wte(torch.roll(idx, -1, dims=1))\n        for block in self.blocks:\n            x = block(x)\n",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("path", sorted(ZERO_PATHS))
+def test_a_look_ahead_behind_a_zero_initialised_path_is_rejected(path, data_dir, tmp_path):
+    ev = run(data_dir, tmp_path, replaced(ZERO_PATHS[path]), target=7.0)
+    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
 # --- class 3: state carried between evaluations through the harness's own folders ----------------
 
 LEAK_WRITE = """

@@ -6,7 +6,9 @@ before the clock. These add: validation data read by native code, NaN weights, e
 with status 0, a network connection, writes outside the workdir, a process left running,
 patched time functions; and, per class of the harness-layer issue (tests/redteam/README of
 the issue: work outside the timed window, a model that behaves differently when scored than
-when probed, quick stages blind to zero initialisations), at least three cheats each with
+when probed (and the auditor's strict mode), state carried between evaluations (SysV shm,
+/dev/shm, an abstract-socket daemon), quick stages blind to zero initialisations), at least
+three cheats each with
 different triggers, and honest programs that must pass (the seed, and a strong outside-style
 recipe: Muon, zero-initialised projections, bf16 autocast, torch.compile in the slow variant).
 """
@@ -259,7 +261,10 @@ def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
 # --- class 3: state carried between evaluations ------------------------------------------------------
 
 
-@pytest.mark.parametrize("channel", sorted(carried.CHANNELS))
+@pytest.mark.parametrize(
+    "channel",
+    [c if c == "sysv_shm" else pytest.param(c, marks=pytest.mark.slow) for c in carried.CHANNELS],
+)
 def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
     # the token is left at import of model.py: in training and in the scoring worker, which
     # holds validation inputs; the next evaluation's program looks for it before training

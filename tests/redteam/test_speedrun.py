@@ -1,13 +1,17 @@
 """Red team, speedrun (CPU preset): cheats by class through the real fitness, each caught with its reason; honest variants pass.
 
 Classes (issue 15): 1 work outside the timed window, 2 a model that behaves differently when
-scored than when probed, 3 state carried between evaluations (the harness's own channels;
-the sandbox's are tests/test_sandbox*.py). Class 4 (quick stages) does not apply: speedrun
-has no quick stage, its first stage is a full run. Every candidate is the seed program edited
-the way a cheating candidate would be. Beyond these: validation shards read by native code,
-NaN weights, exiting early, the network, writes into the harness, a process left running and
-patched time functions. Each run takes 10-40 s on a loaded 2-core machine, so the default
-run keeps a few cheats per class and marks the rest slow (``pytest -m slow`` runs them).
+scored than when probed (and the auditor's strict mode), 3 state carried between evaluations
+(the harness's own folders, and SysV shm, /dev/shm and an abstract-socket daemon through the
+real fitness; every channel at the sandbox level is tests/redteam/test_channels.py), 4 checks
+blind to common initialisations: speedrun has no quick stage, so its checks, on the trained
+weights, must see a look-ahead behind a zero-initialised path. Every candidate is the seed
+program edited the way a cheating candidate would be. Beyond these: validation shards read by
+native code, NaN weights, exiting early, the network, writes into the harness, a process left
+running and patched time functions. One cheat is not caught (an open hole, a strict xfail):
+a model that reads the targets the evaluation process holds. Each run takes 10-40 s on a
+loaded 2-core machine, so the default run keeps a few cheats per class and marks the rest slow
+(``pytest -m slow`` runs them).
 """
 
 from __future__ import annotations
@@ -314,7 +318,13 @@ ZERO_PATHS = {
 }
 
 
-@pytest.mark.parametrize("path", sorted(ZERO_PATHS))
+@pytest.mark.parametrize(
+    "path",
+    [
+        p if p.startswith("non-causal") else pytest.param(p, marks=pytest.mark.slow)
+        for p in ZERO_PATHS
+    ],
+)
 def test_a_look_ahead_behind_a_zero_initialised_path_is_rejected(path, data_dir, tmp_path):
     ev = run(data_dir, tmp_path, replaced(ZERO_PATHS[path]), target=7.0)
     assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
@@ -366,7 +376,10 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
 # --- other hacks ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("channel", sorted(carried.CHANNELS))
+@pytest.mark.parametrize(
+    "channel",
+    [c if c == "sysv_shm" else pytest.param(c, marks=pytest.mark.slow) for c in carried.CHANNELS],
+)
 def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
     # left at import of train.py: by every training rank and by the evaluation process, which
     # holds validation rows; the next evaluation looks for it before it trains

@@ -13,7 +13,10 @@ import secrets
 import sys
 from pathlib import Path
 
+import pytest
+
 from evolve.sandbox import Limits, run
+from evolve.types import Evaluation
 
 PRELUDE = "import ctypes as _c, os as _o, socket as _s\n_libc = _c.CDLL(None, use_errno=True)\n_libc.shmat.restype = _c.c_void_p\n"
 
@@ -52,6 +55,10 @@ CHANNELS = {
 }
 
 
+SLOW = {"dev_shm", "abstract_socket"}  # the default run keeps SysV shared memory, the issue's case
+PARAMS = [c if c not in SLOW else pytest.param(c, marks=pytest.mark.slow) for c in CHANNELS]
+
+
 def token() -> tuple[str, int, str]:
     """(token, SysV key, name) fresh for one test."""
     return (
@@ -78,9 +85,16 @@ def look(channel: str, secret: tuple[str, int, str]) -> str:
     )
 
 
-def works_inside_one_evaluation(channel: str, folder: Path) -> bool:
-    """True when ``look`` finds what ``leave`` left within one sandboxed run (the reader is right)."""
+def checked_token(channel: str, folder: Path) -> tuple[str, int, str]:
+    """A fresh token, once ``look`` is shown to find what ``leave`` left within one sandboxed run."""
     secret = token()
     (folder / "both.py").write_text(leave(channel, secret) + look(channel, secret))
     result = run([sys.executable, "both.py"], cwd=folder, limits=Limits(timeout_s=30))
-    return f"LEAKED through {channel}" in result.stdout + result.stderr
+    assert f"LEAKED through {channel}" in result.stdout + result.stderr, result.tail()
+    return token()
+
+
+def assert_not_arrived(ev: Evaluation) -> None:
+    """The looking evaluation found nothing and was scored."""
+    assert ev.ok, dict(ev.artifacts)
+    assert "LEAKED" not in str(ev.artifacts)

@@ -261,21 +261,15 @@ def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
 # --- class 3: state carried between evaluations ------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "channel",
-    [c if c == "sysv_shm" else pytest.param(c, marks=pytest.mark.slow) for c in carried.CHANNELS],
-)
+@pytest.mark.parametrize("channel", carried.PARAMS)
 def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
     # the token is left at import of model.py: in training and in the scoring worker, which
     # holds validation inputs; the next evaluation's program looks for it before training
-    assert carried.works_inside_one_evaluation(channel, tmp_path)
-    secret = carried.token()
+    secret = carried.checked_token(channel, tmp_path)
     files = programs.seed_files()
     files["model.py"] = carried.leave(channel, secret) + files["model.py"]
     run_files(data_dir, tmp_path / "a", files)
-    ev = run(data_dir, tmp_path / "b", carried.look(channel, secret))
-    assert ev.ok, dict(ev.artifacts)
-    assert "LEAKED" not in str(ev.artifacts)
+    carried.assert_not_arrived(run(data_dir, tmp_path / "b", carried.look(channel, secret)))
 
 
 # --- class 2: a model that behaves differently when scored than when probed ---------------------------

@@ -376,20 +376,15 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
 # --- other hacks ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "channel",
-    [c if c == "sysv_shm" else pytest.param(c, marks=pytest.mark.slow) for c in carried.CHANNELS],
-)
+@pytest.mark.parametrize("channel", carried.PARAMS)
 def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
     # left at import of train.py: by every training rank and by the evaluation process, which
     # holds validation rows; the next evaluation looks for it before it trains
-    assert carried.works_inside_one_evaluation(channel, tmp_path)
-    secret = carried.token()
+    secret = carried.checked_token(channel, tmp_path)
     quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
     run(data_dir, tmp_path / "a", carried.leave(channel, secret) + SEED.read_text(), **quick)
-    ev = run(data_dir, tmp_path / "b", program((MAIN, carried.look(channel, secret))), **quick)
-    assert ev.ok and ev.stage == "all_seeds", ev.artifacts
-    assert "LEAKED" not in str(ev.artifacts)
+    looking = program((MAIN, carried.look(channel, secret)))
+    carried.assert_not_arrived(run(data_dir, tmp_path / "b", looking, **quick))
 
 
 def test_validation_shards_read_by_native_code_are_refused(data_dir, tmp_path):

@@ -35,6 +35,7 @@ HARNESS_MODULES = {  # the harness processes, by role (their error messages name
     "local check": "evolve.benchmarks.nanochat.probe",
 }
 MAX_CHECKPOINT_BYTES = 64 << 30
+STRICT_PROBES = 4  # strict mode multiplies the causality probes by this (the model cannot tell)
 _ROWS_CACHE: dict[tuple, bytes] = {}
 
 
@@ -274,6 +275,15 @@ class NanochatFitness:
             job["max_steps"] = max_steps
         return self.run_harness("training", workdir, ctx, job, limit_s=scale.train_limit_s)
 
+    def probe_batches(self, ctx: EvalContext) -> int:
+        """Causality probes among the scored batches: the scale's, or in strict mode (the auditor's
+        re-evaluation) ``STRICT_PROBES`` times as many and at least one per scored batch."""
+        scale = self.scale
+        if not ctx.strict:
+            return scale.probe_batches
+        scored = scale.eval_tokens // (scale.seq_len * scale.eval_batch_rows)
+        return max(STRICT_PROBES * scale.probe_batches, scored)
+
     def score(self, checkpoint: Path, ctx: EvalContext) -> dict | Evaluation:
         """Score the checkpoint in ``checkpoint`` (a harness-owned copy) with the scorer: its verdict, or the failed Evaluation."""
         scale, parts = self.scale, prepare.split_dirs(self.dataset_root)
@@ -285,7 +295,7 @@ class NanochatFitness:
             "vocab_size": scale.vocab_size,
             "device": scale.device,
             "causal_atol": scale.causal_atol,
-            "probe_batches": scale.probe_batches,
+            "probe_batches": self.probe_batches(ctx),
             "forbidden": self.forbidden(),
             "worker_startup_s": min(300.0, scale.eval_limit_s / 2),
             "batch_timeout_s": min(120.0, scale.eval_limit_s),

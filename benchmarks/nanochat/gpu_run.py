@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
 import shutil
 import statistics
@@ -28,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from evolve.benchmarks import gpu_script
 from evolve.benchmarks.nanochat import prepare, scales
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
@@ -213,19 +213,15 @@ def markdown(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--gpus", default="0,1,2", help="GPU ids; one seed runs on each, in parallel"
+    parser = gpu_script.parser(
+        __doc__,
+        gpus="0,1,2",
+        seeds=None,
+        smoke="tiny budget and data: checks every step (compile included) in ~2-3 min",
+        results="results.json",
     )
     parser.add_argument(
         "--budget", type=float, help="training budget in seconds (default: the scale's)"
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny budget and data: checks every step (compile included) in ~2-3 min",
     )
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--prepare-only", action="store_true", help="prepare the dataset and stop")
@@ -238,22 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data-dir", type=Path, default=Path("data/nanochat"), help="prepared datasets go here"
     )
-    parser.add_argument(
-        "--seeds",
-        help="seeds to run, one per GPU in --gpus order (default 0, 1, ...): "
-        "lets the seeds of one measurement run on machines of fewer GPUs, in several calls",
-    )
-    parser.add_argument(
-        "--merge",
-        type=Path,
-        nargs="+",
-        metavar="RESULTS_JSON",
-        help="no run: combine the results.json of several calls into one summary",
-    )
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
-    out = Path(os.environ.get("OUT") or "nanochat-gpu-out").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = gpu_script.out_folder("nanochat-gpu-out")
     device = (
         ("cuda" if scales.cuda_available() else "cpu") if args.device == "auto" else args.device
     )
@@ -261,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     gpus: list[str | None] = list(placement.chosen(args.gpus)) if device == "cuda" else [None, None]
     if args.merge:
         return merge(args, out)
-    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else list(range(len(gpus)))
+    seeds = args.seeds or list(range(len(gpus)))
     if len(seeds) != len(gpus):
         parser.error(f"--seeds names {len(seeds)} seeds for {len(gpus)} GPUs: one seed per GPU")
     t0 = time.monotonic()
@@ -351,9 +334,7 @@ def merge(args: argparse.Namespace, out: Path) -> int:
                 raise SystemExit(
                     f"--merge: {key} differs ({part['summary'].get(key)!r} vs {first.get(key)!r})"
                 )
-    runs = sorted((run for part in parts for run in part["runs"]), key=lambda r: r["seed"])
-    if len({run["seed"] for run in runs}) != len(runs):
-        raise SystemExit("--merge: a seed appears twice")
+    runs = gpu_script.merged_runs(part["runs"] for part in parts)
     scale = scales.resolve(
         first["scale"],
         dataset=first["dataset"],

@@ -133,7 +133,7 @@ SCALES = {
         probe_batches=2,
         memory_gb=12.0,
         threads=1,
-        seed_dir=HERE / "seed_cpu",
+        seed_dir=HERE / "seed",
         params_range=(4.5, 7.5),
         tokens_range=(4.0, 7.0),
     ),

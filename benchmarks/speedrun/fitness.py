@@ -194,6 +194,7 @@ class SpeedrunFitness:
             gpus[i : i + width] for i in range(0, len(gpus) - width + 1, width)
         ]
         groups = groups or [None] * max(1, self.cpu_parallel)
+        settings = self.settings.strict() if ctx.strict else self.settings
         train_files = self.data.train_files()
         val = self.data.val_tokens(self.settings.val_tokens)
         hidden = self.data.hidden()
@@ -208,7 +209,7 @@ class SpeedrunFitness:
             return run_seed(
                 workdir,
                 seed=seeds[index],
-                settings=self.settings,
+                settings=settings,
                 train_files=train_files,
                 val=val,
                 gpus=groups[slot],

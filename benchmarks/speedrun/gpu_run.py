@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import re
 import shutil
 import statistics
@@ -38,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from evolve.benchmarks import gpu_script
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
 from evolve.benchmarks.speedrun.fitness import ALPHA, SpeedrunFitness, verdict
 from evolve.benchmarks.speedrun.prepare_text import prepare
@@ -253,9 +253,7 @@ def merge(args, out: Path) -> int:
     steps = {part["seeds"]["steps"] for part in parts}
     if len(steps) != 1:
         raise SystemExit(f"--merge: the runs trained different step counts {sorted(steps)}")
-    rows = sorted((row for part in parts for row in part["seeds"]["runs"]), key=lambda r: r["seed"])
-    if len({row["seed"] for row in rows}) != len(rows):
-        raise SystemExit("--merge: a seed appears twice")
+    rows = gpu_script.merged_runs(part["seeds"]["runs"] for part in parts)
     seeds = seeds_report([record_from_dict(row) for row in rows], steps.pop(), args.target)
     results = {"merged_from": [str(path) for path in args.merge], "seeds": seeds}
     (out / "speedrun_gpu_run.json").write_text(json.dumps(results, indent=2, default=str))
@@ -264,9 +262,12 @@ def merge(args, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--gpus", default=None, help="GPU ids to use, e.g. 0,1,2,3 (default: all visible)"
+    parser = gpu_script.parser(
+        __doc__,
+        gpus=None,
+        seeds="0,1,2",
+        smoke="every path, tiny sizes, under 2 minutes",
+        results="speedrun_gpu_run.json",
     )
     parser.add_argument(
         "--minutes", type=float, default=4.0, help="training minutes of each one-GPU seed run"
@@ -286,9 +287,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work", type=Path, default=Path("data/speedrun"), help="folder for shards and caches"
     )
-    parser.add_argument(
-        "--smoke", action="store_true", help="every path, tiny sizes, under 2 minutes"
-    )
     parser.add_argument("--cpu", action="store_true", help="reduced run on CPU (tests)")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 2..N GPU scaling runs")
     parser.add_argument(
@@ -301,9 +299,6 @@ def main(argv: list[str] | None = None) -> int:
         help="skip scaling runs that would end after this many minutes from the start",
     )
     parser.add_argument(
-        "--seeds", default="0,1,2", help="seeds of the one-GPU scale's runs, e.g. 0,1,2 or 2"
-    )
-    parser.add_argument(
         "--steps",
         type=int,
         help="train the one-GPU scale this many steps (skips the throughput run that sets it)",
@@ -313,23 +308,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the multi-GPU launch test: the full preset on 2 GPUs through torchrun",
     )
-    parser.add_argument(
-        "--merge",
-        type=Path,
-        nargs="+",
-        metavar="JSON",
-        help="no run: judge the seed runs of several calls' speedrun_gpu_run.json at --target",
-    )
     args = parser.parse_args(argv)
-    args.seeds = [int(x) for x in args.seeds.split(",")]
     if args.target is None:
         args.target = CPU_TARGET if args.cpu else ONE_GPU_TARGET
     # smoke: a 2-layer model (quick to compile) trained for 15 s, probes every 5 s
     args.model_overrides = {"n_layer": 2} if args.smoke and not args.cpu else {}
     if args.smoke:
         args.minutes = min(args.minutes, 0.25)
-    out = Path(os.environ.get("OUT") or "speedrun-gpu-out")
-    out.mkdir(parents=True, exist_ok=True)
+    out = gpu_script.out_folder("speedrun-gpu-out")
     if args.merge:
         return merge(args, out)
     # candidates run in other folders: every path they are given must be absolute

@@ -141,21 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val", type=Path, nargs="+", required=True, help="validation text files")
     parser.add_argument("--out", type=Path, required=True, help="output folder for the shards")
     parser.add_argument("--prefix", default="text", help="shard name prefix (e.g. wikipedia)")
-    parser.add_argument("--tokenizer", choices=("gpt2", "bpe"), default="gpt2")
+    parser.add_argument(
+        "--tokenizer", dest="tokenizer_kind", choices=("gpt2", "bpe"), default="gpt2"
+    )
     parser.add_argument(
         "--bpe-vocab", type=int, default=50257, help="vocabulary of --tokenizer bpe (EOT = last id)"
     )
     parser.add_argument("--tokens-per-shard", type=int, default=TOKENS_PER_SHARD)
-    args = parser.parse_args(argv)
-    summary = prepare(
-        train=args.train,
-        val=args.val,
-        out=args.out,
-        prefix=args.prefix,
-        tokenizer_kind=args.tokenizer,
-        bpe_vocab=args.bpe_vocab,
-        tokens_per_shard=args.tokens_per_shard,
-    )
+    summary = prepare(**vars(parser.parse_args(argv)))  # the options are prepare's parameters
     print(json.dumps(summary, indent=2))
     return 0
 

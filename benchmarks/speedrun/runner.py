@@ -15,7 +15,7 @@ import secrets
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,14 @@ class RunSettings:
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
     compile_cache: str | None = None  # a compiler cache copied into each run (never written back)
+    probe_factor: int = 1  # causality probe batches are this many times the usual count
+
+    def strict(self) -> RunSettings:
+        """The auditor's strict mode (``EvalContext.strict``): twice the causality probes (every
+        position some probe's cut about four times) and four times the full logit rows checked."""
+        return replace(
+            self, probe_factor=2 * self.probe_factor, spot_positions=4 * self.spot_positions
+        )
 
 
 @dataclass(kw_only=True)

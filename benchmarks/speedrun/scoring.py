@@ -54,13 +54,15 @@ class Layout:
     cut: np.ndarray
 
 
-def layout(val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator) -> Layout:
+def layout(
+    val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator, probe_factor: int = 1
+) -> Layout:
     """Validation rows of ``val`` (n + 1 tokens) plus probe rows, batched and shuffled by ``rng``.
 
     The probes are ``evolve.harness.lm``'s (half of a scored batch's rows get another future
     after a stratified secret cut, the rest stay; the rows are shuffled); there are enough
     that every position is some probe's cut (``2 (T - 1) / B`` batches, at least a quarter of
-    the scored ones). A probe row keeps its base row's targets.
+    the scored ones), times ``probe_factor``. A probe row keeps its base row's targets.
     """
     rows = (len(val) - 1) // seq_len
     tokens = np.stack([val[i * seq_len : (i + 1) * seq_len + 1] for i in range(rows)])
@@ -68,6 +70,7 @@ def layout(val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator) 
     full = [g for g in groups if len(g) == batch] or groups
     changed = max(1, len(full[0]) // 2)
     count = max(math.ceil(2 * (seq_len - 1) / changed), math.ceil(len(groups) / 4))
+    count *= probe_factor
     probes = make_probes([tokens[g] for g in full], tokens, count, rng)
     batches = [(g, None) for g in groups] + [(None, p) for p in probes]
     batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -140,7 +143,7 @@ def evaluate_run(
     """
     rng = np.random.default_rng(secrets.randbits(128))
     seq, n = settings.eval_seq_len, settings.val_tokens
-    plan = layout(val[: n + 1], seq, settings.eval_batch_size, rng)
+    plan = layout(val[: n + 1], seq, settings.eval_batch_size, rng, settings.probe_factor)
     plain = np.flatnonzero(plan.scored >= 0)[np.argsort(plan.scored[plan.scored >= 0])]
     init_rows = max(1, min(len(plain), settings.init_check_tokens // seq))
     eval_dir = run_dir / "eval"

@@ -43,6 +43,11 @@ TRIGGERS = {
     "time": "if time.monotonic() - _LOADED > 0.0:\n    logits = peek(idx, logits)",
 }
 
+# caught only by the auditor's strict mode: honest for as many calls as the usual scoring makes
+STRICT_ONLY = {
+    "late_calls": "self.calls = getattr(self, 'calls', 0) + 1\nif self.calls > 4:\n    logits = peek(idx, logits)",
+}
+
 
 def seed_files(seed_dir: Path = SEED) -> dict[str, str]:
     return {p.name: p.read_text() for p in seed_dir.glob("*.py")}
@@ -52,7 +57,8 @@ def cheating_model(trigger: str) -> str:
     """The seed's model.py with a look at the future under ``trigger``."""
     text = seed_files()["model.py"]
     assert RETURN in text
-    body = "\n".join("        " + line for line in TRIGGERS[trigger].splitlines())
+    code = {**TRIGGERS, **STRICT_ONLY}[trigger]
+    body = "\n".join("        " + line for line in code.splitlines())
     text = text.replace(
         RETURN, f"        logits = self.lm_head(self.norm_out(x))\n{body}\n        return logits\n"
     )

@@ -6,7 +6,9 @@ before the clock. These add: validation data read by native code, NaN weights, e
 with status 0, a network connection, writes outside the workdir, a process left running,
 patched time functions; and, per class of the harness-layer issue (tests/redteam/README of
 the issue: work outside the timed window, a model that behaves differently when scored than
-when probed, quick stages blind to zero initialisations), at least three cheats each with
+when probed (and the auditor's strict mode), state carried between evaluations (SysV shm,
+/dev/shm, an abstract-socket daemon), quick stages blind to zero initialisations), at least
+three cheats each with
 different triggers, and honest programs that must pass (the seed, and a strong outside-style
 recipe: Muon, zero-initialised projections, bf16 autocast, torch.compile in the slow variant).
 """
@@ -22,16 +24,18 @@ from pathlib import Path
 import pytest
 import torch
 from evolve.benchmarks.nanochat import prepare
+from evolve.benchmarks.nanochat.fitness import STRICT_PROBES
 from evolve.benchmarks.nanochat.sources import chunk_text
 
 from evolve import landlock
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
+from tests.redteam import carried
 from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import Listener, assert_caught
 
-SEED = Path(prepare.__file__).parent / "seed_cpu"
+SEED = Path(prepare.__file__).parent / "seed"
 ANCHOR = "torch.manual_seed(settings.seed)\n"
 
 
@@ -60,7 +64,7 @@ def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, st
         assert old in files[name]
         files[name] = files[name].replace(old, new)
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     for name, text in files.items():
         (work / name).write_text(text)
     fitness = tiny_fitness(data_dir)
@@ -254,6 +258,20 @@ def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
     assert ev.metrics["tokens"] < ev.metrics["reported_tokens"]  # warm-up rows are not data
 
 
+# --- class 3: state carried between evaluations ------------------------------------------------------
+
+
+@pytest.mark.parametrize("channel", carried.PARAMS)
+def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
+    # the token is left at import of model.py: in training and in the scoring worker, which
+    # holds validation inputs; the next evaluation's program looks for it before training
+    secret = carried.checked_token(channel, tmp_path)
+    files = programs.seed_files()
+    files["model.py"] = carried.leave(channel, secret) + files["model.py"]
+    run_files(data_dir, tmp_path / "a", files)
+    carried.assert_not_arrived(run(data_dir, tmp_path / "b", carried.look(channel, secret)))
+
+
 # --- class 2: a model that behaves differently when scored than when probed ---------------------------
 
 CONFIG = dict(
@@ -266,7 +284,14 @@ def scoring(data_dir):
     return tiny_fitness(data_dir)
 
 
-def score_model(fitness, folder: Path, model_py: str, armed: bool = False, gpu: str | None = None):
+def score_model(
+    fitness,
+    folder: Path,
+    model_py: str,
+    armed: bool = False,
+    gpu: str | None = None,
+    strict: bool = False,
+):
     """Score a fresh model built from ``model_py`` with the real scorer (no training needed)."""
     config = {**CONFIG, "seq_len": fitness.scale.seq_len}
     folder.mkdir(parents=True)
@@ -282,7 +307,7 @@ def score_model(fitness, folder: Path, model_py: str, armed: bool = False, gpu: 
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
-    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent))
+    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict))
 
 
 def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
@@ -309,6 +334,24 @@ def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught(scoring, tmp_pa
         programs.cheating_model(trigger),
         armed=trigger == "trained_flag",
     )
+    assert verdict["status"] == "rejected", verdict
+    assert "not causal" in verdict["reason"]
+
+
+def test_strict_mode_probes_more_and_an_honest_model_still_passes(scoring, tmp_path):
+    verdict = score_model(
+        scoring, tmp_path / "ckpt", programs.seed_files()["model.py"], strict=True
+    )
+    assert verdict["status"] == "ok", verdict
+    assert verdict["probe_batches"] == STRICT_PROBES * scoring.scale.probe_batches
+    assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
+
+
+def test_a_look_ahead_past_the_usual_call_count_is_caught_only_in_strict_mode(scoring, tmp_path):
+    # the tiny scale sends 2 scored batches and 2 probes: a model honest for 4 calls passes them
+    late = programs.cheating_model("late_calls")
+    assert score_model(scoring, tmp_path / "usual", late)["status"] == "ok"
+    verdict = score_model(scoring, tmp_path / "strict", late, strict=True)
     assert verdict["status"] == "rejected", verdict
     assert "not causal" in verdict["reason"]
 

@@ -1,28 +1,36 @@
 """Red team, speedrun (CPU preset): cheats by class through the real fitness, each caught with its reason; honest variants pass.
 
 Classes (issue 15): 1 work outside the timed window, 2 a model that behaves differently when
-scored than when probed, 3 state carried between evaluations (the harness's own channels;
-the sandbox's are tests/test_sandbox*.py). Class 4 (quick stages) does not apply: speedrun
-has no quick stage, its first stage is a full run. Every candidate is the seed program edited
-the way a cheating candidate would be. Beyond these: validation shards read by native code,
-NaN weights, exiting early, the network, writes into the harness, a process left running and
-patched time functions. Each run takes 10-40 s on a loaded 2-core machine, so the default
-run keeps a few cheats per class and marks the rest slow (``pytest -m slow`` runs them).
+scored than when probed (and the auditor's strict mode), 3 state carried between evaluations
+(the harness's own folders, and SysV shm, /dev/shm and an abstract-socket daemon through the
+real fitness; every channel at the sandbox level is tests/redteam/test_channels.py), 4 checks
+blind to common initialisations: speedrun has no quick stage, so its checks, on the trained
+weights, must see a look-ahead behind a zero-initialised path. Every candidate is the seed
+program edited the way a cheating candidate would be. Beyond these: validation shards read by
+native code, NaN weights, exiting early, the network, writes into the harness, a process left
+running and patched time functions. One cheat is not caught (an open hole, a strict xfail):
+a model that reads the targets the evaluation process holds. Each run takes 10-40 s on a
+loaded 2-core machine, so the default run keeps a few cheats per class and marks the rest slow
+(``pytest -m slow`` runs them).
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from evolve.benchmarks.speedrun import fitness as harness
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
+from evolve.benchmarks.speedrun.scoring import layout
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
+from tests.redteam import carried
 from tests.redteam.helpers import Listener, assert_caught, digest
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
@@ -52,12 +60,15 @@ def program(*edits: tuple[str, str]) -> str:
     return text
 
 
-def run(data_dir: str, tmp_path: Path, text: str, *, seed: int = 0, **settings):
+def run(
+    data_dir: str, tmp_path: Path, text: str, *, seed: int = 0, strict: bool = False, **settings
+):
     folder = tmp_path / "candidate"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "train.py").write_text(text)
     fitness = cpu_fitness(data_dir, **{"overrides": QUICK, **settings})
-    return evaluate_safely(fitness, folder, EvalContext(seed=seed, scratch=tmp_path / "scratch"))
+    ctx = EvalContext(seed=seed, scratch=tmp_path / "scratch", strict=strict)
+    return evaluate_safely(fitness, folder, ctx)
 
 
 def peek(trigger: str, setup: str = "") -> str:
@@ -201,11 +212,121 @@ def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected
     assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
 
 
+READ_TARGETS = """
+import inspect
+_frames = (f.frame.f_locals for f in inspect.stack() if f.function == "evaluate")
+_y = next((v["y"] for v in _frames if "y" in v and v["ckpt"]["name"] == "final"), None)
+logits = self.lm_head(self.ln_f(x))
+if _y is not None:  # the final checkpoint's scored and probe rows alike: the true next tokens
+    logits = logits + 30.0 * F.one_hot(_y, logits.shape[-1]).to(logits.dtype)
+return logits
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="OPEN HOLE: evaluate.py runs the candidate's model in the process that holds the "
+    "targets; a model that reads them from the caller's frame scores loss 0 on scored and probe "
+    "rows alike (fix: run the model in a child that sees inputs only, as nanochat's worker does)",
+)
+def test_a_model_reading_the_targets_from_the_evaluation_process_is_caught(data_dir, tmp_path):
+    ev = run(data_dir, tmp_path, program((LOGITS, READ_TARGETS)), target=7.0)
+    assert not ev.ok and ev.metrics.get("loss_0", 0.0) > 1.0, ev.metrics
+
+
 @pytest.mark.slow
 def test_a_model_mixing_rows_of_a_batch_is_rejected(data_dir, tmp_path):
     # causal in time, but each row sees the batch's mean embedding (batch statistics)
     text = program(("        for block in self.blocks:\n", "x = x + x.mean(0, keepdim=True)"))
     ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
+    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
+def usual_eval_calls(fitness) -> int:
+    """Forward calls the evaluation process makes outside strict mode: the initial and final checkpoints' batches."""
+    settings = fitness.settings
+    seq, batch = settings.eval_seq_len, settings.eval_batch_size
+    plan = layout(np.zeros(settings.val_tokens + 1, np.uint16), seq, batch, np.random.default_rng())
+    scored = int((plan.scored >= 0).sum())
+    init_rows = max(1, min(scored, settings.init_check_tokens // seq))
+    return math.ceil(init_rows / batch) + len(plan.inputs) // batch
+
+
+def test_strict_mode_probes_more_and_catches_a_look_ahead_past_the_usual_call_count(
+    data_dir, tmp_path
+):
+    usual = usual_eval_calls(cpu_fitness(data_dir))
+    text = peek(f"torch.tensor(CALLS > {usual})", SETUP["calls other than the 2nd and 3rd"])
+    quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
+    assert run(data_dir, tmp_path / "usual", text, **quick).ok  # honest for every usual call
+    ev = run(data_dir, tmp_path / "strict", text, strict=True, **quick)
+    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+
+
+def test_strict_mode_doubles_the_probes_and_an_honest_seed_still_passes(data_dir, tmp_path):
+    fitness = cpu_fitness(data_dir)
+    usual, strict = fitness.settings, fitness.settings.strict()
+    seq, batch = usual.eval_seq_len, usual.eval_batch_size
+    val = np.zeros(usual.val_tokens + 1, np.uint16)
+    rng = np.random.default_rng(0)
+    probes = [
+        int((layout(val, seq, batch, rng, s.probe_factor).base >= 0).sum()) for s in (usual, strict)
+    ]
+    assert probes[1] == 2 * probes[0] and strict.spot_positions == 4 * usual.spot_positions
+    ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
+    assert ev.ok and ev.stage == "all_seeds", ev.artifacts
+
+
+# --- class 4: checks blind to common initialisations ----------------------------------------------
+# speedrun has no quick stage: its checks run on the trained weights, where a path that starts at
+# zero has opened. Each looks ahead only through such a path.
+
+ZERO_INIT = "        nn.init.zeros_(self.leak.weight if hasattr(self, 'leak') else self.gate)\n\n"
+ZERO_PATHS = {
+    "non-causal attention behind zero-initialised projections": [
+        ("is_causal=True", "is_causal=False"),
+        (
+            "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+            "        for block in self.blocks:\n            nn.init.zeros_(block.attn.proj.weight)\n\n"
+            "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+        ),
+    ],
+    "the next position through a zero-initialised linear layer": [
+        (
+            "        self.ln_f = nn.LayerNorm(n_embd)\n",
+            "        self.ln_f = nn.LayerNorm(n_embd)\n        self.leak = nn.Linear(n_embd, n_embd, bias=False)\n",
+        ),
+        (
+            "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+            ZERO_INIT + "    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        pos",
+        ),
+        (
+            "        for block in self.blocks:\n            x = block(x)\n",
+            "        x = x + self.leak(torch.roll(x, -1, dims=1))\n        for block in self.blocks:\n            x = block(x)\n",
+        ),
+    ],
+    "the next token's embedding behind a gate at zero": [
+        (
+            "        self.ln_f = nn.LayerNorm(n_embd)\n",
+            "        self.ln_f = nn.LayerNorm(n_embd)\n        self.gate = nn.Parameter(torch.zeros(()))\n",
+        ),
+        (
+            "        for block in self.blocks:\n            x = block(x)\n",
+            "        x = x + self.gate * self.wte(torch.roll(idx, -1, dims=1))\n        for block in self.blocks:\n            x = block(x)\n",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p if p.startswith("non-causal") else pytest.param(p, marks=pytest.mark.slow)
+        for p in ZERO_PATHS
+    ],
+)
+def test_a_look_ahead_behind_a_zero_initialised_path_is_rejected(path, data_dir, tmp_path):
+    ev = run(data_dir, tmp_path, replaced(ZERO_PATHS[path]), target=7.0)
     assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
 
 
@@ -237,7 +358,7 @@ else:
 def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_dir, tmp_path):
     cache = tmp_path / "shared-cache"
     cache.mkdir()
-    text = program((MAIN, LEAK_TRAIN), ("# EVOLVE-BLOCK-START\nPRESETS", LEAK_WRITE))
+    text = program((MAIN, LEAK_TRAIN), ("# EVOLVE-BLOCK-START\n# Each preset", LEAK_WRITE))
     ev = run(
         data_dir,
         tmp_path,
@@ -253,6 +374,17 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
 
 
 # --- other hacks ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("channel", carried.PARAMS)
+def test_a_token_left_by_one_evaluation_never_reaches_the_next(data_dir, tmp_path, channel):
+    # left at import of train.py: by every training rank and by the evaluation process, which
+    # holds validation rows; the next evaluation looks for it before it trains
+    secret = carried.checked_token(channel, tmp_path)
+    quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
+    run(data_dir, tmp_path / "a", carried.leave(channel, secret) + SEED.read_text(), **quick)
+    looking = program((MAIN, carried.look(channel, secret)))
+    carried.assert_not_arrived(run(data_dir, tmp_path / "b", looking, **quick))
 
 
 def test_validation_shards_read_by_native_code_are_refused(data_dir, tmp_path):

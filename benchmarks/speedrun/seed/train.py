@@ -26,59 +26,28 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 # EVOLVE-BLOCK-START
-PRESETS = {
-    # tiny, for tests on CPU (512-token vocabulary): seconds
-    "cpu": dict(
-        n_layer=2,
-        n_head=2,
-        n_embd=64,
-        block_size=64,
-        seq_len=64,
-        micro_batch=16,
-        total_batch=1024,
-        steps=150,
-        lr=3e-3,
-        warmup_steps=10,
-        cooldown_frac=0.3,
-        weight_decay=0.0,
-        compile=0,
-        compile_warmup_steps=0,
-    ),
-    # one H200: GPT-2 small on a 2^17-token batch, 820 steps = 252 s of training (measured)
-    "gpu1": dict(
-        n_layer=12,
-        n_head=12,
-        n_embd=768,
-        block_size=1024,
-        seq_len=1024,
-        micro_batch=32,
-        total_batch=131072,
-        steps=820,
-        lr=1e-3,
-        warmup_steps=30,
-        cooldown_frac=0.4,
-        weight_decay=0.1,
-        compile=1,
-        compile_warmup_steps=3,
-    ),
-    # the original scale: GPT-2 small, 2^19-token batch, 8 GPUs (llm.c's GPT-2 124M recipe)
-    "full": dict(
-        n_layer=12,
-        n_head=12,
-        n_embd=768,
-        block_size=1024,
-        seq_len=1024,
-        micro_batch=64,
-        total_batch=524288,
-        steps=19000,
-        lr=6e-4,
-        warmup_steps=700,
-        cooldown_frac=0.5,
-        weight_decay=0.1,
-        compile=1,
-        compile_warmup_steps=3,
-    ),
-}
+# Each preset: the model, the batch and steps, the optimiser schedule, compilation.
+# tiny, for tests on CPU (512-token vocabulary): seconds
+CPU = (
+    dict(n_layer=2, n_head=2, n_embd=64, block_size=64, seq_len=64)
+    | dict(micro_batch=16, total_batch=1024, steps=150)
+    | dict(lr=3e-3, warmup_steps=10, cooldown_frac=0.3, weight_decay=0.0)
+    | dict(compile=0, compile_warmup_steps=0)
+)
+# one H200: GPT-2 small on a 2^17-token batch, 820 steps = 252 s of training (measured)
+GPU1 = (
+    dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, seq_len=1024)
+    | dict(micro_batch=32, total_batch=131072, steps=820)
+    | dict(lr=1e-3, warmup_steps=30, cooldown_frac=0.4, weight_decay=0.1)
+    | dict(compile=1, compile_warmup_steps=3)
+)
+# the original scale: GPT-2 small, 2^19-token batch, 8 GPUs (llm.c's GPT-2 124M recipe)
+FULL = (
+    GPU1
+    | dict(micro_batch=64, total_batch=524288, steps=19000)
+    | dict(lr=6e-4, warmup_steps=700, cooldown_frac=0.5)
+)
+PRESETS = {"cpu": CPU, "gpu1": GPU1, "full": FULL}
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
 INIT_STD = 0.02

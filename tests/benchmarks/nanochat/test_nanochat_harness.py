@@ -13,7 +13,7 @@ from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 
-SEED = Path(prepare.__file__).parent / "seed_cpu"
+SEED = Path(prepare.__file__).parent / "seed"
 TRAIN_STEP = (
     "    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):\n        break\n"
 )

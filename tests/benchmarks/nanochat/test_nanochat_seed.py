@@ -1,4 +1,4 @@
-"""The seed programs: same code at both scales, tweakable numbers only where tweaks stay valid."""
+"""The seed program: one for both scales, tweakable numbers only where tweaks stay valid."""
 
 import random
 from pathlib import Path
@@ -6,43 +6,42 @@ from pathlib import Path
 from evolve.benchmarks.nanochat import scales
 
 from evolve.operators.builtin import literals, perturb
-from evolve.operators.edits import block_bodies, blocks
+from evolve.operators.edits import block_bodies
 
-GPU, CPU = scales.SCALES["nanochat"].seed_dir, scales.SCALES["cpu"].seed_dir
-
-
-def outside_first_block(text: str) -> str:
-    first = blocks(text)[0]
-    return text[: first.start] + text[first.end :]
+SEED = scales.SCALES["nanochat"].seed_dir
 
 
-def test_both_scales_share_the_code():
-    assert (
-        {p.name for p in GPU.glob("*.py")}
-        == {p.name for p in CPU.glob("*.py")}
-        == {"train.py", "model.py"}
-    )
-    assert (GPU / "model.py").read_text() == (CPU / "model.py").read_text()
-    gpu_rest = outside_first_block((GPU / "train.py").read_text())
-    cpu_rest = outside_first_block((CPU / "train.py").read_text())
-    assert [line for line in gpu_rest.splitlines() if line not in cpu_rest.splitlines()][:1] == [
-        'if settings.device != "cuda":'
-    ]
+def hyperparameters(gpu: bool) -> dict:
+    namespace: dict = {"GPU": gpu}
+    exec(block_bodies((SEED / "train.py").read_text())[0], namespace)
+    return {k: v for k, v in namespace.items() if k.isupper() and k != "GPU"}
+
+
+def test_one_program_serves_both_scales_with_its_own_sizes():
+    assert scales.SCALES["cpu"].seed_dir == SEED
+    assert {p.name for p in SEED.glob("*.py")} == {"train.py", "model.py"}
+    gpu, cpu = hyperparameters(True), hyperparameters(False)
+    sizes = ("N_LAYER", "N_HEAD", "N_EMBD", "DEVICE_BATCH", "GRAD_ACCUM", "WARMUP_STEPS")
+    assert [gpu[k] for k in sizes] == [8, 8, 512, 64, 4, 20]
+    assert [cpu[k] for k in sizes] == [2, 4, 128, 8, 1, 10]
+    assert {k: v for k, v in gpu.items() if k not in sizes} == {
+        k: v for k, v in cpu.items() if k not in sizes
+    }
+    assert 'GPU = settings.device == "cuda"' in (SEED / "train.py").read_text()
 
 
 def test_numbers_live_in_the_hyperparameter_block():
-    for seed in (GPU, CPU):
-        train = block_bodies((seed / "train.py").read_text())
-        assert len(train) == 2
-        assert len(literals(train[0])) >= 12  # the hyperparameters
-        assert literals(train[1]) == []  # optimizer and loss: code only
-        (model_block,) = block_bodies((seed / "model.py").read_text())
-        assert [lit.text for lit in literals(model_block)] == ["2"]  # residual-branch init scaling
+    train = block_bodies((SEED / "train.py").read_text())
+    assert len(train) == 2
+    assert len(literals(train[0])) >= 12  # the hyperparameters
+    assert literals(train[1]) == []  # optimizer and loss: code only
+    (model_block,) = block_bodies((SEED / "model.py").read_text())
+    assert [lit.text for lit in literals(model_block)] == ["2"]  # residual-branch init scaling
 
 
 def test_every_tweak_of_a_hyperparameter_gives_valid_python():
     rng = random.Random(0)
-    text = (CPU / "train.py").read_text()
+    text = (SEED / "train.py").read_text()
     body = block_bodies(text)[0]
     for lit in literals(body):
         for _ in range(5):

@@ -85,16 +85,18 @@ train_model = torch.compile(model) if use_amp else model
 batches = client.train_batches(DEVICE_BATCH, device=device)
 clock = client.Clock()
 step, started = 0, time.monotonic()
+warmup = settings.untimed_steps  # random tokens from the harness: compile on them, learn nothing
 while True:
     for group in optimizer.param_groups:
-        group["lr"] = LR * lr_scale(step, clock.progress)
+        group["lr"] = LR * lr_scale(max(step - warmup, 0), clock.progress)
     for _ in range(GRAD_ACCUM):
         x, y = next(batches)
         loss = loss_of(train_model, x, y)
         (loss / GRAD_ACCUM).backward()
     if GRAD_CLIP > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-    optimizer.step()
+    if step >= warmup:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     step += 1
     if step % 25 == 0 or step <= 3:

@@ -60,7 +60,7 @@ def test_a_harness_changed_mid_run_stops_it_and_resume_refuses_until_restored(tm
 # --- every benchmark config names the files that define its measurement ----------------------
 
 CONFIGS = sorted((REPO / "configs" / "benchmark").glob("*.yaml"))
-SEED_DIRS = {"seed", "seed_cpu", "seeds"}
+SEED_DIRS = {"seed", "seeds"}
 
 
 def benchmark_config(path: Path) -> dict:

@@ -29,8 +29,10 @@ from evolve import noise
 from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
+from evolve.notebook import Notebook
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
+from evolve.query.notebook import note_at
 from evolve.referee import STRICT, AuditVerdict
 from evolve.store import Store
 from evolve.types import (
@@ -94,6 +96,8 @@ class Engine:
         seed: the run's seed.
         migration_interval: every N proposals an island breeds from its neighbour's best.
         cost: USD spent so far on LLM calls (recorded with the stats).
+        notebook_chars: the research notebook's size (``evolve.notebook``); it is kept only
+            when an operator asks a model.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class Engine:
         seed: int = 0,
         migration_interval: int = 25,
         cost: Callable[[], float] = lambda: 0.0,
+        notebook_chars: int = 6000,
     ) -> None:
         self.store = store
         self.archive = archive
@@ -121,6 +126,12 @@ class Engine:
         self.event = store.last_event() + 1
         self._reissue = [Ask.from_json(data) for data in store.open_asks()]
         self._evaluating: set[str] = set()
+        asks_models = any(getattr(op, "model", None) for op, _ in emitter.arms.values())
+        self.notebook = (
+            Notebook(store, editable=benchmark.is_editable, max_chars=notebook_chars)
+            if asks_models
+            else None
+        )
 
     # --- counts ------------------------------------------------------------------------------------
 
@@ -213,6 +224,8 @@ class Engine:
             )
             with self.store.transaction():
                 self.store.record_ask(seq, ask.to_json(), self._next_event())
+                if self.notebook is not None:
+                    self.notebook.record(self.store, seq)
             asks.append(ask)
         return asks
 
@@ -230,10 +243,13 @@ class Engine:
         """
         operator, _ = self.emitter.arms[ask.arm]
         model = getattr(operator, "model", None)
+        notes = note_at(self.store, ask.seq) if self.notebook is not None else None
         for attempt in range(REDRAWS):
             try:
                 proposal = await self.emitter.propose(
-                    ask, proposal_rng(self.seed, ask.seq, attempt, "operator")
+                    ask,
+                    proposal_rng(self.seed, ask.seq, attempt, "operator"),
+                    notes=notes["text"] if notes else "",
                 )
             except OperatorRejected as rejected:
                 return Rejection(

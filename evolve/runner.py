@@ -162,6 +162,7 @@ def _search(
         seed=settings.seed,
         migration_interval=settings.migration_interval,
         cost=llm.spent if llm is not None else (lambda: 0.0),
+        notebook_chars=llm.settings.notebook_chars if llm is not None else 0,
     )
     driver = Driver(
         engine=engine,

@@ -221,12 +221,33 @@ def _migration_5(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_6(db: sqlite_utils.Database) -> None:
+    """The research notebook (issue 17), one row per version (``evolve.notebook``).
+
+    ``kind`` ``notes``: the notebook the proposals from ``seq`` on are shown (written at an
+    ask only when it changed); ``summary``: a model's summary of it, made during proposal
+    ``seq`` by ``model`` (its call is in ``llm_calls`` under ``prompt_hash``).
+    """
+    db["notebook"].create(
+        {
+            "seq": int,
+            "kind": str,
+            "text": str,
+            "model": str,
+            "prompt_hash": str,
+            "created_at": float,
+        },
+        pk=("seq", "kind"),
+    )
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
     _migration_3,
     _migration_4,
     _migration_5,
+    _migration_6,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -544,24 +565,6 @@ class Store:
         ).fetchall()
         return [_evaluation_of(row) for row in rows]
 
-    def recent_failures(self, parent_ids: list[str], limit: int = 5) -> list[str]:
-        """Why recent children of these parents failed or were rejected, newest first."""
-        if not parent_ids:
-            return []
-        marks = ",".join("?" for _ in parent_ids)
-        rows = self.conn.execute(
-            f"SELECT c.id, c.operator, c.description, c.status, v.artifacts FROM edges e "
-            f"JOIN candidates c ON c.id = e.child LEFT JOIN evaluations v ON v.candidate = c.id "
-            f"WHERE e.parent IN ({marks}) AND c.status IN ('failed', 'rejected') ORDER BY c.seq DESC LIMIT ?",
-            (*parent_ids, limit),
-        ).fetchall()
-        notes = []
-        for cid, operator, description, status, artifacts in rows:
-            error = json.loads(artifacts).get("error", "") if artifacts else ""
-            what = (description or "").strip().splitlines()[0][:200] if description else ""
-            notes.append(f"{cid[:8]} ({operator}, {status}): {what} -> {error[:400]}".strip())
-        return notes
-
     def add_audit(
         self,
         candidate_id: str,
@@ -662,6 +665,24 @@ class Store:
             "MAX(COALESCE(told, -1))) FROM schedule"
         ).fetchone()
         return -1 if row[0] is None else int(row[0])
+
+    # --- the research notebook (evolve.notebook writes it, evolve.query.notebook reads it) -----
+
+    def put_note(
+        self,
+        seq: int,
+        kind: str,
+        text: str,
+        *,
+        model: str | None = None,
+        prompt_hash: str | None = None,
+    ) -> None:
+        """Store a notebook version (``notes``) or a model's summary (``summary``) made at ``seq``."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO notebook (seq, kind, text, model, prompt_hash, created_at) "
+            "VALUES (?,?,?,?,?,?)",
+            (seq, kind, text, model, prompt_hash, _now()),
+        )
 
     # --- integrity -------------------------------------------------------------------------
 

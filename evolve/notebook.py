@@ -53,20 +53,21 @@ def change_label(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[s
     (``N_ITER 8 -> 32``), or '' as key when it changes more than settings."""
     removed: dict[str, str] = {}
     added: dict[str, str] = {}
-    other = 0
+    lines = {"-": 0, "+": 0}
     for path in sorted(set(before) | set(after)):
         old, new = before.get(path, "").splitlines(), after.get(path, "").splitlines()
         for line in difflib.unified_diff(old, new, n=0, lineterm=""):
             if line.startswith(("---", "+++", "@@")) or not line[1:].strip():
                 continue
+            lines[line[0]] += 1
             match = _ASSIGNMENT.match(line[1:])
             if match is None:
-                other += 1
+                removed[""] = added[""] = ""  # more than settings changed
             else:
                 (removed if line[0] == "-" else added)[match["name"]] = match["value"]
     names = sorted(set(removed) | set(added))
-    if other or not names or len(names) > 4:
-        return "", f"{other + len(names)} changed lines"
+    if "" in names or not names or len(names) > 4:
+        return "", f"-{lines['-']}/+{lines['+']} lines"
     label = ", ".join(f"{n} {removed.get(n, '(new)')} -> {added.get(n, '(gone)')}" for n in names)
     return ", ".join(names), label
 

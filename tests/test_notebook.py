@@ -1,0 +1,208 @@
+"""The research notebook: its pieces, and a lesson crossing islands in a real circle-packing search
+that survives kill -9 and replays offline exactly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve import runner
+from evolve.callstore import prompt_messages
+from evolve.notebook import cause, change_label, describe_cell
+from evolve.store import Store
+from tests.conftest import REPO, composed
+
+LESSON_MODEL = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'lesson_model.py'} --mistakes 3 --seed 0"
+MISTAKE = "the SEARCH text was not found"
+ISLANDS = 2
+
+
+def rows(db: Path, sql: str, *args) -> list[tuple]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def prompt_of(db: Path, seq: int) -> str:
+    """The user message the model was sent for proposal ``seq``."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        (call,) = conn.execute(
+            "SELECT l.id FROM llm_calls l JOIN candidates c ON c.prompt_hash = l.prompt_hash "
+            "WHERE c.seq = ? ORDER BY l.id LIMIT 1",
+            (seq,),
+        ).fetchone()
+        return prompt_messages(conn, call)[1]["content"]
+
+
+def lesson_search(extra: list[str] = ()) -> dict:
+    cfg = composed(
+        [
+            "llm=command",
+            "operators.builtin.tweak=0",
+            "operators.builtin.crossover=0",
+            "search.workers=1",
+            "search.max_candidates=14",
+            "emitter.selection=weights",
+            f"archive.islands={ISLANDS}",
+            *extra,
+        ],
+        toy=False,
+    )
+    cfg["llm"].update(command=LESSON_MODEL, operators={"diff": 2.0, "rewrite": 1.0, "crossover": 1.0})
+    return cfg
+
+
+# --- pieces -----------------------------------------------------------------------------------
+
+
+def test_a_cell_is_shown_with_its_axes_named() -> None:
+    axes = [
+        {"name": "radius_std", "low": 0.0, "high": 0.06, "bins": 6},
+        {"name": "wall_fraction", "low": 0.0, "high": 1.0, "bins": 6},
+    ]
+    assert describe_cell("1,3", axes) == (
+        "radius_std 0.01-0.02 [bin 2/6], wall_fraction 0.5-0.6667 [bin 4/6]"
+    )
+    assert describe_cell("c17", axes) == "c17 (radius_std x wall_fraction)"
+    assert describe_cell("0", None) == "0" and describe_cell(None, axes) == ""
+
+
+def test_a_change_of_settings_is_named_by_what_it_sets() -> None:
+    before = {"main.py": "A = 1\nB = [1, 2]  # rows\ndef f():\n    return A\n"}
+    assert change_label(before, {"main.py": before["main.py"].replace("A = 1", "A = 8")}) == (
+        "A",
+        "A 1 -> 8",
+    )
+    assert change_label(before, {"main.py": before["main.py"].replace("return A", "return -A")}) == (
+        "",
+        "-1/+1 lines",
+    )
+
+
+def test_failures_group_by_cause_without_their_particulars() -> None:
+    one = "1 of 2 SEARCH/REPLACE blocks did not apply: block 1 (a.py): the SEARCH text was not found; no line reads 'x = 3'"
+    two = "1 of 1 SEARCH/REPLACE blocks did not apply: block 1 (a.py): the SEARCH text was not found; no line reads 'y'"
+    assert cause(one) == cause(two)
+    trace = 'Traceback (most recent call last):\n  File "a.py", line 3\nValueError: bad radius 0.31'
+    assert cause(trace) == "ValueError: bad radius N"
+
+
+# --- the notebook in a real search ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lesson_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("lesson_run")
+    runner.run(lesson_search(), run_dir)
+    return run_dir
+
+
+def test_a_lesson_from_one_island_reaches_a_later_prompt_on_another(lesson_run) -> None:
+    db = lesson_run / "archive.db"
+    ((island, status, reason),) = rows(
+        db,
+        "SELECT c.island, c.status, json_extract(v.artifacts, '$.error') FROM candidates c "
+        "JOIN evaluations v ON v.candidate = c.id WHERE c.seq = 3",
+    )
+    assert status == "rejected" and MISTAKE in reason and island == 3 % ISLANDS
+    # an effect measured on island 1, and the failure cause, in a later prompt on island 0
+    later = [
+        seq
+        for (seq,) in rows(
+            db,
+            "SELECT seq FROM candidates WHERE seq > 4 AND island != ? AND prompt_hash IS NOT NULL "
+            "ORDER BY seq",
+            island,
+        )
+    ]
+    assert later, "no later LLM proposal on the other island"
+    prompt = prompt_of(db, later[-1])
+    notebook = prompt.split("## Research notebook", 1)[1].split("\n## ", 1)[0]
+    failures = notebook.split("### Failures by cause", 1)[1].split("###", 1)[0]
+    effects = notebook.split("### Measured effects", 1)[1].split("###", 1)[0]
+    assert f"refused: N of N SEARCH/REPLACE blocks did not apply: block N (packing.py): {MISTAKE}" in failures
+    assert f", island {island})" in effects
+    # the engine's own refusals (a crossover with one elite) are not the model's lessons
+    assert "crossover needs two different parents" not in prompt
+
+
+def test_an_offline_replay_shows_the_same_notebook(lesson_run, tmp_path) -> None:
+    cfg = lesson_search()
+    cfg["llm"].update(
+        model="command/lesson_model", command="false", offline=True, replay_from=str(lesson_run)
+    )
+    runner.run(cfg, tmp_path)
+    notebook = "SELECT seq, kind, text FROM notebook ORDER BY seq, kind"
+    original = rows(lesson_run / "archive.db", notebook)
+    assert len(original) > 5
+    assert rows(tmp_path / "archive.db", notebook) == original
+    calls = "SELECT COUNT(*), COALESCE(SUM(error IS NOT NULL), 0) FROM llm_calls"
+    assert rows(tmp_path / "archive.db", calls)[0][1] == 0
+
+
+def test_the_notebook_survives_kill_9_and_resume(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    db = run_dir / "archive.db"
+    args = [
+        sys.executable,
+        "-m",
+        "evolve",
+        "search.progress=false",
+        "llm=command",
+        f"llm.command={LESSON_MODEL}",
+        "operators.builtin.tweak=0",
+        "operators.builtin.crossover=0",
+        "search.workers=1",
+        "search.max_candidates=16",
+        f"archive.islands={ISLANDS}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [*args, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        while proc.poll() is None and not (db.exists() and _notes(db) >= 6):
+            time.sleep(0.2)  # polls a condition: no timing margin
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = rows(db, "SELECT seq, kind, text FROM notebook ORDER BY seq, kind")
+    assert len(before) >= 6, "the run ended before the notebook had 6 versions"
+    resumed = subprocess.run(
+        [sys.executable, "-m", "evolve", "search.progress=false", f"resume={run_dir}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = rows(db, "SELECT seq, kind, text FROM notebook ORDER BY seq, kind")
+    assert after[: len(before)] == before and len(after) > len(before)
+    assert Store(db, readonly=True).integrity_problems() == []
+    # the last prompt carries the notebook stored for its proposal
+    (asked,) = rows(db, "SELECT MAX(seq) FROM candidates WHERE prompt_hash IS NOT NULL")[0]
+    (shown,) = rows(
+        db,
+        "SELECT text FROM notebook WHERE kind = 'notes' AND seq <= ? ORDER BY seq DESC LIMIT 1",
+        asked,
+    )[0]
+    assert shown.strip() in prompt_of(db, asked)
+
+
+def _notes(db: Path) -> int:
+    try:
+        return rows(db, "SELECT COUNT(*) FROM notebook")[0][0]
+    except sqlite3.OperationalError:  # the table is not made yet
+        return 0

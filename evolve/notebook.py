@@ -22,7 +22,7 @@ from typing import Any
 from evolve.query import Source
 from evolve.query.candidates import brief, elites, files_of
 from evolve.query.edges import elite_ids
-from evolve.query.notebook import attempts, children_attempts, note_at, noise_sd
+from evolve.query.notebook import attempts, children_attempts, noise_sd, note_at
 from evolve.query.run import grid_axes, objective_direction
 
 _ASSIGNMENT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w.]*)\s*[:=]\s*(?P<value>[^#]+?)\s*(#.*)?$")
@@ -273,7 +273,9 @@ def sibling_notes(source: Source, parent_ids: list[str], *, limit: int = 6) -> l
         what = _words(row["description"], 200)
         if row["fitness"] is not None:
             parent = brief(source, row["parent"])[3] if row["parent"] else None
-            change = f", {_number(row['fitness'] - parent)} vs its parent" if parent is not None else ""
+            change = (
+                f", {_number(row['fitness'] - parent)} vs its parent" if parent is not None else ""
+            )
             fate = "now an elite" if row["id"] in kept else "not kept"
             outcome = f"scored {row['fitness']:.6g}{change} ({fate})"
         elif row["status"] in ("failed", "rejected"):

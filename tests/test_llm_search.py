@@ -95,7 +95,9 @@ def test_every_llm_candidate_has_its_call_and_prompt_recorded(command_run) -> No
         ]
     assert prompts and all("EVOLVE-BLOCK" in prompt for prompt in prompts)
     # what was rejected before is shown to the model next time, with the reason
-    assert any("Earlier proposals from this program and what came of them" in prompt for prompt in prompts)
+    assert any(
+        "Earlier proposals from this program and what came of them" in prompt for prompt in prompts
+    )
 
 
 @pytest.mark.slow

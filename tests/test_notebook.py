@@ -19,7 +19,9 @@ from evolve.notebook import cause, change_label, describe_cell
 from evolve.store import Store
 from tests.conftest import REPO, composed
 
-LESSON_MODEL = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'lesson_model.py'} --mistakes 3 --seed 0"
+LESSON_MODEL = (
+    f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'lesson_model.py'} --mistakes 3 --seed 0"
+)
 MISTAKE = "the SEARCH text was not found"
 ISLANDS = 2
 
@@ -54,7 +56,9 @@ def lesson_search(extra: list[str] = ()) -> dict:
         ],
         toy=False,
     )
-    cfg["llm"].update(command=LESSON_MODEL, operators={"diff": 2.0, "rewrite": 1.0, "crossover": 1.0})
+    cfg["llm"].update(
+        command=LESSON_MODEL, operators={"diff": 2.0, "rewrite": 1.0, "crossover": 1.0}
+    )
     return cfg
 
 
@@ -79,7 +83,9 @@ def test_a_change_of_settings_is_named_by_what_it_sets() -> None:
         "A",
         "A 1 -> 8",
     )
-    assert change_label(before, {"main.py": before["main.py"].replace("return A", "return -A")}) == (
+    assert change_label(
+        before, {"main.py": before["main.py"].replace("return A", "return -A")}
+    ) == (
         "",
         "-1/+1 lines",
     )
@@ -126,7 +132,10 @@ def test_a_lesson_from_one_island_reaches_a_later_prompt_on_another(lesson_run) 
     notebook = prompt.split("## Research notebook", 1)[1].split("\n## ", 1)[0]
     failures = notebook.split("### Failures by cause", 1)[1].split("###", 1)[0]
     effects = notebook.split("### Measured effects", 1)[1].split("###", 1)[0]
-    assert f"refused: N of N SEARCH/REPLACE blocks did not apply: block N (packing.py): {MISTAKE}" in failures
+    assert (
+        f"refused: N of N SEARCH/REPLACE blocks did not apply: block N (packing.py): {MISTAKE}"
+        in failures
+    )
     assert f", island {island})" in effects
     # the engine's own refusals (a crossover with one elite) are not the model's lessons
     assert "crossover needs two different parents" not in prompt

@@ -307,12 +307,17 @@ def _cuts(values: dict[str, Any]) -> Any:
     while values["failures"]:
         values["failures"] = values["failures"][:-1]
         gone = len(attempts) - len(values["failures"])
-        note("attempts", f"the oldest {gone} of {len(attempts)} earlier proposals from this program")
+        note(
+            "attempts", f"the oldest {gone} of {len(attempts)} earlier proposals from this program"
+        )
         yield
     notes = values["notes"]
     for text in _halves(notes):
         values["notes"] = text
-        note("notes", f"the research notebook's last {len(notes) - len(text)} of {len(notes)} characters")
+        note(
+            "notes",
+            f"the research notebook's last {len(notes) - len(text)} of {len(notes)} characters",
+        )
         yield
     views = [v for v in values.values() if isinstance(v, dict) and "files" in v]
     for view in views:
@@ -322,7 +327,10 @@ def _cuts(values: dict[str, Any]) -> Any:
                 (name, truncate(text, share, keep="tail")) for name, text in full if share
             ]
             dropped = sum(len(t) for _, t in full) - sum(min(len(t), share) for _, t in full)
-            note(f"feedback {view['id']}", f"{dropped} characters of the harness feedback on `{view['id']}` (its start)")
+            note(
+                f"feedback {view['id']}",
+                f"{dropped} characters of the harness feedback on `{view['id']}` (its start)",
+            )
             yield
     for editable in (False, True):
         for view in views:
@@ -332,7 +340,10 @@ def _cuts(values: dict[str, Any]) -> Any:
                 full = file["text"]
                 for text in _halves(full):
                     file["text"], file["truncated"] = text, True
-                    note(f"file {view['id']} {file['path']}", f"the end of {file['path']} of `{view['id']}` ({len(full) - len(text)} characters)")
+                    note(
+                        f"file {view['id']} {file['path']}",
+                        f"the end of {file['path']} of `{view['id']}` ({len(full) - len(text)} characters)",
+                    )
                     yield
     task = values["task"]
     for text in _halves(task):

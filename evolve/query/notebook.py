@@ -44,9 +44,7 @@ def attempts(source: Source, *, after_seq: int = 0) -> list[dict[str, Any]]:
     refused, ``answer`` the model's answer to a refused proposal ('' when there was none,
     e.g. the engine refused the request itself).
     """
-    rows = connection(source).execute(
-        _ATTEMPTS_SQL.format(where=""), (*PARENT_ROLES, after_seq)
-    )
+    rows = connection(source).execute(_ATTEMPTS_SQL.format(where=""), (*PARENT_ROLES, after_seq))
     return [dict(zip(ATTEMPT_FIELDS, row, strict=True)) for row in rows]
 
 

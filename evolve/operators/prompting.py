@@ -25,6 +25,7 @@ import jinja2
 from evolve.fitness import Benchmark
 from evolve.llm import LLMSettings
 from evolve.llm._litellm import litellm
+from evolve.llm.command import PROVIDER, TOKENIZER
 from evolve.notebook import describe_cell
 from evolve.types import EvolveError, Parent
 
@@ -258,8 +259,10 @@ def messages_for(template: str, values: Mapping[str, Any]) -> list[dict[str, str
 
 
 def prompt_tokens(model: str, messages: Sequence[Mapping[str, str]]) -> int:
-    """How many tokens ``messages`` take for ``model`` (litellm's counter; no network)."""
-    return int(litellm().token_counter(model=model, messages=list(messages)))
+    """How many tokens ``messages`` take for ``model``, counted as its calls are recorded
+    (litellm's counter, no network; a command model's with ``command.TOKENIZER``)."""
+    counted = TOKENIZER if model.startswith(f"{PROVIDER}/") else model
+    return int(litellm().token_counter(model=counted, messages=list(messages)))
 
 
 def fitted(

@@ -92,6 +92,19 @@ def note_at(source: Source, seq: int, kind: str = "notes") -> dict[str, Any] | N
     return dict(zip(("seq", "text", "model"), row, strict=True)) if row else None
 
 
+def notebook_at(source: Source, seq: int | None = None) -> dict[str, Any]:
+    """What browsing shows: the notebook proposal ``seq`` was shown (None: the latest) and every version.
+
+    Returns ``{seq, text, versions}``; ``seq`` and ``text`` are None when there is none yet.
+    """
+    row = note_at(source, seq if seq is not None else 2**62)
+    return {
+        "seq": row["seq"] if row else None,
+        "text": row["text"] if row else None,
+        "versions": note_history(source),
+    }
+
+
 def note_history(source: Source) -> list[dict[str, Any]]:
     """Every notebook row ({seq, kind, model, chars}), oldest first (the text itself is not read)."""
     return [

@@ -32,6 +32,7 @@ from evolve.fitness import Benchmark
 from evolve.notebook import Notebook
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
+from evolve.operators.summary import NotebookSummary, Summariser
 from evolve.query.notebook import note_at
 from evolve.referee import STRICT, AuditVerdict
 from evolve.store import Store
@@ -98,6 +99,8 @@ class Engine:
         cost: USD spent so far on LLM calls (recorded with the stats).
         notebook_chars: the research notebook's size (``evolve.notebook``); it is kept only
             when an operator asks a model.
+        summariser: writes a model's summary of the notebook every few proposals
+            (``evolve.operators.summary``); None: none.
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class Engine:
         migration_interval: int = 25,
         cost: Callable[[], float] = lambda: 0.0,
         notebook_chars: int = 6000,
+        summariser: Summariser | None = None,
     ) -> None:
         self.store = store
         self.archive = archive
@@ -132,6 +136,10 @@ class Engine:
             if asks_models
             else None
         )
+        self.summariser = summariser
+        self._summaries: dict[
+            int, NotebookSummary
+        ] = {}  # made during a proposal, stored when it is admitted
 
     # --- counts ------------------------------------------------------------------------------------
 
@@ -244,6 +252,10 @@ class Engine:
         operator, _ = self.emitter.arms[ask.arm]
         model = getattr(operator, "model", None)
         notes = note_at(self.store, ask.seq) if self.notebook is not None else None
+        if notes and self.summariser is not None and self.summariser.due(ask.seq, notes["text"]):
+            summary = await self.summariser.summarise(ask.seq, notes["text"])
+            if summary is not None:
+                self._summaries[ask.seq] = summary
         for attempt in range(REDRAWS):
             try:
                 proposal = await self.emitter.propose(
@@ -288,6 +300,16 @@ class Engine:
             norm = normalized_hash(outcome.files)
             outcome = self._check(ask, outcome, norm)
         event = self._next_event()
+        summary = self._summaries.pop(ask.seq, None)
+        if summary is not None:
+            with self.store.transaction():
+                self.store.put_note(
+                    ask.seq,
+                    "summary",
+                    summary.text,
+                    model=summary.model,
+                    prompt_hash=summary.prompt_hash,
+                )
         if isinstance(outcome, Rejection):
             self._record_rejection(outcome, event)
             return outcome

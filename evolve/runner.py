@@ -23,6 +23,7 @@ from evolve.llm import LLMStop, usage_line
 from evolve.noise import NoiseSettings
 from evolve.operators.catalog import build_operators, uses_llm
 from evolve.operators.llm_catalog import llm_client, preflight_operators
+from evolve.operators.summary import Summariser
 from evolve.plots import write_plots
 from evolve.settings import ConfigError
 from evolve.store import ArchiveFileError, Store
@@ -163,6 +164,14 @@ def _search(
         migration_interval=settings.migration_interval,
         cost=llm.spent if llm is not None else (lambda: 0.0),
         notebook_chars=llm.settings.notebook_chars if llm is not None else 0,
+        summariser=Summariser(
+            client=llm,
+            model=llm.settings.models[0][0],
+            benchmark=benchmark,
+            every=llm.settings.notebook_summary_every,
+        )
+        if llm is not None
+        else None,
     )
     driver = Driver(
         engine=engine,

@@ -24,6 +24,7 @@ LESSON_MODEL = (
 )
 MISTAKE = "the SEARCH text was not found"
 ISLANDS = 2
+SUMMARY_EVERY = 5
 
 
 def rows(db: Path, sql: str, *args) -> list[tuple]:
@@ -52,6 +53,7 @@ def lesson_search(extra: list[str] = ()) -> dict:
             "search.max_candidates=14",
             "emitter.selection=weights",
             f"archive.islands={ISLANDS}",
+            f"llm.notebook_summary_every={SUMMARY_EVERY}",
             *extra,
         ],
         toy=False,
@@ -141,6 +143,27 @@ def test_a_lesson_from_one_island_reaches_a_later_prompt_on_another(lesson_run) 
     assert "crossover needs two different parents" not in prompt
 
 
+def test_a_model_summarises_the_notebook_through_the_recorded_client(lesson_run) -> None:
+    db = lesson_run / "archive.db"
+    summaries = rows(
+        db, "SELECT seq, model, prompt_hash, text FROM notebook WHERE kind = 'summary' ORDER BY seq"
+    )
+    assert [seq for seq, *_ in summaries] == [5, 10]
+    for seq, model, prompt_hash, text in summaries:
+        assert model == "command/lesson_model" and text.startswith("- Lesson: ")
+        calls = rows(
+            db,
+            "SELECT tokens_in, response IS NOT NULL FROM llm_calls WHERE prompt_hash = ?",
+            prompt_hash,
+        )
+        assert len(calls) == 1 and calls[0][0] > 0 and calls[0][1], seq  # recorded, counted
+    later = rows(db, "SELECT MAX(seq) FROM candidates WHERE prompt_hash IS NOT NULL")[0][0]
+    assert (
+        f"### Lessons summarised by command/lesson_model at proposal 10\n\n{summaries[1][3]}"
+        in prompt_of(db, later)
+    )
+
+
 def test_an_offline_replay_shows_the_same_notebook(lesson_run, tmp_path) -> None:
     cfg = lesson_search()
     cfg["llm"].update(
@@ -170,6 +193,7 @@ def test_the_notebook_survives_kill_9_and_resume(tmp_path) -> None:
         "search.workers=1",
         "search.max_candidates=16",
         f"archive.islands={ISLANDS}",
+        f"llm.notebook_summary_every={SUMMARY_EVERY}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(

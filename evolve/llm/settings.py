@@ -56,6 +56,8 @@ class LLMSettings:
             litellm does not know (commands, local servers) or to use less of it; None: as
             litellm knows it (``evolve.operators.prompting.prompt_limit``).
         notebook_chars: the size of the research notebook each prompt shows (``evolve.notebook``).
+        notebook_summary_every: every N proposals the first model summarises the notebook
+            (``evolve.operators.summary``); 0: never.
         params: further litellm parameters passed through (top_p, reasoning_effort...).
     """
 
@@ -80,6 +82,7 @@ class LLMSettings:
     artifact_chars: int = 3000
     context_tokens: int | None = None
     notebook_chars: int = 6000
+    notebook_summary_every: int = 25
     params: Mapping[str, Any] = field(default_factory=dict)
 
     @property

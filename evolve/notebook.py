@@ -29,6 +29,7 @@ _ASSIGNMENT = re.compile(r"^\s*(?P<name>[A-Za-z_][\w.]*)\s*[:=]\s*(?P<value>[^#]
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(\.\d+)?(e-?\d+)?")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")
+FINAL = ("done", "failed", "rejected")  # statuses a proposal keeps for good
 
 
 def describe_cell(cell: str | None, axes: Sequence[Mapping[str, Any]] | None) -> str:
@@ -105,6 +106,18 @@ class Notebook:
     editable: Callable[[str], bool] = lambda path: True
     max_chars: int = 6000
     _labels: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _settled: list[dict] = field(default_factory=list)  # oldest proposals, all with a final status
+    _causes: dict[str, str] = field(default_factory=dict)
+
+    def _attempts(self) -> list[dict]:
+        """Every proposal, the seed first; an unbroken run of them from the seed whose
+        status is final is read once (a proposal still in flight has no row yet)."""
+        after = self._settled[-1]["seq"] if self._settled else -1
+        fresh = attempts(self.source, after_seq=after)
+        while fresh and fresh[0]["status"] in FINAL and fresh[0]["seq"] == after + 1:
+            after = fresh[0]["seq"]
+            self._settled.append(fresh.pop(0))
+        return self._settled + fresh
 
     def _label(self, child: str, parent: str) -> tuple[str, str]:
         if child not in self._labels:
@@ -115,7 +128,7 @@ class Notebook:
 
     def text(self) -> str:
         """The notebook as the archive is now (markdown, at most ``max_chars``); '' before any proposal."""
-        every = attempts(self.source, after_seq=-1)  # the seed too: it is a parent
+        every = self._attempts()  # the seed too: it is a parent
         rows = [row for row in every if row["seq"] > 0]
         if not rows:
             return ""
@@ -188,10 +201,10 @@ class Notebook:
             failed = row["status"] == "failed"
             refused = row["status"] == "rejected" and (row["answer"] or "").strip()
             if failed or refused:
-                text = row["error"] or row["description"] or ""
-                groups.setdefault(("failed: " if failed else "refused: ") + cause(text), []).append(
-                    row
-                )
+                if row["id"] not in self._causes:
+                    self._causes[row["id"]] = cause(row["error"] or row["description"] or "")
+                why = ("failed: " if failed else "refused: ") + self._causes[row["id"]]
+                groups.setdefault(why, []).append(row)
         if not groups:
             return ""
         lines = []

@@ -15,9 +15,11 @@ import pytest
 
 from evolve import runner
 from evolve.callstore import prompt_messages
-from evolve.notebook import cause, change_label, describe_cell
+from evolve.notebook import Notebook, cause, change_label, describe_cell
 from evolve.store import Store
+from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.conftest import REPO, composed
+from tests.fixtures.sample_archive import write_sample_archive
 
 LESSON_MODEL = (
     f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'lesson_model.py'} --mistakes 3 --seed 0"
@@ -99,6 +101,28 @@ def test_failures_group_by_cause_without_their_particulars() -> None:
     assert cause(one) == cause(two)
     trace = 'Traceback (most recent call last):\n  File "a.py", line 3\nValueError: bad radius 0.31'
     assert cause(trace) == "ValueError: bad radius N"
+
+
+def test_a_proposal_told_late_still_reaches_the_notebook(tmp_path) -> None:
+    store = Store(write_sample_archive(tmp_path / "archive.db", candidates=30, seed=3))
+    notebook = Notebook(store)
+    notebook.text()
+    parent = store.seed_candidate().id
+    first = store.next_seq()
+
+    def add(seq: int, evaluation: Evaluation) -> None:
+        files = {"main.py": f"X = {seq}\n"}
+        proposal = Proposal(files=files, parents=((parent, EdgeRole.MUTATION),), operator="tweak")
+        status = CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED
+        with store.transaction():
+            store.add_candidate(proposal, seq=seq, status=status)
+            store.add_evaluation(proposal.id, evaluation)
+
+    add(first + 1, Evaluation(status=EvalStatus.OK, fitness=0.5))  # #first is still in flight
+    notebook.text()
+    add(first, Evaluation(status=EvalStatus.ERROR, artifacts={"error": "ValueError: late 3"}))
+    text = notebook.text()
+    assert "failed: ValueError: late N" in text and text == Notebook(store).text()
 
 
 # --- the notebook in a real search ---------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from evolve.callstore import prompt_messages
 from evolve.notebook import Notebook, cause, change_label, describe_cell
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
-from tests.conftest import REPO, composed
+from tests.conftest import REPO, composed, evolve_cli, start_evolve
 from tests.fixtures.sample_archive import write_sample_archive
 
 LESSON_MODEL = (
@@ -219,15 +218,7 @@ def test_the_notebook_survives_kill_9_and_resume(tmp_path) -> None:
         f"archive.islands={ISLANDS}",
         f"llm.notebook_summary_every={SUMMARY_EVERY}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [*args, f"hydra.run.dir={run_dir}"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start_evolve(args, run_dir)
     try:
         while proc.poll() is None and not (db.exists() and _notes(db) >= 6):
             time.sleep(0.2)  # polls a condition: no timing margin
@@ -236,14 +227,7 @@ def test_the_notebook_survives_kill_9_and_resume(tmp_path) -> None:
         proc.wait()
     before = rows(db, "SELECT seq, kind, text FROM notebook ORDER BY seq, kind")
     assert len(before) >= 6, "the run ended before the notebook had 6 versions"
-    resumed = subprocess.run(
-        [sys.executable, "-m", "evolve", "search.progress=false", f"resume={run_dir}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    resumed = evolve_cli("search.progress=false", f"resume={run_dir}", timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = rows(db, "SELECT seq, kind, text FROM notebook ORDER BY seq, kind")
     assert after[: len(before)] == before and len(after) > len(before)

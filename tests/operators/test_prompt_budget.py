@@ -101,6 +101,12 @@ def test_nothing_left_to_cut_is_an_error_naming_the_fix(tmp_path) -> None:
         fitted("diff.md.j2", values(tmp_path), model=MODEL, limit=150)
 
 
+def test_a_failure_note_keeps_its_runs_of_spaces(tmp_path) -> None:
+    note = "`abc` (diff): refused: no line reads '    x = [1,   2]'\n(closest, line 2: '    x = [1,    2]')"
+    shown = context_values(benchmark(tmp_path), parent(FILES), [], [note], Budget())["failures"]
+    assert shown == [note.replace("\n", " / ")]
+
+
 @pytest.fixture(scope="module")
 def small_context_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("small_context")

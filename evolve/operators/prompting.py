@@ -278,14 +278,12 @@ def fitted(
     """
     values = {**values, "cuts": []}
     messages = messages_for(template, values)
-    if limit is None:
+    if limit is None or prompt_tokens(model, messages) <= limit:
         return messages
     for _ in _cuts(values):
         messages = messages_for(template, values)
         if prompt_tokens(model, messages) <= limit:
             return messages
-    if prompt_tokens(model, messages) <= limit:
-        return messages
     raise EvolveError(
         f"the prompt for {model} does not fit in {limit} tokens even with everything optional "
         "left out; use a model with a larger context, lower llm.max_tokens or raise llm.context_tokens"

@@ -75,6 +75,7 @@ def test_the_context_comes_from_litellm_or_the_setting() -> None:
 def test_a_small_context_cuts_in_priority_order_and_says_what(tmp_path) -> None:
     full = fitted("diff.md.j2", values(tmp_path), model=MODEL, limit=None)
     total = prompt_tokens(MODEL, full)
+    assert fitted("diff.md.j2", values(tmp_path), model=MODEL, limit=total) == full
     order = ["inspirations", "attempts", "notes", "feedback", "parent", "task"]
     deepest = -1
     for limit in range(total, 0, -150):

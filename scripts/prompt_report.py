@@ -31,8 +31,9 @@ ECHO = re.compile(r"^- \S+ \([^)]*\): (?P<what>.+) -> (?P<why>.+)$", re.M)
 def make_run(candidates: int, out: Path, repo: Path) -> None:
     """A 2-island circle-packing run of ``repo``'s evolve through the scripted command model."""
     command = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"
+    own = repo / ".venv" / "bin" / "python"  # the checkout's environment, where it has one
     args = [
-        sys.executable,
+        str(own) if own.exists() else sys.executable,
         "-m",
         "evolve",
         "llm=command",
@@ -46,7 +47,7 @@ def make_run(candidates: int, out: Path, repo: Path) -> None:
         f"hydra.run.dir={out}",
     ]
     env = {**os.environ, "PYTHONPATH": str(repo), "HYDRA_FULL_ERROR": "1"}
-    subprocess.run(args, check=True, cwd=repo, env=env)
+    subprocess.run(args, check=True, cwd=repo, env=env, stdout=sys.stderr)
 
 
 def user_prompts(archive: Path) -> list[str]:

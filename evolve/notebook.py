@@ -14,7 +14,9 @@ lessons and are left out.
 from __future__ import annotations
 
 import difflib
+import heapq
 import re
+from collections import ChainMap, Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(\.\d+)?(e-?\d+)?")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")
 FINAL = ("done", "failed", "rejected")  # statuses a proposal keeps for good
+SHOWN = 60  # at most this many lines per section (the size budget usually cuts earlier)
 
 
 def describe_cell(cell: str | None, axes: Sequence[Mapping[str, Any]] | None) -> str:
@@ -92,9 +95,57 @@ def _number(value: float) -> str:
     return f"{value:+.4g}"
 
 
+@dataclass(frozen=True)
+class _Group:
+    """The tries of one idea: how many, their summed effect, and the best (effect, label, row)."""
+
+    tries: int
+    total: float
+    best: tuple[float, str, dict]
+
+    def join(self, other: _Group, sign: float) -> _Group:
+        best = max(self.best, other.best, key=lambda t: sign * t[0])
+        return _Group(self.tries + other.tries, self.total + other.total, best)
+
+
+@dataclass
+class _Tally:
+    """What the notebook counts over some proposals: statuses, scores, effects per idea,
+    failures per cause (count and latest ids), parents built on, children that improved."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    fitness: dict[str, float] = field(default_factory=dict)
+    effects: dict[str, _Group] = field(default_factory=dict)
+    failures: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    built_on: set[str] = field(default_factory=set)
+    improved: list[tuple[float, dict]] = field(default_factory=list)
+
+    def joined(self, later: _Tally, sign: float) -> _Tally:
+        """This tally followed by ``later``'s proposals (neither changes)."""
+        effects = dict(self.effects)
+        for idea, group in later.effects.items():
+            effects[idea] = effects[idea].join(group, sign) if idea in effects else group
+        failures = dict(self.failures)
+        for why, (n, ids) in later.failures.items():
+            before, old = failures.get(why, (0, ()))
+            failures[why] = (before + n, (old + ids)[-3:])
+        return _Tally(
+            counts=self.counts + later.counts,
+            fitness={**self.fitness, **later.fitness},
+            effects=effects,
+            failures=failures,
+            built_on=self.built_on | later.built_on,
+            improved=self.improved + later.improved,
+        )
+
+
 @dataclass
 class Notebook:
     """Builds the notebook text of one run (``text``) and records it at each ask (``record``).
+
+    Proposals are counted once when their outcome is final (an unbroken run of them from
+    the seed: one still in flight has no row yet); those after are counted anew each time,
+    so a build costs about the same at 100 or 10,000 candidates.
 
     Args:
         source: the run's store (read through ``evolve.query``).
@@ -105,19 +156,51 @@ class Notebook:
     source: Source
     editable: Callable[[str], bool] = lambda path: True
     max_chars: int = 6000
+    _settled: _Tally = field(default_factory=_Tally)
+    _after: int = -1  # the last settled proposal's seq
     _labels: dict[str, tuple[str, str]] = field(default_factory=dict)
-    _settled: list[dict] = field(default_factory=list)  # oldest proposals, all with a final status
-    _causes: dict[str, str] = field(default_factory=dict)
+    _sign: float = 0.0
 
-    def _attempts(self) -> list[dict]:
-        """Every proposal, the seed first; an unbroken run of them from the seed whose
-        status is final is read once (a proposal still in flight has no row yet)."""
-        after = self._settled[-1]["seq"] if self._settled else -1
-        fresh = attempts(self.source, after_seq=after)
-        while fresh and fresh[0]["status"] in FINAL and fresh[0]["seq"] == after + 1:
-            after = fresh[0]["seq"]
-            self._settled.append(fresh.pop(0))
-        return self._settled + fresh
+    def _tally(self) -> tuple[_Tally, int]:
+        """Every proposal counted, and the newest one's seq."""
+        if not self._sign:
+            self._sign = 1.0 if objective_direction(self.source) == "max" else -1.0
+        fresh = attempts(self.source, after_seq=self._after)
+        while fresh and fresh[0]["status"] in FINAL and fresh[0]["seq"] == self._after + 1:
+            row = fresh.pop(0)
+            self._add(self._settled, row, self._settled.fitness)
+            self._after = row["seq"]
+        later = _Tally()
+        for row in fresh:
+            self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
+        newest = fresh[-1]["seq"] if fresh else self._after
+        return self._settled.joined(later, self._sign), newest
+
+    def _add(self, tally: _Tally, row: dict, fitness: Mapping[str, float]) -> None:
+        if row["fitness"] is not None:
+            tally.fitness[row["id"]] = row["fitness"]
+        if row["seq"] == 0:  # the seed: a parent, not a proposal
+            return
+        tally.counts[row["status"]] += 1
+        parent = row["parent"]
+        if parent:
+            tally.built_on.add(parent)
+        if row["fitness"] is not None and fitness.get(parent) is not None:
+            key, label = self._label(row["id"], parent)
+            idea = key or _words(row["description"], 90).lower()
+            effect = row["fitness"] - fitness[parent]
+            group = _Group(1, effect, (effect, label if key else idea, row))
+            old = tally.effects.get(idea)
+            tally.effects[idea] = old.join(group, self._sign) if old else group
+            if self._sign * effect > 0:
+                tally.improved.append((effect, row))
+        failed = row["status"] == "failed"
+        if failed or (row["status"] == "rejected" and (row["answer"] or "").strip()):
+            why = ("failed: " if failed else "refused: ") + cause(
+                row["error"] or row["description"] or ""
+            )
+            n, ids = tally.failures.get(why, (0, ()))
+            tally.failures[why] = (n + 1, (*ids, row["id"])[-3:])
 
     def _label(self, child: str, parent: str) -> tuple[str, str]:
         if child not in self._labels:
@@ -128,20 +211,17 @@ class Notebook:
 
     def text(self) -> str:
         """The notebook as the archive is now (markdown, at most ``max_chars``); '' before any proposal."""
-        every = self._attempts()  # the seed too: it is a parent
-        rows = [row for row in every if row["seq"] > 0]
-        if not rows:
+        tally, newest = self._tally()
+        if not tally.counts:
             return ""
-        sign = 1.0 if objective_direction(self.source) == "max" else -1.0
-        fitness = {row["id"]: row["fitness"] for row in every if row["fitness"] is not None}
         sd = noise_sd(self.source)
         sections = [
-            self._overview(rows, sd),
-            self._effects(rows, fitness, sign, sd),
-            self._failures(rows),
+            self._overview(tally, sd),
+            self._effects(tally, sd),
+            self._failures(tally),
             self._best(),
-            self._open(rows, fitness, sign, sd),
-            self._summary(rows[-1]["seq"]),
+            self._open(tally, sd),
+            self._summary(newest),
         ]
         return _fit([s for s in sections if s], self.max_chars)
 
@@ -154,63 +234,46 @@ class Notebook:
 
     # --- sections -----------------------------------------------------------------------------
 
-    def _overview(self, rows: list[dict], sd: float | None) -> str:
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
-        told = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    def _overview(self, tally: _Tally, sd: float | None) -> str:
+        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items()))
         noise = (
             f"repeated evaluations of one program vary by sd {sd:.3g}"
             if sd is not None
             else "noise not measured (no program was evaluated twice)"
         )
-        return f"### The run so far\n\n{len(rows)} proposals ({told}); {noise}."
+        return f"### The run so far\n\n{tally.counts.total()} proposals ({told}); {noise}."
 
-    def _effects(self, rows: list[dict], fitness: dict, sign: float, sd: float | None) -> str:
-        groups: dict[str, list[tuple[float, str, dict]]] = {}
-        for row in rows:
-            if row["fitness"] is None or fitness.get(row["parent"]) is None:
-                continue
-            key, label = self._label(row["id"], row["parent"])
-            idea = key or _words(row["description"], 90).lower()
-            effect = row["fitness"] - fitness[row["parent"]]
-            groups.setdefault(idea, []).append((effect, label if key else idea, row))
-        if not groups:
-            return ""
+    def _effects(self, tally: _Tally, sd: float | None) -> str:
+        ranked = heapq.nlargest(
+            SHOWN, tally.effects.items(), key=lambda kv: self._sign * kv[1].best[0]
+        )
         lines = []
-        ranked = sorted(groups.items(), key=lambda kv: -max(sign * e for e, _, _ in kv[1]))
-        for idea, tries in ranked:
-            best, label, row = max(tries, key=lambda t: sign * t[0])
-            mean = sum(e for e, _, _ in tries) / len(tries)
+        for idea, group in ranked:
+            best, label, row = group.best
+            mean = group.total / group.tries
             verdict = ""
             if sd is not None:
                 verdict = " (within noise)" if abs(mean) <= 2 * sd else " (beyond noise)"
             where = f"{row['operator']} on `{row['parent'][:8]}`, island {row['island']}"
-            if len(tries) == 1:
+            if group.tries == 1:
                 lines.append(f"- {label}: {_number(best)}{verdict}; 1 try ({where})")
             else:
                 lines.append(
-                    f"- {idea}: {len(tries)} tries, mean {_number(mean)}{verdict}; best "
+                    f"- {idea}: {group.tries} tries, mean {_number(mean)}{verdict}; best "
                     f"{label}: {_number(best)} ({where})"
                 )
+        if not lines:
+            return ""
         return "### Measured effects (child minus parent, best first)\n\n" + "\n".join(lines)
 
-    def _failures(self, rows: list[dict]) -> str:
-        groups: dict[str, list[dict]] = {}
-        for row in rows:
-            failed = row["status"] == "failed"
-            refused = row["status"] == "rejected" and (row["answer"] or "").strip()
-            if failed or refused:
-                if row["id"] not in self._causes:
-                    self._causes[row["id"]] = cause(row["error"] or row["description"] or "")
-                why = ("failed: " if failed else "refused: ") + self._causes[row["id"]]
-                groups.setdefault(why, []).append(row)
-        if not groups:
+    def _failures(self, tally: _Tally) -> str:
+        ranked = heapq.nsmallest(SHOWN, tally.failures.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        lines = [
+            f"- {n}x {why} (latest {', '.join(f'`{i[:8]}`' for i in ids)})"
+            for why, (n, ids) in ranked
+        ]
+        if not lines:
             return ""
-        lines = []
-        for why, rows_ in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-            ids = ", ".join(f"`{r['id'][:8]}`" for r in rows_[-3:])
-            lines.append(f"- {len(rows_)}x {why} (latest {ids})")
         return "### Failures by cause (most frequent first)\n\n" + "\n".join(lines)
 
     def _best(self) -> str:
@@ -225,25 +288,21 @@ class Notebook:
         ]
         return "### Best programs across all islands\n\n" + "\n".join(lines)
 
-    def _open(self, rows: list[dict], fitness: dict, sign: float, sd: float | None) -> str:
-        built_on = {row["parent"] for row in rows}
+    def _open(self, tally: _Tally, sd: float | None) -> str:
         margin = 2 * sd if sd is not None else 0.0
-        leads = [
-            row
-            for row in rows
-            if row["fitness"] is not None
-            and fitness.get(row["parent"]) is not None
-            and sign * (row["fitness"] - fitness[row["parent"]]) > margin
-            and row["id"] not in built_on
-        ]
-        if not leads:
-            return ""
+        leads = []
+        for effect, row in reversed(tally.improved):
+            if len(leads) == 5:
+                break
+            if self._sign * effect > margin and row["id"] not in tally.built_on:
+                leads.append((effect, row))
         lines = [
-            f"- `{r['id'][:8]}` ({self._label(r['id'], r['parent'])[1]}: "
-            f"{_number(r['fitness'] - fitness[r['parent']])}) improved on its parent and has no "
-            f"children yet: {_words(r['description'], 160)}"
-            for r in leads[-5:]
+            f"- `{r['id'][:8]}` ({self._label(r['id'], r['parent'])[1]}: {_number(effect)}) "
+            f"improved on its parent and has no children yet: {_words(r['description'], 160)}"
+            for effect, r in reversed(leads)
         ]
+        if not lines:
+            return ""
         return "### Open directions (improvements not built on yet)\n\n" + "\n".join(lines)
 
     def _summary(self, seq: int) -> str:

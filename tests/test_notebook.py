@@ -124,6 +124,20 @@ def test_a_proposal_told_late_still_reaches_the_notebook(tmp_path) -> None:
     assert "failed: ValueError: late N" in text and text == Notebook(store).text()
 
 
+def test_effects_are_judged_against_the_measured_noise(tmp_path) -> None:
+    store = Store(write_sample_archive(tmp_path / "archive.db", candidates=30, seed=4))
+    assert "noise not measured" in Notebook(store).text()
+    seed = store.seed_candidate().id
+    with store.transaction():
+        for fitness in (0.0, 2.0):  # the seed's re-evaluations: with its verdict, sd about 1
+            store.add_evaluation(
+                seed, Evaluation(status=EvalStatus.OK, fitness=fitness, stage="reevaluation")
+            )
+    text = Notebook(store).text()
+    assert "repeated evaluations of one program vary by sd" in text
+    assert "(within noise)" in text
+
+
 # --- the notebook in a real search ---------------------------------------------------------------
 
 

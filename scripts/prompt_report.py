@@ -2,6 +2,7 @@
 
 Usage:
   python scripts/prompt_report.py --make 60 --out /tmp/after             # circle packing, scripted
+                                                                          # model, 2 islands, 2 workers
   python scripts/prompt_report.py --make 60 --out /tmp/before --repo /work/main   # another checkout
   python scripts/prompt_report.py --archive /tmp/after                   # measure an existing run
 Prints one line per measure: prompts and distinct texts, median size, how many show other
@@ -14,40 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sqlite3
 import statistics
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from llm_storage import make_run  # noqa: E402  (a sibling script)
+
+ISLANDS = ["archive.islands=2"]
 BARE_CELL = re.compile(r"\(cell \d+(,\d+)*\)")
 ECHO = re.compile(r"^- \S+ \([^)]*\): (?P<what>.+) -> (?P<why>.+)$", re.M)
-
-
-def make_run(candidates: int, out: Path, repo: Path) -> None:
-    """A 2-island circle-packing run of ``repo``'s evolve through the scripted command model."""
-    command = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"
-    own = repo / ".venv" / "bin" / "python"  # the checkout's environment, where it has one
-    args = [
-        str(own) if own.exists() else sys.executable,
-        "-m",
-        "evolve",
-        "llm=command",
-        f"llm.command={command}",
-        f"search.max_candidates={candidates}",
-        "operators.builtin.tweak=0",
-        "operators.builtin.crossover=0",
-        "archive.islands=2",
-        "search.workers=1",
-        "search.progress=false",
-        f"hydra.run.dir={out}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(repo), "HYDRA_FULL_ERROR": "1"}
-    subprocess.run(args, check=True, cwd=repo, env=env, stdout=sys.stderr)
 
 
 def user_prompts(archive: Path) -> list[str]:
@@ -96,7 +78,7 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, default=REPO, help="the evolve checkout --make runs")
     args = parser.parse_args()
     if args.make:
-        make_run(args.make, args.out, args.repo)
+        make_run(args.make, args.out, ISLANDS, repo=args.repo)
     run = args.out if args.make else args.archive
     archive = run / "archive.db" if run.is_dir() else run
     print("\n".join(report(archive)))

@@ -14,7 +14,7 @@ import difflib
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -290,7 +290,7 @@ def fitted(
     )
 
 
-def _cuts(values: dict[str, Any]) -> Any:
+def _cuts(values: dict[str, Any]) -> Iterator[None]:
     """Shrink ``values`` step by step in reverse priority, yielding after each step."""
     cuts: dict[str, str] = {}
 
@@ -353,7 +353,7 @@ def _cuts(values: dict[str, Any]) -> Any:
         yield
 
 
-def _halves(text: str) -> Any:
+def _halves(text: str) -> Iterator[str]:
     """``text`` cut at line ends to about half, a quarter... then nothing."""
     while text:
         keep = text[: len(text) // 2]
@@ -361,7 +361,8 @@ def _halves(text: str) -> Any:
         yield text
 
 
-def _shares(longest: int) -> Any:
+def _shares(longest: int) -> Iterator[int]:
+    """Halves of ``longest`` down to 100 characters, then 0."""
     share = longest
     while share > 0:
         share = share // 2 if share > 100 else 0

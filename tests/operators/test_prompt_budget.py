@@ -141,6 +141,7 @@ def test_no_call_of_a_small_context_search_exceeds_its_context(small_context_run
     assert max(tokens for _, tokens in calls) <= 3800 - 1000
     cut = [p for p in prompts if "Left out of this prompt to fit" in p]
     assert cut, "the context was never small enough to cut anything"
-    for prompt in cut:  # the notebook is cut only once no inspiration is left
-        if "of the research notebook" in prompt.split("## Research notebook")[0]:
-            assert "## Other good programs" not in prompt
+    notebook_cut = [p for p in cut if "the research notebook's last" in p]
+    assert notebook_cut, "no prompt had its notebook cut"
+    for prompt in notebook_cut:  # the notebook is cut only once no inspiration is left
+        assert "## Other good programs" not in prompt

@@ -17,6 +17,7 @@ from typing import Any
 
 from evolve.archive import Archive
 from evolve.fitness import Benchmark
+from evolve.notebook import sibling_notes
 from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
 from evolve.types import AddResult, AddStatus, EdgeRole, EvolveError, Proposal
 
@@ -196,12 +197,13 @@ class Emitter:
             parents=tuple(parents),
             migrant=migrant,
             inspirations=tuple(inspirations),
-            failures=tuple(self.archive.store.recent_failures(exclude)),
+            failures=tuple(sibling_notes(self.archive.store, exclude)),
             attempt=attempt,
         )
 
-    async def propose(self, ask: Ask, rng: random.Random) -> Proposal:
-        """Run the operator of ``ask`` on its parents; ``rng`` is the operator's own stream.
+    async def propose(self, ask: Ask, rng: random.Random, notes: str = "") -> Proposal:
+        """Run the operator of ``ask`` on its parents; ``rng`` is the operator's own stream,
+        ``notes`` the run's notebook as recorded for ``ask`` (``evolve.notebook``).
 
         Raises:
             OperatorRejected: the operator produced no valid child.
@@ -211,6 +213,7 @@ class Emitter:
             parents=[self.archive.parent(pid, cell) for pid, cell in ask.parents],
             inspirations=[self.archive.parent(pid, cell) for pid, cell in ask.inspirations],
             failures=ask.failures,
+            notes=notes,
             benchmark=self.benchmark,
             rng=rng,
             island=ask.island,

@@ -29,8 +29,11 @@ from evolve import noise
 from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
+from evolve.notebook import Notebook
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
+from evolve.operators.summary import NotebookSummary, Summariser
+from evolve.query.notebook import note_at
 from evolve.referee import STRICT, AuditVerdict
 from evolve.rejections import Rejection, record_rejection
 from evolve.store import Store
@@ -79,6 +82,10 @@ class Engine:
         seed: the run's seed.
         migration_interval: every N proposals an island breeds from its neighbour's best.
         cost: USD spent so far on LLM calls (recorded with the stats).
+        notebook_chars: the research notebook's size (``evolve.notebook``); it is kept only
+            when an operator asks a model.
+        summariser: writes a model's summary of the notebook every few proposals
+            (``evolve.operators.summary``); None: none.
     """
 
     store: Store
@@ -88,6 +95,8 @@ class Engine:
     seed: int = 0
     migration_interval: int = 25
     cost: Callable[[], float] = lambda: 0.0
+    notebook_chars: int = 6000
+    summariser: Summariser | None = None
 
     def __post_init__(self) -> None:
         """Continue from the store: bandit state, counts, the next seq and event, open asks."""
@@ -99,6 +108,15 @@ class Engine:
         self.event = self.store.last_event() + 1
         self._reissue = [Ask.from_json(data) for data in self.store.open_asks()]
         self._evaluating: set[str] = set()
+        asks_models = any(getattr(op, "model", None) for op, _ in self.emitter.arms.values())
+        self.notebook = (
+            Notebook(self.store, editable=self.benchmark.is_editable, max_chars=self.notebook_chars)
+            if asks_models
+            else None
+        )
+        self._summaries: dict[
+            int, NotebookSummary
+        ] = {}  # made during a proposal, stored when it is admitted
 
     # --- counts ------------------------------------------------------------------------------------
 
@@ -191,6 +209,8 @@ class Engine:
             )
             with self.store.transaction():
                 self.store.record_ask(seq, ask.to_json(), self._next_event())
+                if self.notebook is not None:
+                    self.notebook.record(self.store, seq)
             asks.append(ask)
         return asks
 
@@ -208,10 +228,17 @@ class Engine:
         """
         operator, _ = self.emitter.arms[ask.arm]
         model = getattr(operator, "model", None)
+        notes = note_at(self.store, ask.seq) if self.notebook is not None else None
+        if notes and self.summariser is not None and self.summariser.due(ask.seq, notes["text"]):
+            summary = await self.summariser.summarise(ask.seq, notes["text"])
+            if summary is not None:
+                self._summaries[ask.seq] = summary
         for attempt in range(REDRAWS):
             try:
                 proposal = await self.emitter.propose(
-                    ask, proposal_rng(self.seed, ask.seq, attempt, "operator")
+                    ask,
+                    proposal_rng(self.seed, ask.seq, attempt, "operator"),
+                    notes=notes["text"] if notes else "",
                 )
             except OperatorRejected as rejected:
                 return Rejection(
@@ -250,6 +277,16 @@ class Engine:
             norm = normalized_hash(outcome.files)
             outcome = self._check(ask, outcome, norm)
         event = self._next_event()
+        summary = self._summaries.pop(ask.seq, None)
+        if summary is not None:
+            with self.store.transaction():
+                self.store.put_note(
+                    ask.seq,
+                    "summary",
+                    summary.text,
+                    model=summary.model,
+                    prompt_hash=summary.prompt_hash,
+                )
         if isinstance(outcome, Rejection):
             self._record_rejection(outcome, event)
             return outcome

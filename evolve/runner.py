@@ -23,6 +23,7 @@ from evolve.engine import Engine
 from evolve.llm import LLMSettings, LLMStop, usage_line
 from evolve.operators.catalog import build_operators
 from evolve.operators.llm_catalog import llm_client, preflight_operators
+from evolve.operators.summary import Summariser
 from evolve.plots import write_plots
 from evolve.settings import RunSettings
 from evolve.store import ArchiveFileError, Store
@@ -154,6 +155,15 @@ def _search(
         seed=search.seed,
         migration_interval=search.migration_interval,
         cost=llm.spent if llm is not None else (lambda: 0.0),
+        notebook_chars=llm.settings.notebook_chars if llm is not None else 0,
+        summariser=Summariser(
+            client=llm,
+            model=llm.settings.models[0][0],
+            benchmark=benchmark,
+            every=llm.settings.notebook_summary_every,
+        )
+        if llm is not None
+        else None,
     )
     driver = Driver(
         engine=engine,

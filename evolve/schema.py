@@ -204,11 +204,32 @@ def _migration_5(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_6(db: sqlite_utils.Database) -> None:
+    """The research notebook (issue 17), one row per version (``evolve.notebook``).
+
+    ``kind`` ``notes``: the notebook the proposals from ``seq`` on are shown (written at an
+    ask only when it changed); ``summary``: a model's summary of it, made during proposal
+    ``seq`` by ``model`` (its call is in ``llm_calls`` under ``prompt_hash``).
+    """
+    db["notebook"].create(
+        {
+            "seq": int,
+            "kind": str,
+            "text": str,
+            "model": str,
+            "prompt_hash": str,
+            "created_at": float,
+        },
+        pk=("seq", "kind"),
+    )
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
     _migration_3,
     _migration_4,
     _migration_5,
+    _migration_6,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

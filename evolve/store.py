@@ -357,24 +357,6 @@ class Store:
         ).fetchall()
         return [_evaluation_of(row) for row in rows]
 
-    def recent_failures(self, parent_ids: list[str], limit: int = 5) -> list[str]:
-        """Why recent children of these parents failed or were rejected, newest first."""
-        if not parent_ids:
-            return []
-        marks = ",".join("?" for _ in parent_ids)
-        rows = self.conn.execute(
-            f"SELECT c.id, c.operator, c.description, c.status, v.artifacts FROM edges e "
-            f"JOIN candidates c ON c.id = e.child LEFT JOIN evaluations v ON v.candidate = c.id "
-            f"WHERE e.parent IN ({marks}) AND c.status IN ('failed', 'rejected') ORDER BY c.seq DESC LIMIT ?",
-            (*parent_ids, limit),
-        ).fetchall()
-        notes = []
-        for cid, operator, description, status, artifacts in rows:
-            error = json.loads(artifacts).get("error", "") if artifacts else ""
-            what = (description or "").strip().splitlines()[0][:200] if description else ""
-            notes.append(f"{cid[:8]} ({operator}, {status}): {what} -> {error[:400]}".strip())
-        return notes
-
     def add_audit(
         self,
         candidate_id: str,
@@ -486,6 +468,24 @@ class Store:
             "MAX(COALESCE(told, -1))) FROM schedule"
         ).fetchone()
         return -1 if row[0] is None else int(row[0])
+
+    # --- the research notebook (evolve.notebook writes it, evolve.query.notebook reads it) -----
+
+    def put_note(
+        self,
+        seq: int,
+        kind: str,
+        text: str,
+        *,
+        model: str | None = None,
+        prompt_hash: str | None = None,
+    ) -> None:
+        """Store a notebook version (``notes``) or a model's summary (``summary``) made at ``seq``."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO notebook (seq, kind, text, model, prompt_hash, created_at) "
+            "VALUES (?,?,?,?,?,?)",
+            (seq, kind, text, model, prompt_hash, _now()),
+        )
 
     # --- integrity -------------------------------------------------------------------------
 

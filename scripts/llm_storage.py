@@ -22,11 +22,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def make_run(candidates: int, out: Path, overrides: list[str]) -> None:
-    """A circle-packing run of ``candidates`` LLM candidates (scripted command model, 2 workers)."""
+def make_run(candidates: int, out: Path, overrides: list[str], repo: Path = REPO) -> None:
+    """A circle-packing run of ``candidates`` LLM candidates (scripted command model, 2 workers)
+    made by the evolve of checkout ``repo`` (with its own ``.venv`` where it has one)."""
     command = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"
+    own = repo / ".venv" / "bin" / "python"
     args = [
-        sys.executable,
+        str(own) if own.exists() else sys.executable,
         "-m",
         "evolve",
         "llm=command",
@@ -39,7 +41,8 @@ def make_run(candidates: int, out: Path, overrides: list[str]) -> None:
         f"hydra.run.dir={out}",
         *overrides,
     ]
-    subprocess.run(args, check=True, cwd=REPO, env={**os.environ, "HYDRA_FULL_ERROR": "1"})
+    env = {**os.environ, "PYTHONPATH": str(repo), "HYDRA_FULL_ERROR": "1"}
+    subprocess.run(args, check=True, cwd=repo, env=env, stdout=sys.stderr)
 
 
 def measure(archive: Path, *, migrate: bool) -> str:

@@ -37,6 +37,19 @@ def evolve_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **popen: Any)
     )
 
 
+def start_evolve(args: list[str], run_dir: Path) -> subprocess.Popen:
+    """Start ``ARGS hydra.run.dir=RUN_DIR`` (a ``python -m evolve`` command line) in its own
+    process group, quietly, to be killed with ``os.killpg``."""
+    return subprocess.Popen(
+        [*args, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 @pytest.fixture
 def toy_cfg():
     return composed

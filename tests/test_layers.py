@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store", "runlock", "callstore", "schema"),
     ("isolation", "landlock", "channels", "sandbox_env", "sandbox"),
     ("harness",),
-    ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots"),
+    ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots", "notebook"),
     ("llm",),
     ("operators",),
     ("engine", "emitters", "rejections"),

@@ -19,7 +19,7 @@ from evolve.callstore import prompt_messages
 from evolve.llm import PreflightError
 from evolve.store import Store
 from evolve.types import CandidateStatus
-from tests.conftest import REPO, composed
+from tests.conftest import REPO, composed, start_evolve
 from tests.fixtures.mock_openai import MockServer
 
 SCRIPTED = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"
@@ -95,7 +95,9 @@ def test_every_llm_candidate_has_its_call_and_prompt_recorded(command_run) -> No
         ]
     assert prompts and all("EVOLVE-BLOCK" in prompt for prompt in prompts)
     # what was rejected before is shown to the model next time, with the reason
-    assert any("Recent attempts on this program that failed" in prompt for prompt in prompts)
+    assert any(
+        "Earlier proposals from this program and what came of them" in prompt for prompt in prompts
+    )
 
 
 @pytest.mark.slow
@@ -273,14 +275,7 @@ def test_kill_9_with_calls_in_flight_then_resume_loses_and_repeats_nothing(tmp_p
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
-        proc = subprocess.Popen(
-            [*args, f"hydra.run.dir={run_dir}"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = start_evolve(args, run_dir)
         with server.arrived:
             server.arrived.wait_for(lambda: server.requests >= 10, 240)
             server.open.clear()  # hold what comes next: four calls will be in flight

@@ -108,7 +108,8 @@ def _summary(session: Session) -> None:
     )
     _show(render.elites(elites(session.conn, limit=5)))
     click.echo(
-        "commands: best, show ID, diff A [B], lineage ID, cells, stats, export ID DIR, plot, serve (--help each)"
+        "commands: best, show ID, diff A [B], lineage ID, cells, stats, notes, export ID DIR, plot, serve "
+        "(--help each)"
     )
 
 
@@ -304,6 +305,24 @@ def plot(session: Session, as_json: bool, out: Path | None, last: int) -> None:
     _emit([str(p) for p in paths]) if as_json else click.echo(
         "\n".join(f"wrote {p}" for p in paths)
     )
+
+
+@command
+@click.option(
+    "--at", "seq", type=int, default=None, help="As proposal SEQ was shown it (default: latest)."
+)
+def notes(session: Session, as_json: bool, seq: int | None) -> None:
+    """The research notebook: effects of changes, failures by cause, best programs, open directions."""
+    from evolve.browse import render
+    from evolve.query.notebook import notebook_at
+
+    data = notebook_at(session.conn, seq)
+    if as_json:
+        _emit(data)
+    elif data["text"] is None:
+        click.echo("no notebook in this run (a run keeps one when an operator asks a model)")
+    else:
+        _show(render.notebook(data))
 
 
 @command

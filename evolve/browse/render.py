@@ -10,6 +10,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console, Group
+from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
@@ -402,3 +403,12 @@ def stats(data: dict[str, Any]) -> Group:
         )
     )
     return Group(*parts)
+
+
+def notebook(data: dict[str, Any]) -> Group:
+    """The research notebook of ``evolve.query.notebook.notebook_at``, as rendered markdown."""
+    versions = sum(1 for v in data["versions"] if v["kind"] == "notes")
+    title = Text(
+        f"Research notebook as shown to proposal #{data['seq']} ({versions} versions)", style="bold"
+    )
+    return Group(title, Markdown(data["text"]))

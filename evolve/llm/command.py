@@ -26,6 +26,7 @@ from evolve.harness.reaper import kill_group
 from evolve.llm._litellm import litellm
 
 PROVIDER = "command"
+TOKENIZER = "gpt-4o"  # whose tokenizer counts a command model's tokens (it reports none itself)
 _STDERR_TAIL = 2000
 
 
@@ -78,8 +79,8 @@ def _make_handler_class() -> type:
             return env
 
         def _response(self, name: str, messages: list, answer: str) -> Any:
-            tokens_in = lit.token_counter(model="gpt-4o", messages=messages)
-            tokens_out = lit.token_counter(model="gpt-4o", text=answer) if answer else 0
+            tokens_in = lit.token_counter(model=TOKENIZER, messages=messages)
+            tokens_out = lit.token_counter(model=TOKENIZER, text=answer) if answer else 0
             return lit.ModelResponse(
                 model=f"{PROVIDER}/{name}",
                 choices=[

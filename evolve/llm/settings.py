@@ -52,6 +52,12 @@ class LLMSettings:
         pricing: price for models litellm cannot price (overrides litellm when set).
         operators: weight of each LLM operator (diff, rewrite, crossover) per model.
         artifact_chars: how much of a parent's artifacts a prompt shows.
+        context_tokens: the model's context window, prompt and answer together, for models
+            litellm does not know (commands, local servers) or to use less of it; None: as
+            litellm knows it (``evolve.operators.prompting.prompt_limit``).
+        notebook_chars: the size of the research notebook each prompt shows (``evolve.notebook``).
+        notebook_summary_every: every N proposals the first model summarises the notebook
+            (``evolve.operators.summary``); 0: never.
         params: further litellm parameters passed through (top_p, reasoning_effort...).
     """
 
@@ -74,6 +80,9 @@ class LLMSettings:
         default_factory=lambda: {"diff": 1.0, "rewrite": 0.3, "crossover": 0.5}
     )
     artifact_chars: int = 3000
+    context_tokens: int | None = None
+    notebook_chars: int = 6000
+    notebook_summary_every: int = 25
     params: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -18,7 +18,9 @@ class OperatorRequest:
     Attributes:
         parents: as many as the operator's ``arity`` (sampled by the emitter).
         inspirations: other elites to show (best and diverse), never edited directly.
-        failures: short notes on what was recently tried on these parents and failed, and why.
+        failures: what came of the latest proposals made from these parents (score or why
+            they failed), newest first.
+        notes: the run's research notebook as it was when the proposal was asked.
         benchmark: the problem (task text, editable files).
         rng: this proposal's own random stream (derived from the run seed and ``seq``).
         island: the island the child will live on.
@@ -28,6 +30,7 @@ class OperatorRequest:
     parents: Sequence[Parent]
     inspirations: Sequence[Parent] = ()
     failures: Sequence[str] = ()
+    notes: str = ""
     benchmark: Benchmark
     rng: random.Random = field(default_factory=random.Random)
     island: int = 0

@@ -37,7 +37,7 @@ class Crossover(LLMOperator):
         first, second = parents
         inspirations = [p for p in request.inspirations if p.candidate.id != second.candidate.id]
         values = context_values(
-            request.benchmark, first, inspirations, request.failures, self.budget
+            request.benchmark, first, inspirations, request.failures, self.budget, request.notes
         )
         values["first"] = program_view(first, request.benchmark, self.budget, label="Parent A")
         values["second"] = program_view(second, request.benchmark, self.budget, label="Parent B")

@@ -17,9 +17,10 @@ from evolve.operators.edits import EditError
 from evolve.operators.prompting import (
     Budget,
     context_values,
-    messages_for,
+    fitted,
     program_view,
     prompt_hash,
+    prompt_limit,
 )
 from evolve.operators.search_replace import (
     apply_search_replace,
@@ -27,7 +28,7 @@ from evolve.operators.search_replace import (
     parse_search_replace,
     splice_rewrite,
 )
-from evolve.types import EdgeRole, Parent, Proposal
+from evolve.types import EdgeRole, EvolveError, Parent, Proposal
 
 _EDIT_START = re.compile(r"^[ \t]*(<{5,9}[ \t]*SEARCH|```|~~~)", re.M)
 _FILE_LINE = re.compile(r"^\W*(file:?\s*)?[\w./\\-]+\.\w+\W*$", re.I)
@@ -49,7 +50,8 @@ class LLMOperator:
     Args:
         client: the run's LLM client (cache, budget, recording).
         model: the litellm model string this instance uses.
-        budget: how much text prompts may show.
+        budget: how much text prompts may show (default: ``llm.artifact_chars`` and the
+            model's context, ``prompt_limit``).
     """
 
     name = ""
@@ -59,7 +61,10 @@ class LLMOperator:
     def __init__(self, *, client: LLMClient, model: str, budget: Budget | None = None) -> None:
         self.client = client
         self.model = model
-        self.budget = budget or Budget(artifact_chars=client.settings.artifact_chars)
+        self.budget = budget or Budget(
+            artifact_chars=client.settings.artifact_chars,
+            prompt_tokens=prompt_limit(model, client.settings),
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r})"
@@ -77,7 +82,12 @@ class LLMOperator:
 
     def values(self, request: OperatorRequest, parents: Sequence[Parent]) -> dict:
         values = context_values(
-            request.benchmark, parents[0], request.inspirations, request.failures, self.budget
+            request.benchmark,
+            parents[0],
+            request.inspirations,
+            request.failures,
+            self.budget,
+            request.notes,
         )
         values["program"] = program_view(
             parents[0], request.benchmark, self.budget, label="Program"
@@ -97,7 +107,15 @@ class LLMOperator:
 
     async def propose(self, request: OperatorRequest) -> Proposal:
         parents = self.parents(request)
-        messages = messages_for(self.template, self.values(request, parents))
+        try:
+            messages = fitted(
+                self.template,
+                self.values(request, parents),
+                model=self.model,
+                limit=self.budget.prompt_tokens,
+            )
+        except EvolveError as exc:
+            raise OperatorRejected(str(exc), model=self.model) from exc
         phash = prompt_hash(messages)
         sample = f"{request.seq}.{request.rng.getrandbits(32):08x}"
         try:

@@ -1,8 +1,11 @@
-"""Renders the LLM operators' prompts from ``prompts/`` (strictly) and hashes them.
+"""Renders the LLM operators' prompts from ``prompts/`` (strictly), fits them to the model's context, hashes them.
 
 Templates are the one source of prompt text; this module only prepares the values they
-show: programs with their score, metrics and harness feedback (truncated to a budget),
-inspirations as differences from the parent, and recent failures.
+show: programs with their score, metrics, cell and harness feedback (truncated to a
+budget), the run's research notebook, inspirations as differences from the parent, and
+what came of earlier proposals from the same parent. ``fitted`` keeps a prompt within the
+model's context by cutting, lowest priority first, inspirations, the notebook, the harness
+feedback, the parent's files and the task, and says in the prompt what was cut.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import difflib
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -20,7 +23,11 @@ from typing import Any
 import jinja2
 
 from evolve.fitness import Benchmark
-from evolve.types import Parent
+from evolve.llm import LLMSettings
+from evolve.llm._litellm import litellm
+from evolve.llm.command import PROVIDER, TOKENIZER
+from evolve.notebook import describe_cell
+from evolve.types import EvolveError, Parent
 
 PROMPTS = Path(__file__).parent / "prompts"
 LANGUAGES = {
@@ -47,11 +54,49 @@ class Budget:
         artifact_chars: per parent, all harness feedback together (the end is kept: errors are there).
         readonly_chars: per read-only file shown for context.
         inspiration_chars: per inspiration's difference from the parent.
+        prompt_tokens: the most tokens a whole prompt may take (None: no limit); see
+            ``prompt_limit``.
     """
 
     artifact_chars: int = 3000
     readonly_chars: int = 4000
     inspiration_chars: int = 2500
+    prompt_tokens: int | None = None
+
+
+MIN_PROMPT_TOKENS = 1000  # a context that leaves less than this for the prompt is a config error
+
+
+def prompt_limit(model: str, settings: LLMSettings) -> int | None:
+    """The most tokens a prompt to ``model`` may take: its context minus the answer cap.
+
+    The context is ``llm.context_tokens`` when set, else litellm's ``max_input_tokens`` for
+    the model (read from the map installed with litellm; no network); None when neither
+    knows it. A window that litellm reports as shared by prompt and answer (``max_tokens``
+    equal to ``max_input_tokens``), or one given in ``llm.context_tokens``, also holds the
+    answer, so the answer cap is taken off it.
+
+    Raises:
+        EvolveError: the context leaves too little room for a prompt (names the settings).
+    """
+    if settings.context_tokens is not None:
+        limit = settings.context_tokens - settings.answer_cap()
+    else:
+        try:
+            info = litellm().get_model_info(model)
+        except Exception:  # a model litellm does not know (command, local server)
+            return None
+        window = info.get("max_input_tokens")
+        if not window:
+            return None
+        shared = info.get("max_tokens") == window
+        limit = int(window) - (settings.answer_cap() if shared else 0)
+    if limit < MIN_PROMPT_TOKENS:
+        raise EvolveError(
+            f"model {model}: its context leaves {limit} tokens for the prompt (at least "
+            f"{MIN_PROMPT_TOKENS} needed); lower llm.max_tokens or raise llm.context_tokens"
+        )
+    return limit
 
 
 @cache
@@ -130,7 +175,7 @@ def program_view(
     return {
         "label": label,
         "id": parent.candidate.id[:12],
-        "cell": parent.cell,
+        "cell": describe_cell(parent.cell, _axes(benchmark)),
         "fitness": _number(evaluation.fitness)
         if evaluation is not None and evaluation.fitness is not None
         else None,
@@ -139,6 +184,13 @@ def program_view(
         "artifacts": artifacts,
         "files": files,
     }
+
+
+def _axes(benchmark: Benchmark) -> list[dict[str, Any]]:
+    return [
+        {"name": d.name, "low": d.low, "high": d.high, "bins": d.bins}
+        for d in benchmark.fitness.descriptors
+    ]
 
 
 def inspiration_view(
@@ -156,7 +208,7 @@ def inspiration_view(
     evaluation = other.evaluation
     return {
         "id": other.candidate.id[:12],
-        "cell": other.cell,
+        "cell": describe_cell(other.cell, _axes(benchmark)),
         "fitness": _number(evaluation.fitness)
         if evaluation is not None and evaluation.fitness is not None
         else "-",
@@ -170,8 +222,10 @@ def context_values(
     inspirations: Sequence[Parent],
     failures: Sequence[str],
     budget: Budget,
+    notes: str = "",
 ) -> dict[str, Any]:
-    """The values every operator's prompt uses: task, objective, inspirations, failures."""
+    """The values every operator's prompt uses: task, objective, notebook, inspirations, and
+    what came of earlier proposals from this parent (``failures``)."""
     objective = benchmark.fitness.objective
     editable = sorted(p for p in parent.candidate.files if benchmark.is_editable(p))
     example = editable[0] if editable else "main.py"
@@ -189,7 +243,10 @@ def context_values(
             for other in inspirations
             if other.candidate.id != parent.candidate.id
         ],
-        "failures": [truncate(" ".join(note.split()), 600) for note in failures],
+        "notes": notes.strip(),
+        # one line each, runs of spaces kept: a quoted line of code must stay copyable
+        "failures": [truncate(" / ".join(note.strip().splitlines()), 600) for note in failures],
+        "cuts": [],
     }
 
 
@@ -199,3 +256,114 @@ def messages_for(template: str, values: Mapping[str, Any]) -> list[dict[str, str
         {"role": "system", "content": render("system.md.j2", **values)},
         {"role": "user", "content": render(template, **values)},
     ]
+
+
+def prompt_tokens(model: str, messages: Sequence[Mapping[str, str]]) -> int:
+    """How many tokens ``messages`` take for ``model``, counted as its calls are recorded
+    (litellm's counter, no network; a command model's with ``command.TOKENIZER``)."""
+    counted = TOKENIZER if model.startswith(f"{PROVIDER}/") else model
+    return int(litellm().token_counter(model=counted, messages=list(messages)))
+
+
+def fitted(
+    template: str, values: Mapping[str, Any], *, model: str, limit: int | None
+) -> list[dict[str, str]]:
+    """``messages_for``, cut until it takes at most ``limit`` tokens, lowest priority first:
+    inspirations, the notebook (earlier proposals from this parent, then the run's notes),
+    the harness feedback, the parent's files (read-only ones first), the task. Each cut is
+    named in the prompt's ``cuts``.
+
+    Raises:
+        EvolveError: even with all of that cut the prompt is too long (names the fix).
+    """
+    values = {**values, "cuts": []}
+    messages = messages_for(template, values)
+    if limit is None or prompt_tokens(model, messages) <= limit:
+        return messages
+    for _ in _cuts(values):
+        messages = messages_for(template, values)
+        if prompt_tokens(model, messages) <= limit:
+            return messages
+    raise EvolveError(
+        f"the prompt for {model} does not fit in {limit} tokens even with everything optional "
+        "left out; use a model with a larger context, lower llm.max_tokens or raise llm.context_tokens"
+    )
+
+
+def _cuts(values: dict[str, Any]) -> Iterator[None]:
+    """Shrink ``values`` step by step in reverse priority, yielding after each step."""
+    cuts: dict[str, str] = {}
+
+    def note(key: str, text: str) -> None:
+        cuts[key] = text
+        values["cuts"] = list(cuts.values())
+
+    shown = list(values["inspirations"])
+    while values["inspirations"]:
+        values["inspirations"] = values["inspirations"][:-1]
+        gone = len(shown) - len(values["inspirations"])
+        note("inspirations", f"{gone} of {len(shown)} other good programs (inspirations)")
+        yield
+    attempts = list(values["failures"])
+    while values["failures"]:
+        values["failures"] = values["failures"][:-1]
+        gone = len(attempts) - len(values["failures"])
+        note(
+            "attempts", f"the oldest {gone} of {len(attempts)} earlier proposals from this program"
+        )
+        yield
+    notes = values["notes"]
+    for text in _halves(notes):
+        values["notes"] = text
+        note(
+            "notes",
+            f"the research notebook's last {len(notes) - len(text)} of {len(notes)} characters",
+        )
+        yield
+    views = [v for v in values.values() if isinstance(v, dict) and "files" in v]
+    for view in views:
+        full = [(name, text) for name, text in view["artifacts"]]
+        for share in _shares(max((len(t) for _, t in full), default=0)):
+            view["artifacts"] = [
+                (name, truncate(text, share, keep="tail")) for name, text in full if share
+            ]
+            dropped = sum(len(t) for _, t in full) - sum(min(len(t), share) for _, t in full)
+            note(
+                f"feedback {view['id']}",
+                f"{dropped} characters of the harness feedback on `{view['id']}` (its start)",
+            )
+            yield
+    for editable in (False, True):
+        for view in views:
+            for file in view["files"]:
+                if file["editable"] != editable:
+                    continue
+                full = file["text"]
+                for text in _halves(full):
+                    file["text"], file["truncated"] = text, True
+                    note(
+                        f"file {view['id']} {file['path']}",
+                        f"the end of {file['path']} of `{view['id']}` ({len(full) - len(text)} characters)",
+                    )
+                    yield
+    task = values["task"]
+    for text in _halves(task):
+        values["task"] = text
+        note("task", f"the end of the task text ({len(task) - len(text)} characters)")
+        yield
+
+
+def _halves(text: str) -> Iterator[str]:
+    """``text`` cut at line ends to about half, a quarter... then nothing."""
+    while text:
+        keep = text[: len(text) // 2]
+        text = keep[: keep.rfind("\n") + 1] if "\n" in keep else keep if len(keep) > 40 else ""
+        yield text
+
+
+def _shares(longest: int) -> Iterator[int]:
+    """Halves of ``longest`` down to 100 characters, then 0."""
+    share = longest
+    while share > 0:
+        share = share // 2 if share > 100 else 0
+        yield share

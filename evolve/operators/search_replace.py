@@ -242,15 +242,21 @@ def apply_one(text: str, search: str, replace: str) -> str:
 
 
 def _closest(text_lines: list[str], search_lines: list[str]) -> str:
-    """A hint naming the file line most similar to the first search line that is not in the file."""
+    """A hint naming the file line most similar to the first search line that is not in the file.
+
+    The file's line is quoted whole, indentation and runs of spaces kept, so it can be copied.
+    """
     stripped = [line.strip() for line in text_lines]
     for line in search_lines:
         if line.strip() and line.strip() not in stripped:
             match = difflib.get_close_matches(line.strip(), stripped, n=1, cutoff=0.6)
             if match:
                 number = stripped.index(match[0]) + 1
-                return f"; no line reads {line.strip()[:120]!r} (closest, line {number}: {match[0][:120]!r})"
-            return f"; no line reads {line.strip()[:120]!r}"
+                return (
+                    f"; no line reads {line.rstrip()[:160]!r} "
+                    f"(closest, line {number}: {text_lines[number - 1].rstrip()[:160]!r})"
+                )
+            return f"; no line reads {line.rstrip()[:160]!r}"
     return " as one contiguous run of lines"
 
 

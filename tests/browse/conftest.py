@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,23 @@ def run_dir(tmp_path_factory) -> Path:
     """A finished run directory with 80 candidates on 2 islands (never written to by the tests)."""
     run = tmp_path_factory.mktemp("run")
     write_sample_archive(run / "archive.db", candidates=80, islands=2, seed=7)
+    return run
+
+
+@pytest.fixture(scope="session")
+def notes_run(run_dir, tmp_path_factory) -> Path:
+    """The sample run with a research notebook built from it (two versions: at #40 and at the end)."""
+    from evolve.notebook import Notebook
+    from evolve.store import Store
+
+    run = tmp_path_factory.mktemp("notes_run")
+    shutil.copy(run_dir / "archive.db", run / "archive.db")
+    store = Store(run / "archive.db")
+    last = store.next_seq()
+    with store.transaction():
+        store.put_note(40, "notes", "### The run so far\n\nan early version")
+        Notebook(store).record(store, last)
+    store.close()
     return run
 
 

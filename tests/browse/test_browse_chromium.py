@@ -169,6 +169,25 @@ def test_elites_table_sorts_and_filters(page, server):
     assert page.errors == []
 
 
+def test_the_notebook_page_shows_the_notebook_and_its_versions(page, notes_run):
+    proc, base = start_server(notes_run / "archive.db")
+    try:
+        page.goto(f"{base}/-/evolve")
+        page.locator(".evolve-tabs a", has_text="Notebook").click()
+        page.wait_for_url("**/-/evolve/notes")
+        notebook = page.locator("#notebook")
+        assert notebook.locator("h3", has_text="Measured effects").is_visible()
+        assert notebook.locator("li").count() >= 3
+        shoot(page, "notes")
+        page.locator("#notebook-versions summary").click()
+        page.locator("#notebook-versions a", has_text="#40").click()
+        page.wait_for_url("**at=40")
+        assert "an early version" in page.locator("#notebook").inner_text()
+        assert page.errors == []
+    finally:
+        stop(proc)
+
+
 def test_live_run_updates_the_open_page(page, run_dir, tmp_path, start_writer):
     shutil.copy(run_dir / "archive.db", tmp_path / "archive.db")
     proc, base = start_server(tmp_path / "archive.db")

@@ -15,7 +15,7 @@ from evolve.browse.cli import main
 from evolve.query.run import best_candidate
 from evolve.store import Store
 
-COMMANDS = ("best", "show", "diff", "lineage", "cells", "stats", "export", "plot", "serve")
+COMMANDS = ("best", "show", "diff", "lineage", "cells", "stats", "notes", "export", "plot", "serve")
 README = Path(__file__).parents[2] / "evolve" / "browse" / "README.md"
 
 

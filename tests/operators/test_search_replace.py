@@ -182,3 +182,12 @@ def test_splice_rewrite_keeps_the_immutable_text_verbatim() -> None:
         splice_rewrite("main.py", PROGRAM, PROGRAM.replace("range(5)", "range(6)"))
     with pytest.raises(EditError, match="markers"):
         splice_rewrite("main.py", PROGRAM, PROGRAM.replace("# EVOLVE-BLOCK-END\n", ""))
+
+
+def test_the_closest_line_is_quoted_whole_so_it_can_be_copied() -> None:
+    text = "def f():\n    x = [1,   2,    3]  # aligned\n    return x\n"
+    result = apply_search_replace(
+        {"main.py": text}, block("    x = [1,   2,    4]  # aligned", "    x = 0"), everything
+    )
+    (problem,) = result.problems
+    assert "(closest, line 2: '    x = [1,   2,    3]  # aligned')" in problem

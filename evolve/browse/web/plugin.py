@@ -6,7 +6,7 @@ from typing import Any
 
 from datasette import hookimpl
 
-from evolve.browse.web import views
+from evolve.browse.web import notes, views
 
 STATIC = "evolve-static"
 
@@ -21,6 +21,7 @@ def register_routes(datasette: Any) -> list[tuple[str, Any]]:
         (r"^/-/evolve/c/(?P<id>[^/]+)$", views.candidate),
         (r"^/-/evolve/lineage(?:/(?P<id>[^/]+))?$", views.lineage),
         (r"^/-/evolve/version\.json$", views.version_json),
+        (r"^/-/evolve/notes$", notes.notes),
     ]
 
 
@@ -32,6 +33,7 @@ def menu_links(datasette: Any, actor: Any, request: Any) -> list[dict[str, str]]
         {"href": "/-/evolve", "label": "Overview"},
         {"href": "/-/evolve/elites", "label": "Elites"},
         {"href": "/-/evolve/lineage", "label": "Lineage of the best"},
+        {"href": "/-/evolve/notes", "label": "Research notebook"},
         {"href": f"/{name}", "label": "Tables and SQL (Datasette)"},
     ]
 

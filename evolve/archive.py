@@ -173,21 +173,46 @@ class Archive:
         ]
 
     def sample_cells(self, count: int, rng: random.Random, *, island: int) -> list[tuple[str, str]]:
-        """(candidate id, cell) of ``count`` parents, as ``sample_parents`` chooses them (nothing read)."""
+        """(candidate id, cell) of ``count`` parents, as ``sample_parents`` chooses them (nothing read).
+
+        Parents come from distinct cells of ``island``; when it has fewer distinct elites than
+        ``count`` (a converged island holding one elite), the rest come from the other islands'
+        elites (other candidates first), so a crossover always gets two different parents once
+        the whole archive holds two.
+        """
         ranked = self.elites(island) or self.elites()
         if not ranked:
             raise LookupError("the archive is empty: evaluate the seed program first")
+        picked = self._draw(ranked, count, rng)
+        seen = {elite.candidate_id for _, _, elite in picked}
+        if len(seen) < count:  # repeats were drawn: replace them by other islands' elites
+            picked = picked[: len(seen)]
+            others = []
+            for row in self.elites():
+                if row[0] != island and row[2].candidate_id not in seen:
+                    seen.add(row[2].candidate_id)
+                    others.append(row)
+            picked += self._draw(others, count - len(picked), rng)
+            picked += self._draw(ranked, count - len(picked), rng)
+        return [(elite.candidate_id, cell) for _, cell, elite in picked]
+
+    def _draw(
+        self, ranked: list[tuple[int, str, Elite]], count: int, rng: random.Random
+    ) -> list[tuple[int, str, Elite]]:
+        """``count`` rows of ``ranked`` (best first) by the sampler, without repeats until all are drawn."""
+        if not ranked or count <= 0:
+            return []
         weights = [1.0] * len(ranked)
         if self.sampler == "rank":
             weights = [1.0 / (rank + 1) for rank in range(len(ranked))]
         picked: list[tuple[int, str, Elite]] = []
         pool = list(zip(ranked, weights, strict=True))
         while len(picked) < count:
-            if not pool:  # fewer cells than parents wanted: allow repeats
+            if not pool:  # fewer rows than wanted: allow repeats
                 pool = list(zip(ranked, weights, strict=True))
             index = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
             picked.append(pool.pop(index)[0])
-        return [(elite.candidate_id, cell) for _, cell, elite in picked]
+        return picked
 
     def inspirations(
         self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()

@@ -100,3 +100,16 @@ def test_rank_sampling_prefers_better_elites_and_uses_distinct_cells(tmp_path):
 def test_unknown_sampler_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="uniform"):
         make(tmp_path, sampler="best")
+
+
+def test_an_island_with_one_elite_borrows_the_second_parent_from_another_island(tmp_path):
+    store, archive = make(tmp_path, islands=3)
+    add(store, archive, 0, 1.0, 0.1, island=0)
+    assert archive.sample_cells(2, random.Random(0), island=0) == [(archive.elites(0)[0][2].candidate_id, "0")] * 2
+    add(store, archive, 1, 2.0, 0.1, island=1)
+    add(store, archive, 2, 3.0, 0.9, island=2)
+    for seed in range(20):
+        pairs = archive.sample_cells(2, random.Random(seed), island=0)
+        assert pairs[0][0] == archive.elites(0)[0][2].candidate_id  # the island's own elite first
+        assert pairs[1][0] != pairs[0][0]
+    assert len({archive.sample_cells(2, random.Random(s), island=0)[1][0] for s in range(20)}) == 2

@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from evolve.settings import NoveltySettings
 from evolve.store import Store
 from evolve.types import (
     AddResult,
@@ -50,6 +51,8 @@ class Archive:
             incumbent's magnitude (absolute when it is below 1): a challenger must beat the
             incumbent by more than ``min_improvement * max(1, |incumbent|)``. Rounding noise
             (gains of 1e-15) never replaces an elite or makes a new best.
+        novelty: what counts as nothing new (``evolve.novelty``, run by the engine): a
+            mapping of ``NoveltySettings`` fields, or the settings themselves.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class Archive:
         sampler: str = "rank",
         qd_offset: float | None = None,
         min_improvement: float = 1e-9,
+        novelty: NoveltySettings | dict | None = None,
     ) -> None:
         if islands < 1:
             raise ValueError(f"archive.islands must be >= 1, got {islands}")
@@ -74,6 +78,7 @@ class Archive:
                 f"archive.min_improvement must be 0 or a small positive fraction, got {min_improvement!r}"
             )
         self.min_improvement = float(min_improvement)
+        self.novelty = NoveltySettings.from_config(novelty)
         self.store = store
         self.objective = objective
         self.descriptors = tuple(descriptors)

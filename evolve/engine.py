@@ -29,12 +29,14 @@ from evolve import noise
 from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
+from evolve.novelty import Novelty
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
 from evolve.referee import STRICT, AuditVerdict
 from evolve.store import Store
 from evolve.types import (
     AddResult,
+    AddStatus,
     Candidate,
     CandidateStatus,
     EdgeRole,
@@ -115,6 +117,12 @@ class Engine:
         self.migration_interval = migration_interval
         self.cost = cost
         self.harness_hash = benchmark.harness_hash()
+        self.novelty = Novelty(
+            store=store,
+            settings=archive.novelty,
+            editable=benchmark.is_editable,
+            descriptors=[d.name for d in archive.descriptors],
+        )
         emitter.state = type(emitter.state).from_json(store.get_state("bandit"))
         self.counts: Counter[CandidateStatus] = Counter(store.status_counts())
         self.next_seq = store.next_seq()
@@ -245,8 +253,11 @@ class Engine:
                     files=rejected.files or None,
                     prompt_hash=rejected.prompt_hash,
                 )
-            if model is not None or not self.store.has_candidate(proposal.id):
-                return proposal
+            if model is not None or not (
+                self.store.has_candidate(proposal.id)
+                or self.novelty.structural_twin(proposal.files)
+            ):
+                return await self._embedding_check(ask, proposal)
             if attempt + 1 < REDRAWS:  # a built-in operator: draw again, from the same archive
                 ask = self.emitter.ask(
                     seq=ask.seq,
@@ -263,6 +274,23 @@ class Engine:
             model=model,
             reason=f"{REDRAWS} draws in a row reproduced stored candidates",
             duplicate_of=proposal.id,
+        )
+
+    async def _embedding_check(self, ask: Ask, proposal: Proposal) -> Outcome:
+        """``proposal``, or its rejection when its code embeds too close to a stored candidate's."""
+        found = await self.novelty.embedding_twin(proposal.files)
+        if found is None:
+            return proposal
+        twin, similarity = found
+        return Rejection(
+            ask=ask,
+            operator=proposal.operator,
+            model=proposal.model,
+            reason=f"near-duplicate of {twin}: its code embeds at cosine similarity {similarity:.4f} "
+            f"(threshold {self.novelty.settings.embedding_threshold:g}); propose a different idea",
+            files=proposal.files,
+            prompt_hash=proposal.prompt_hash,
+            duplicate_of=twin,
         )
 
     def admit(self, ask: Ask, outcome: Outcome) -> Candidate | Rejection:
@@ -312,6 +340,13 @@ class Engine:
                 f"near-duplicate of {twin[:8]} (same code up to comments and whitespace)",
                 duplicate_of=twin,
             )
+        twin = self.novelty.structural_twin(proposal.files)
+        if twin is not None:
+            return rejection(
+                f"behaviourally identical to {twin}: the same program up to "
+                f"{self.novelty.describe_structure()}; propose a change to what it computes",
+                duplicate_of=twin,
+            )
         return replace(proposal, island=ask.island)
 
     def _record_rejection(self, rejected: Rejection, event: int) -> None:
@@ -336,7 +371,11 @@ class Engine:
                 rejected_id,
                 Evaluation(
                     status=EvalStatus.REJECTED,
-                    artifacts={"error": rejected.reason, "answer": rejected.answer[-4000:]},
+                    artifacts={
+                        "error": rejected.reason,
+                        "answer": rejected.answer[-4000:],
+                        **({"twin": rejected.duplicate_of} if rejected.duplicate_of else {}),
+                    },
                 ),
             )
             self.emitter.tell(ask.arm, None)
@@ -401,6 +440,18 @@ class Engine:
         """
         seed = candidate.seq == 0
         islands = range(self.archive.islands) if seed else (candidate.island,)
+        twin = None if seed else self.novelty.behavioural_twin(candidate.id, evaluation)
+        if twin is not None:  # scored, but kept out of the archive
+            islands = ()
+            evaluation = replace(
+                evaluation,
+                artifacts={
+                    **evaluation.artifacts,
+                    "novelty": f"behaviourally identical to {twin}: the same "
+                    f"{self.archive.objective.name} and descriptors bit for bit; not offered to the archive",
+                    "twin": twin,
+                },
+            )
         status = CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED
         with self.store.transaction():
             self.store.set_status(candidate.id, status)
@@ -414,7 +465,8 @@ class Engine:
             for key, value in (state or {}).items():
                 self.store.set_state(key, value)
             results = [self.archive.add(candidate.id, evaluation, island=i) for i in islands]
-            result = results[0] if evaluation.ok else None
+            kept_out = AddResult(status=AddStatus.NOT_ADDED, island=candidate.island)
+            result = (results or [kept_out])[0] if evaluation.ok else None
             if not seed:
                 self.emitter.tell(arm_key(candidate.operator, candidate.model), result)
                 self.store.set_state("bandit", self.emitter.state.to_json())

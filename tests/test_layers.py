@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots"),
     ("llm",),
     ("operators",),
-    ("engine", "emitters"),
+    ("engine", "emitters", "novelty"),
     ("driver", "progress", "backends"),
     ("config", "runner", "cli", "__main__", ""),  # "": the package itself (the public API)
     ("browse",),

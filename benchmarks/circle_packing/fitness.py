@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from evolve.benchmarks.circle_packing.shape import contacts, features
+
 from evolve.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
@@ -70,7 +71,9 @@ class CirclePacking:
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         output = workdir / OUTPUT
         output.unlink(missing_ok=True)
-        code_chars = len((workdir / "packing.py").read_text(errors="replace"))  # read before it runs
+        code_chars = len(
+            (workdir / "packing.py").read_text(errors="replace")
+        )  # read before it runs
         before = _children_cpu_s()
         result = run_sandboxed(
             [sys.executable, "packing.py", str(self.n_circles)],

@@ -44,7 +44,9 @@ class Contacts:
         """One paragraph for the model: which constraints are tight, which circles are loose."""
         on_wall = sorted({i for circles in self.walls.values() for i in circles})
         walls = "; ".join(
-            f"{wall} {' '.join(map(str, circles))}" for wall, circles in self.walls.items() if circles
+            f"{wall} {' '.join(map(str, circles))}"
+            for wall, circles in self.walls.items()
+            if circles
         )
         pairs = " ".join(f"{i}-{j}" for i, j in self.pairs)
         loose = self.loose()

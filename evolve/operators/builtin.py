@@ -213,7 +213,9 @@ class BlockCrossover:
                 )
         raise OperatorRejected("crossover: the parents' EVOLVE-BLOCKs gave no new combination")
 
-    def _child(self, first: Files, second: Files, request: OperatorRequest, taken: dict[str, int]) -> dict[str, str]:
+    def _child(
+        self, first: Files, second: Files, request: OperatorRequest, taken: dict[str, int]
+    ) -> dict[str, str]:
         files = dict(first)
         for path, text in sorted(first.items()):
             other = second.get(path)
@@ -224,7 +226,9 @@ class BlockCrossover:
             except EditError:
                 continue
             if len(mine) == len(theirs):
-                bodies = [self._mix(a, b, request.rng, taken) for a, b in zip(mine, theirs, strict=True)]
+                bodies = [
+                    self._mix(a, b, request.rng, taken) for a, b in zip(mine, theirs, strict=True)
+                ]
                 files[path] = replace_blocks(text, bodies)
         return files
 

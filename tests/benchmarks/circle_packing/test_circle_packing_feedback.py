@@ -7,6 +7,7 @@ from pathlib import Path
 from evolve.benchmarks.circle_packing import fitness as harness
 from evolve.benchmarks.circle_packing.fitness import CirclePacking
 from evolve.benchmarks.circle_packing.shape import contacts, features
+
 from evolve.fitness import Benchmark
 from evolve.operators.prompting import Budget, context_values, messages_for, program_view
 from evolve.types import Candidate, Parent
@@ -36,7 +37,9 @@ def test_a_scored_packing_reports_its_tight_constraints_to_the_prompt_of_its_chi
     assert evaluation.ok, evaluation.artifacts
     assert "touching pairs" in evaluation.artifacts["constraints"]
     assert {d.name for d in fitness.descriptors} <= set(evaluation.descriptors)
-    benchmark = Benchmark(name="circle_packing", fitness=fitness, seed_dir=SEED_DIR, editable=("packing.py",))
+    benchmark = Benchmark(
+        name="circle_packing", fitness=fitness, seed_dir=SEED_DIR, editable=("packing.py",)
+    )
     parent = Parent(
         candidate=Candidate(id="p" * 20, seq=1, files=files, operator="seed"), evaluation=evaluation
     )

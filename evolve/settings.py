@@ -159,6 +159,8 @@ class ArchiveSettings:
         min_improvement: the smallest gain, relative to max(1, |incumbent|), that counts as
             improving a cell (rounding noise never replaces an elite).
         novelty: what counts as nothing new (``NoveltySettings``; a mapping in the config).
+        split_depth: how many times a crowded cell may split, each axis halved each time
+            (0: a fixed grid); see ``evolve.archive``.
     """
 
     islands: int = 1
@@ -166,10 +168,15 @@ class ArchiveSettings:
     qd_offset: float | None = None
     min_improvement: float = 1e-9
     novelty: NoveltySettings = NoveltySettings()
+    split_depth: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "novelty", NoveltySettings.from_config(self.novelty))
         problems = []
+        if not isinstance(self.split_depth, int) or self.split_depth < 0:
+            problems.append(
+                f"archive.split_depth must be an integer >= 0 (0: a fixed grid), got {self.split_depth!r}"
+            )
         if not _positive_int(self.islands):
             problems.append(f"archive.islands must be an integer >= 1, got {self.islands!r}")
         if self.sampler not in SAMPLERS:

@@ -15,9 +15,9 @@ from evolve.novelty import Novelty, structure_hash
 from evolve.settings import NoveltySettings
 from evolve.store import Store
 from evolve.types import AddStatus, CandidateStatus, EdgeRole, Proposal
-from tests.conftest import composed
 from tests.fixtures.mock_openai import MockServer
 from tests.test_engine import SEED, evaluation, make_engine
+from tests.test_llm_search import local_toy
 
 PACKING = (Path(circle_packing.__file__).parent / "seed" / "packing.py").read_text()
 RENAMED = (
@@ -150,22 +150,12 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
 def test_a_search_with_a_local_embedding_server_refuses_near_identical_code(tmp_path):
     server = MockServer().start()
     try:
-        cfg = composed(
-            [
-                "llm=local",
-                f"llm.api_base={server.api_base}",
-                "llm.model=openai/scripted",
-                "operators.builtin.tweak=0",
-                "operators.builtin.crossover=0",
-                "search.workers=1",
-                "search.max_candidates=4",
-                "archive.novelty.embedding_model=openai/trigrams",
-                f"archive.novelty.embedding_api_base={server.api_base}",
-                "archive.novelty.embedding_threshold=0.995",
-            ],
-            toy=False,
-        )
-        runner.run(cfg, tmp_path)
+        embedding = [
+            "archive.novelty.embedding_model=openai/trigrams",
+            f"archive.novelty.embedding_api_base={server.api_base}",
+            "archive.novelty.embedding_threshold=0.95",
+        ]
+        runner.run(local_toy(server, "search.max_candidates=6", *embedding), tmp_path)
     finally:
         server.stop()
     db = sqlite3.connect(tmp_path / "archive.db")

@@ -32,9 +32,7 @@ from evolve.settings import NoveltySettings
 from evolve.store import Store
 from evolve.types import Evaluation, Files
 
-EMBED_CHARS = (
-    20_000  # code shown to the embedding model per candidate (its editable files, head kept)
-)
+EMBED_CHARS = 20_000  # code embedded per candidate (its editable files, head kept)
 EMBED_BATCH = 64  # stored candidates embedded per call when catching up
 
 
@@ -52,26 +50,40 @@ class _Canonical(ast.NodeTransformer):
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> ast.AST:
         outer = self.names
+        if not isinstance(node, ast.Lambda):
+            node.decorator_list = [self.visit(d) for d in node.decorator_list]
+            node.returns = None
+        node.args = self.visit(node.args)  # defaults belong to the enclosing scope
         params = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
-        declared = {
-            name
-            for child in ast.walk(node)
-            if isinstance(child, ast.Global | ast.Nonlocal)
-            for name in child.names
-        }
+        body = node.body if isinstance(node.body, list) else [node.body]
+        own = [child for stmt in body for child in _scope(stmt)]
+        declared = {n for c in own if isinstance(c, ast.Global | ast.Nonlocal) for n in c.names}
         local: dict[str, str] = {}
-        for child in ast.walk(node):
-            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
-                name = child.id
-                if name not in params and name not in declared and name not in local:
-                    local[name] = f"_{len(outer) + len(local)}"
+        for child in own:
+            if (
+                isinstance(child, ast.Name)
+                and isinstance(child.ctx, ast.Store)
+                and child.id not in params | declared
+            ):
+                local.setdefault(child.id, f"_{len(outer) + len(local)}")
         self.names = {k: v for k, v in outer.items() if k not in params} | local
+        try:
+            if isinstance(node.body, list):
+                node.body = [new for stmt in node.body if (new := self.visit(stmt)) is not None]
+            else:
+                node.body = self.visit(node.body)
+        finally:
+            self.names = outer
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function  # noqa: N815
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.AST:  # noqa: N802
+        outer, self.names = self.names, {}  # a class body binds attributes, never renamed
         try:
             return self.generic_visit(node)
         finally:
             self.names = outer
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function  # noqa: N815
 
     def visit_Name(self, node: ast.Name) -> ast.AST:  # noqa: N802
         node.id = self.names.get(node.id, node.id)
@@ -90,6 +102,25 @@ class _Canonical(ast.NodeTransformer):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return None  # a docstring or a bare string: no behaviour
         return self.generic_visit(node)
+
+
+NESTED_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
+
+
+def _scope(node: ast.AST) -> list[ast.AST]:
+    """``node`` and its descendants in its scope (inside nested functions, classes and comprehensions: none)."""
+    if isinstance(node, NESTED_SCOPES):
+        return [node]
+    return [node, *(found for child in ast.iter_child_nodes(node) for found in _scope(child))]
 
 
 def structure_hash(files: Files, *, constants: bool = False) -> str:

@@ -47,6 +47,30 @@ def test_a_rename_only_rewrite_has_the_same_structure_and_a_real_change_does_not
     assert structure_hash({"packing.py": swapped}) != structure_hash(files)
 
 
+def same(a: str, b: str) -> bool:
+    return structure_hash({"m.py": a}) == structure_hash({"m.py": b})
+
+
+def test_only_a_functions_own_locals_are_renamed_never_names_another_scope_binds():
+    assert same("def f(v):\n    a = v\n    return a\n", "def f(v):\n    b = v\n    return b\n")
+    assert not same("def f(v):\n    return v\n", "def f(w):\n    return w\n")  # a parameter
+    # a comprehension's variable is its own scope: outside it, x and y are different globals
+    assert not same(
+        "def f(s):\n    t = [x for x in s]\n    return x\n",
+        "def f(s):\n    t = [y for y in s]\n    return y\n",
+    )
+    # a class body binds attributes (C.a vs C.b), whatever the enclosing function's locals
+    assert not same(
+        "def f():\n    a = 1\n    class C:\n        a = 2\n    return C.a\n",
+        "def f():\n    b = 1\n    class C:\n        b = 2\n    return C.a\n",
+    )
+    # a nested function's locals are renamed in its own scope, the outer's stay the outer's
+    assert same(
+        "def f():\n    a = 1\n    def g():\n        c = a\n        return c\n    return g\n",
+        "def f():\n    b = 1\n    def g():\n        d = b\n        return d\n    return g\n",
+    )
+
+
 WITH_FUNCTION = SEED.replace(
     "# EVOLVE-BLOCK-END",
     "\n\ndef scale(x):\n    doubled = x * 2\n    return doubled\n# EVOLVE-BLOCK-END",

@@ -1,8 +1,13 @@
 """MAP-Elites grids (one per island) over the store: add, sample parents and inspirations, QD stats.
 
 The grid's cells come from the benchmark's descriptors, each a fixed range cut into bins;
-values outside a range go to its edge bin, so cells never move. Each island keeps its own
-grid; the seed program is placed on every island. Elites live in memory for speed and in
+values outside a range go to its edge bin. With ``split_depth`` > 0 the resolution adapts
+where candidates crowd: a candidate reaching an occupied cell splits it (each axis halved)
+and takes its own sub-cell, down to ``split_depth`` levels, below which cells are competed
+for as usual. A cell's elite keeps its address when the cell splits, and sub-cells extend
+it ("2,3" -> "2,3/0,1" -> "2,3/0,1/1,1"), so an address names the same region for the whole
+run and resume and browse see the same cells; which cells are split follows from the
+stored addresses. Each island keeps its own grid; the seed program is placed on every island. Elites live in memory for speed and in
 the ``elites`` table for durability; both change in the same transaction as the
 evaluation that caused the change.
 """
@@ -14,6 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from evolve.settings import NoveltySettings
 from evolve.store import Store
 from evolve.types import (
     AddResult,
@@ -50,6 +56,9 @@ class Archive:
             incumbent's magnitude (absolute when it is below 1): a challenger must beat the
             incumbent by more than ``min_improvement * max(1, |incumbent|)``. Rounding noise
             (gains of 1e-15) never replaces an elite or makes a new best.
+        novelty: what counts as nothing new (``evolve.novelty``, run by the engine): a
+            mapping of ``NoveltySettings`` fields, or the settings themselves.
+        split_depth: how many times a crowded cell may split (0: a fixed grid).
     """
 
     def __init__(
@@ -62,6 +71,8 @@ class Archive:
         sampler: str = "rank",
         qd_offset: float | None = None,
         min_improvement: float = 1e-9,
+        novelty: NoveltySettings | dict | None = None,
+        split_depth: int = 0,
     ) -> None:
         if islands < 1:
             raise ValueError(f"archive.islands must be >= 1, got {islands}")
@@ -74,6 +85,10 @@ class Archive:
                 f"archive.min_improvement must be 0 or a small positive fraction, got {min_improvement!r}"
             )
         self.min_improvement = float(min_improvement)
+        self.novelty = NoveltySettings.from_config(novelty)
+        if not isinstance(split_depth, int) or split_depth < 0:
+            raise ValueError(f"archive.split_depth must be an integer >= 0, got {split_depth!r}")
+        self.split_depth = split_depth
         self.store = store
         self.objective = objective
         self.descriptors = tuple(descriptors)
@@ -85,21 +100,22 @@ class Archive:
             math.prod(d.bins for d in self.descriptors) if self.descriptors else 1
         )
         self._grid: list[dict[str, Elite]] = [{} for _ in range(islands)]
+        self._split: list[set[str]] = [set() for _ in range(islands)]  # cells that have split
         self._ranked: dict[int | None, list[tuple[int, str, Elite]]] = {}  # elites(), by island
         # Noise-aware selection (evolve.noise.NoiseJudge): judge(challenger, incumbent id,
         # incumbent value) -> whether the challenger replaces the incumbent; None = plain comparison.
         self.judge: Callable[[Evaluation, str, float], bool] | None = None
         for island, cell, candidate_id, value in store.elites():
             if island < islands:
-                self._grid[island][cell] = Elite(candidate_id, value)
+                self._put(island, cell, Elite(candidate_id, value))
 
     # --- placement ---------------------------------------------------------------------------
 
-    def cell_of(self, evaluation: Evaluation) -> str:
-        """The cell key ("3,0,7") of an evaluation's descriptor values."""
+    def cell_of(self, evaluation: Evaluation, depth: int = 0) -> str:
+        """The cell key ("3,0,7") of an evaluation's descriptor values; ``depth`` > 0: its sub-cell that deep."""
         if not self.descriptors:
             return "0"
-        bins = []
+        positions = []
         for axis in self.descriptors:
             value = evaluation.descriptors.get(axis.name)
             if value is None:
@@ -107,20 +123,48 @@ class Archive:
                     f"the fitness returned no descriptor {axis.name!r} (it returned {sorted(evaluation.descriptors)}); "
                     "every declared descriptor must be in Evaluation.descriptors"
                 )
-            bins.append(str(axis.bin(float(value))))
-        return ",".join(bins)
+            value = float(value)
+            positions.append(
+                0.0 if math.isnan(value) else (value - axis.low) / (axis.high - axis.low)
+            )
+        levels = []
+        for level in range(depth + 1):
+            bins = []
+            for position, axis in zip(positions, self.descriptors, strict=True):
+                count = axis.bins * 2**level
+                index = min(count - 1, max(0, math.floor(position * count)))
+                bins.append(str(index if level == 0 else index % 2))
+            levels.append(",".join(bins))
+        return "/".join(levels)
+
+    def leaf(self, evaluation: Evaluation, island: int) -> str:
+        """The unsplit cell of ``island`` that an evaluation falls in (its base cell on a fixed grid)."""
+        depth, cell = 0, self.cell_of(evaluation)
+        while cell in self._split[island]:
+            depth += 1
+            cell = self.cell_of(evaluation, depth)
+        return cell
+
+    def rival(self, evaluation: Evaluation, island: int) -> Elite | None:
+        """The elite an evaluation would have to beat on ``island``; None when it would take a cell of its own."""
+        cell = self.leaf(evaluation, island)
+        if cell.count("/") < self.split_depth:
+            return None  # an occupied cell this shallow splits instead
+        return self._grid[island].get(cell)
 
     def add(self, candidate_id: str, evaluation: Evaluation, *, island: int) -> AddResult:
         """Offer an evaluated candidate to its island's grid (call inside a store transaction)."""
         if not evaluation.ok:
             return AddResult(status=AddStatus.NOT_ADDED, island=island)
         assert evaluation.fitness is not None
-        cell = self.cell_of(evaluation)
+        cell = self.leaf(evaluation, island)
         incumbent = self._grid[island].get(cell)
+        if incumbent is not None and cell.count("/") < self.split_depth:
+            cell = self.cell_of(evaluation, cell.count("/") + 1)  # the crowded cell splits
+            incumbent = None
         if incumbent is not None and not self._beats(evaluation, incumbent):
             return AddResult(status=AddStatus.NOT_ADDED, island=island, cell=cell)
-        self._grid[island][cell] = Elite(candidate_id, evaluation.fitness)
-        self._ranked.clear()
+        self._put(island, cell, Elite(candidate_id, evaluation.fitness))
         self.store.put_elite(island, cell, candidate_id, evaluation.fitness)
         if incumbent is None:
             return AddResult(status=AddStatus.NEW, island=island, cell=cell)
@@ -130,6 +174,13 @@ class Archive:
         return AddResult(
             status=AddStatus.IMPROVE_EXISTING, improvement=gain, island=island, cell=cell
         )
+
+    def _put(self, island: int, cell: str, elite: Elite) -> None:
+        """Place an elite in memory; every cell its address extends has split."""
+        self._grid[island][cell] = elite
+        self._ranked.clear()
+        levels = cell.split("/")
+        self._split[island].update("/".join(levels[:k]) for k in range(1, len(levels)))
 
     def _beats(self, evaluation: Evaluation, incumbent: Elite) -> bool:
         assert evaluation.fitness is not None
@@ -173,21 +224,46 @@ class Archive:
         ]
 
     def sample_cells(self, count: int, rng: random.Random, *, island: int) -> list[tuple[str, str]]:
-        """(candidate id, cell) of ``count`` parents, as ``sample_parents`` chooses them (nothing read)."""
+        """(candidate id, cell) of ``count`` parents, as ``sample_parents`` chooses them (nothing read).
+
+        Parents come from distinct cells of ``island``; when it has fewer distinct elites than
+        ``count`` (a converged island holding one elite), the rest come from the other islands'
+        elites (other candidates first), so a crossover always gets two different parents once
+        the whole archive holds two.
+        """
         ranked = self.elites(island) or self.elites()
         if not ranked:
             raise LookupError("the archive is empty: evaluate the seed program first")
+        picked = self._draw(ranked, count, rng)
+        seen = {elite.candidate_id for _, _, elite in picked}
+        if len(seen) < count:  # repeats were drawn: replace them by other islands' elites
+            picked = picked[: len(seen)]
+            others = []
+            for row in self.elites():
+                if row[0] != island and row[2].candidate_id not in seen:
+                    seen.add(row[2].candidate_id)
+                    others.append(row)
+            picked += self._draw(others, count - len(picked), rng)
+            picked += self._draw(ranked, count - len(picked), rng)
+        return [(elite.candidate_id, cell) for _, cell, elite in picked]
+
+    def _draw(
+        self, ranked: list[tuple[int, str, Elite]], count: int, rng: random.Random
+    ) -> list[tuple[int, str, Elite]]:
+        """``count`` rows of ``ranked`` (best first) by the sampler, without repeats until all are drawn."""
+        if not ranked or count <= 0:
+            return []
         weights = [1.0] * len(ranked)
         if self.sampler == "rank":
             weights = [1.0 / (rank + 1) for rank in range(len(ranked))]
         picked: list[tuple[int, str, Elite]] = []
         pool = list(zip(ranked, weights, strict=True))
         while len(picked) < count:
-            if not pool:  # fewer cells than parents wanted: allow repeats
+            if not pool:  # fewer rows than wanted: allow repeats
                 pool = list(zip(ranked, weights, strict=True))
             index = rng.choices(range(len(pool)), weights=[w for _, w in pool])[0]
             picked.append(pool.pop(index)[0])
-        return [(elite.candidate_id, cell) for _, cell, elite in picked]
+        return picked
 
     def inspirations(
         self, count: int, rng: random.Random, *, island: int, exclude: Sequence[str] = ()
@@ -223,8 +299,8 @@ class Archive:
     # --- statistics ----------------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Coverage (filled cells over all cells, across islands), QD score and best value."""
-        filled = sum(len(grid) for grid in self._grid)
+        """Coverage (base cells holding an elite over all base cells, across islands), QD score and best value."""
+        filled = sum(len({cell.split("/")[0] for cell in grid}) for grid in self._grid)
         coverage = filled / (self.cells_per_island * self.islands)
         offset = self._qd_baseline()
         qd_score = (

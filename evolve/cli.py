@@ -71,7 +71,6 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
-
 def visible_gpus() -> tuple[int, str]:
     """How many GPUs evaluations could use here, and how that was found (for messages)."""
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")

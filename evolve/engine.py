@@ -30,6 +30,7 @@ from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
 from evolve.notebook import Notebook
+from evolve.novelty import Novelty
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
 from evolve.operators.summary import NotebookSummary, Summariser
@@ -39,6 +40,7 @@ from evolve.rejections import Rejection, record_rejection
 from evolve.store import Store
 from evolve.types import (
     AddResult,
+    AddStatus,
     Candidate,
     CandidateStatus,
     Evaluation,
@@ -101,6 +103,12 @@ class Engine:
     def __post_init__(self) -> None:
         """Continue from the store: bandit state, counts, the next seq and event, open asks."""
         self.harness_hash = self.benchmark.harness_hash()
+        self.novelty = Novelty(
+            store=self.store,
+            settings=self.archive.novelty,
+            editable=self.benchmark.is_editable,
+            descriptors=[d.name for d in self.archive.descriptors],
+        )
         state = self.emitter.state
         self.emitter.state = type(state).from_json(self.store.get_state("bandit"))
         self.counts: Counter[CandidateStatus] = Counter(self.store.status_counts())
@@ -250,8 +258,11 @@ class Engine:
                     files=rejected.files or None,
                     prompt_hash=rejected.prompt_hash,
                 )
-            if model is not None or not self.store.has_candidate(proposal.id):
-                return proposal
+            if model is not None or not (
+                self.store.has_candidate(proposal.id)
+                or self.novelty.structural_twin(proposal.files)
+            ):
+                return await self._embedding_check(ask, proposal)
             if attempt + 1 < REDRAWS:  # a built-in operator: draw again, from the same archive
                 ask = self.emitter.ask(
                     seq=ask.seq,
@@ -268,6 +279,23 @@ class Engine:
             model=model,
             reason=f"{REDRAWS} draws in a row reproduced stored candidates",
             duplicate_of=proposal.id,
+        )
+
+    async def _embedding_check(self, ask: Ask, proposal: Proposal) -> Outcome:
+        """``proposal``, or its rejection when its code embeds too close to a stored candidate's."""
+        found = await self.novelty.embedding_twin(proposal.files)
+        if found is None:
+            return proposal
+        twin, similarity = found
+        return Rejection(
+            ask=ask,
+            operator=proposal.operator,
+            model=proposal.model,
+            reason=f"near-duplicate of {twin}: its code embeds at cosine similarity {similarity:.4f} "
+            f"(threshold {self.novelty.settings.embedding_threshold:g}); propose a different idea",
+            files=proposal.files,
+            prompt_hash=proposal.prompt_hash,
+            duplicate_of=twin,
         )
 
     def admit(self, ask: Ask, outcome: Outcome) -> Candidate | Rejection:
@@ -325,6 +353,13 @@ class Engine:
         if twin is not None:
             return rejection(
                 f"near-duplicate of {twin[:8]} (same code up to comments and whitespace)",
+                duplicate_of=twin,
+            )
+        twin = self.novelty.structural_twin(proposal.files)
+        if twin is not None:
+            return rejection(
+                f"behaviourally identical to {twin}: the same program up to "
+                f"{self.novelty.describe_structure()}; propose a change to what it computes",
                 duplicate_of=twin,
             )
         return replace(proposal, island=ask.island)
@@ -389,6 +424,18 @@ class Engine:
         """
         seed = candidate.seq == 0
         islands = range(self.archive.islands) if seed else (candidate.island,)
+        twin = None if seed else self.novelty.behavioural_twin(candidate.id, evaluation)
+        if twin is not None:  # scored, but kept out of the archive
+            islands = ()
+            evaluation = replace(
+                evaluation,
+                artifacts={
+                    **evaluation.artifacts,
+                    "novelty": f"behaviourally identical to {twin}: the same "
+                    f"{self.archive.objective.name} and descriptors bit for bit; not offered to the archive",
+                    "twin": twin,
+                },
+            )
         status = CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED
         with self.store.transaction():
             self.store.set_status(candidate.id, status)
@@ -402,7 +449,8 @@ class Engine:
             for key, value in (state or {}).items():
                 self.store.set_state(key, value)
             results = [self.archive.add(candidate.id, evaluation, island=i) for i in islands]
-            result = results[0] if evaluation.ok else None
+            kept_out = AddResult(status=AddStatus.NOT_ADDED, island=candidate.island)
+            result = (results or [kept_out])[0] if evaluation.ok else None
             if not seed:
                 self.emitter.tell(arm_key(candidate.operator, candidate.model), result)
                 self.store.set_state("bandit", self.emitter.state.to_json())

@@ -93,7 +93,9 @@ def restrict(
         fs &= FS_READ | FS_REFER
     if reads is None:
         fs &= ~FS_READ
-    attr = _RulesetAttr(fs, NET_TCP if tcp and abi >= 4 else 0, SCOPE_ALL if scoped and abi >= 6 else 0)
+    attr = _RulesetAttr(
+        fs, NET_TCP if tcp and abi >= 4 else 0, SCOPE_ALL if scoped and abi >= 6 else 0
+    )
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     if not (attr.fs or attr.net or attr.scoped):
         return "nothing to restrict"

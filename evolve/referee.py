@@ -140,7 +140,7 @@ class Referee:
         assert isinstance(judge, noise_aware.NoiseJudge)
         if not first.ok:
             return first, []
-        elite = self.archive.incumbent(candidate.island, self.archive.cell_of(first))
+        elite = self.archive.rival(first, candidate.island)
         samples, p = [first], None
         while elite is None and len(samples) < self.settings.new_cell_seeds and samples[-1].ok:
             samples.append(await self.reevaluate(slot, candidate, len(samples)))

@@ -59,7 +59,11 @@ def record_rejection(store: Store, emitter: Emitter, rejected: Rejection, event:
             rejected_id,
             Evaluation(
                 status=EvalStatus.REJECTED,
-                artifacts={"error": rejected.reason, "answer": rejected.answer[-4000:]},
+                artifacts={
+                    "error": rejected.reason,
+                    "answer": rejected.answer[-4000:],
+                    **({"twin": rejected.duplicate_of} if rejected.duplicate_of else {}),
+                },
             ),
         )
         emitter.tell(ask.arm, None)

@@ -94,6 +94,61 @@ class SearchSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoveltySettings:
+    """What counts as nothing new (``archive.novelty``); see ``evolve.novelty``.
+
+    Attributes:
+        names: refuse, before evaluation, a proposal that equals a stored candidate up to its
+            functions' local variable names and its docstrings (a rename-only rewrite).
+        constants: compare up to numeric constants too; only for a benchmark whose numbers
+            do not change what a program computes (most do: leave it off).
+        behaviour: keep out of the archive an evaluated candidate whose objective value and
+            descriptors equal a stored candidate's bit for bit.
+        embedding_model: a litellm embedding model (e.g. ``openai/text-embedding-3-small``);
+            None: no embedding check.
+        embedding_api_base: base URL of an OpenAI-compatible embedding server.
+        embedding_api_key_env: environment variable holding the key to send; None: the
+            provider's usual variable, or any key for a server at ``embedding_api_base``.
+        embedding_threshold: cosine similarity at or above which code is refused as a
+            near-twin of a stored candidate, in (0, 1].
+    """
+
+    names: bool = True
+    constants: bool = False
+    behaviour: bool = True
+    embedding_model: str | None = None
+    embedding_api_base: str | None = None
+    embedding_api_key_env: str | None = None
+    embedding_threshold: float = 0.99
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"archive.novelty.{name} must be true or false, got {getattr(self, name)!r}"
+            for name in ("names", "constants", "behaviour")
+            if not isinstance(getattr(self, name), bool)
+        ]
+        if not _number(self.embedding_threshold) or not 0 < self.embedding_threshold <= 1:
+            problems.append(
+                f"archive.novelty.embedding_threshold must lie in (0, 1], got {self.embedding_threshold!r}"
+            )
+        _raise(problems)
+
+    @classmethod
+    def from_config(cls, values: NoveltySettings | dict[str, Any] | None) -> NoveltySettings:
+        """The settings from the ``archive.novelty`` mapping; unknown keys are errors naming the valid ones."""
+        if isinstance(values, cls):
+            return values
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {unknown} in archive.novelty; valid keys: "
+                f"{', '.join(sorted(cls.__dataclass_fields__))}"
+            )
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ArchiveSettings:
     """The MAP-Elites archive (the ``archive`` config group); see ``evolve.archive.Archive``.
 
@@ -105,15 +160,25 @@ class ArchiveSettings:
             seed program's value.
         min_improvement: the smallest gain, relative to max(1, |incumbent|), that counts as
             improving a cell (rounding noise never replaces an elite).
+        novelty: what counts as nothing new (``NoveltySettings``; a mapping in the config).
+        split_depth: how many times a crowded cell may split, each axis halved each time
+            (0: a fixed grid); see ``evolve.archive``.
     """
 
     islands: int = 1
     sampler: str = "rank"
     qd_offset: float | None = None
     min_improvement: float = 1e-9
+    novelty: NoveltySettings = NoveltySettings()
+    split_depth: int = 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "novelty", NoveltySettings.from_config(self.novelty))
         problems = []
+        if not isinstance(self.split_depth, int) or self.split_depth < 0:
+            problems.append(
+                f"archive.split_depth must be an integer >= 0 (0: a fixed grid), got {self.split_depth!r}"
+            )
         if not _positive_int(self.islands):
             problems.append(f"archive.islands must be an integer >= 1, got {self.islands!r}")
         if self.sampler not in SAMPLERS:

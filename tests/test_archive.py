@@ -100,3 +100,42 @@ def test_rank_sampling_prefers_better_elites_and_uses_distinct_cells(tmp_path):
 def test_unknown_sampler_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="uniform"):
         make(tmp_path, sampler="best")
+
+
+def test_an_island_with_one_elite_borrows_the_second_parent_from_another_island(tmp_path):
+    store, archive = make(tmp_path, islands=3)
+    add(store, archive, 0, 1.0, 0.1, island=0)
+    assert archive.sample_cells(2, random.Random(0), island=0) == [(archive.elites(0)[0][2].candidate_id, "0")] * 2
+    add(store, archive, 1, 2.0, 0.1, island=1)
+    add(store, archive, 2, 3.0, 0.9, island=2)
+    for seed in range(20):
+        pairs = archive.sample_cells(2, random.Random(seed), island=0)
+        assert pairs[0][0] == archive.elites(0)[0][2].candidate_id  # the island's own elite first
+        assert pairs[1][0] != pairs[0][0]
+    assert len({archive.sample_cells(2, random.Random(s), island=0)[1][0] for s in range(20)}) == 2
+
+
+def test_a_crowded_cell_splits_its_elite_keeps_the_address_and_reopening_finds_the_same_cells(tmp_path):
+    store, archive = make(tmp_path, split_depth=1)
+    assert add(store, archive, 0, 1.0, 0.1).cell == "0"
+    assert archive.rival(Evaluation(status=EvalStatus.OK, fitness=0.0, descriptors={"d": 0.2}), 0) is None
+    second = add(store, archive, 1, 0.5, 0.2)  # worse, but the crowded cell splits: a sub-cell of its own
+    assert (second.status, second.cell) == (AddStatus.NEW, "0/1")
+    assert archive.incumbent(0, "0").value == 1.0  # the first elite keeps its address
+    assert add(store, archive, 2, 0.4, 0.15).status == AddStatus.NOT_ADDED  # "0/1" is as deep as cells go
+    assert add(store, archive, 3, 0.3, 0.05).cell == "0/0"
+    assert archive.stats()["coverage"] == pytest.approx(1 / 4)  # one base cell of four holds elites
+    store.close()
+    store, reopened = make(tmp_path, split_depth=1)
+    assert sorted(cell for _, cell, _ in reopened.elites()) == ["0", "0/0", "0/1"]
+    better = add(store, reopened, 4, 0.9, 0.01)
+    assert (better.status, better.cell) == (AddStatus.IMPROVE_EXISTING, "0/0")
+    assert reopened.rival(Evaluation(status=EvalStatus.OK, fitness=0.0, descriptors={"d": 0.01}), 0).value == 0.9
+
+
+def test_a_fixed_grid_never_splits(tmp_path):
+    store, archive = make(tmp_path)
+    add(store, archive, 0, 1.0, 0.1)
+    assert add(store, archive, 1, 0.5, 0.2).status == AddStatus.NOT_ADDED
+    with pytest.raises(ValueError, match="split_depth"):
+        make(tmp_path, split_depth=-1)

@@ -21,7 +21,7 @@ from tests.conftest import REPO, composed
 
 def test_the_default_config_becomes_typed_settings():
     settings = build_settings(composed(["archive.islands=3", "emitter.discount=0.9", "seed=4"]))
-    assert settings.archive == ArchiveSettings(islands=3, sampler="rank", qd_offset=None)
+    assert settings.archive == ArchiveSettings(islands=3, sampler="rank", qd_offset=None, split_depth=1)
     assert settings.emitter == EmitterSettings(
         selection="bandit", discount=0.9, exploration=0.5, inspirations=3
     )
@@ -37,7 +37,7 @@ def test_the_default_config_becomes_typed_settings():
     [
         (
             "+archive.islnds=2",
-            "unknown key(s) ['islnds'] in archive; valid keys: islands, min_improvement, qd_offset, sampler",
+            "unknown key(s) ['islnds'] in archive; valid keys: islands, min_improvement, novelty, qd_offset, sampler, split_depth",
         ),
         (
             "+emitter.temperature=1",
@@ -46,6 +46,15 @@ def test_the_default_config_becomes_typed_settings():
         (
             "+operators.builtin.mutate=1",
             "unknown key(s) ['mutate'] in operators.builtin; valid keys: crossover, tweak",
+        ),
+        (
+            "+archive.novelty.nmes=true",
+            "unknown key(s) ['nmes'] in archive.novelty; valid keys: behaviour, constants, "
+            "embedding_api_base, embedding_api_key_env, embedding_model, embedding_threshold, names",
+        ),
+        (
+            "archive.novelty.embedding_threshold=2",
+            "archive.novelty.embedding_threshold must lie in (0, 1], got 2",
         ),
         ("archive.islands=0", "archive.islands must be an integer >= 1, got 0"),
         ("archive.islands=1.5", "archive.islands must be an integer >= 1, got 1.5"),

@@ -1,6 +1,8 @@
 """The embedded default operators, needing no LLM: numeric ``tweak`` and EVOLVE-BLOCK crossover.
 
-``tweak`` perturbs a few numeric literals inside the EVOLVE-BLOCKs of a parent: integers
+``tweak`` perturbs a few named constants inside the EVOLVE-BLOCKs of a parent: the numbers
+a top-level ``NAME = ...`` assigns (alone, negated, or in a list or tuple). Numbers inside
+code (indices, ranges, axes, epsilons in a function) are structure and never change. Integers
 stay integers (powers of two move to a neighbouring power of two), floats are scaled
 log-uniformly, and the sign of a literal never flips. ``crossover`` takes each block from
 one of two parents; where a block has the same shape in both (same code, different
@@ -9,6 +11,7 @@ numbers) it mixes the numbers literal by literal.
 
 from __future__ import annotations
 
+import ast
 import io
 import math
 import random
@@ -31,15 +34,49 @@ class Literal:
 
 def literals(code: str) -> list[Literal]:
     """Numeric literals (ints and floats, no complex) of a piece of Python code, in order."""
-    offsets = [0]  # lines as the tokenizer counts them: split at "\n" only (not at form feeds)
-    for line in io.StringIO(code).readlines():
+    return [lit for lit, _ in _located(code)]
+
+
+def constants(code: str) -> list[Literal]:
+    """The literals of named constants: numbers a top-level ``NAME = ...`` assigns (none if ``code`` does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    spots = set()
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if all(isinstance(t, ast.Name) for t in targets):
+                spots.update(_numbers(statement.value))
+    return [lit for lit, spot in _located(code) if spot in spots]
+
+
+def _numbers(node: ast.expr) -> list[tuple[int, int]]:
+    """(line, byte column) of the numbers of a constant value: a number, negated, or in a list or tuple."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        node = node.operand
+    if isinstance(node, ast.List | ast.Tuple):
+        return [spot for item in node.elts for spot in _numbers(item)]
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return [(node.lineno, node.col_offset)]
+    return []
+
+
+def _located(code: str) -> list[tuple[Literal, tuple[int, int]]]:
+    """Each numeric literal with its (line, byte column), the position ``ast`` gives it."""
+    lines = io.StringIO(code).readlines()  # as the tokenizer counts them: split at "\n" only
+    offsets = [0]
+    for line in lines:
         offsets.append(offsets[-1] + len(line))
     found = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
             if tok.type == tokenize.NUMBER and not tok.string.lower().endswith("j"):
-                start = offsets[tok.start[0] - 1] + tok.start[1]
-                found.append(Literal(start, start + len(tok.string), tok.string))
+                row, col = tok.start
+                start = offsets[row - 1] + col
+                byte_col = len(lines[row - 1][:col].encode())
+                found.append((Literal(start, start + len(tok.string), tok.string), (row, byte_col)))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
     return found
@@ -103,7 +140,7 @@ def _editable_blocks(files: Files, request: OperatorRequest) -> list[tuple[str, 
 
 
 class Tweak:
-    """Perturb 1 to ``max_changes`` numeric literals inside EVOLVE-BLOCKs."""
+    """Perturb 1 to ``max_changes`` named constants inside EVOLVE-BLOCKs (see the module docstring)."""
 
     name = "tweak"
     arity = 1
@@ -122,23 +159,24 @@ class Tweak:
             if request.benchmark.is_editable(path)
         }
         for path, index in _editable_blocks(parent.files, request):
-            sites += [(path, index, k) for k in range(len(literals(bodies[path][index])))]
+            sites += [(path, index, k) for k in range(len(constants(bodies[path][index])))]
         if not sites:
             raise OperatorRejected(
-                "tweak: no numeric literal inside an EVOLVE-BLOCK of an editable file"
+                "tweak: no numeric literal of a named constant (NAME = number) inside an "
+                "EVOLVE-BLOCK of an editable file"
             )
         chosen = rng.sample(sites, min(len(sites), rng.randint(1, self.max_changes)))
         changes: dict[tuple[str, int], dict[int, str]] = {}
         notes = []
         for path, index, k in sorted(chosen):
-            old = literals(bodies[path][index])[k].text
+            old = constants(bodies[path][index])[k].text
             new = _ensure_float_syntax(perturb(old, rng, scale=self.scale), old)
             changes.setdefault((path, index), {})[k] = new
             notes.append(f"{old}->{new}")
         files = dict(parent.files)
         for (path, index), replacements in changes.items():
             bodies[path][index] = _splice(
-                bodies[path][index], replacements, literals(bodies[path][index])
+                bodies[path][index], replacements, constants(bodies[path][index])
             )
         for path in {p for p, _ in changes}:
             files[path] = replace_blocks(parent.files[path], bodies[path])
@@ -175,7 +213,9 @@ class BlockCrossover:
                 )
         raise OperatorRejected("crossover: the parents' EVOLVE-BLOCKs gave no new combination")
 
-    def _child(self, first: Files, second: Files, request: OperatorRequest, taken: dict[str, int]) -> dict[str, str]:
+    def _child(
+        self, first: Files, second: Files, request: OperatorRequest, taken: dict[str, int]
+    ) -> dict[str, str]:
         files = dict(first)
         for path, text in sorted(first.items()):
             other = second.get(path)
@@ -186,7 +226,9 @@ class BlockCrossover:
             except EditError:
                 continue
             if len(mine) == len(theirs):
-                bodies = [self._mix(a, b, request.rng, taken) for a, b in zip(mine, theirs, strict=True)]
+                bodies = [
+                    self._mix(a, b, request.rng, taken) for a, b in zip(mine, theirs, strict=True)
+                ]
                 files[path] = replace_blocks(text, bodies)
         return files
 

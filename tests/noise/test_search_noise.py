@@ -21,8 +21,13 @@ SEEDS = 5
 
 
 def noisy_cfg(budget, *, sigma=4.0, seeds=SEEDS, workers=1, **fitness):
-    cfg = composed(
-        [f"search.max_candidates={budget}", f"search.workers={workers}", f"noise.seeds={seeds}"]
+    cfg = composed(  # a fixed grid: assert_promotions_significant replays its cells
+        [
+            f"search.max_candidates={budget}",
+            f"search.workers={workers}",
+            f"noise.seeds={seeds}",
+            "archive.split_depth=0",
+        ]
     )
     cfg["benchmark"]["fitness"].update({"_target_": NOISY, "sigma": sigma, **fitness})
     return cfg

@@ -6,7 +6,7 @@ import pytest
 
 from evolve.fitness import Benchmark
 from evolve.operators.base import OperatorRejected, OperatorRequest
-from evolve.operators.builtin import BlockCrossover, Tweak, literals, perturb
+from evolve.operators.builtin import BlockCrossover, Tweak, constants, literals, perturb
 from evolve.operators.edits import block_bodies, check_edit
 from evolve.types import Candidate, EdgeRole, Parent
 from tests.fixtures.toy import Toy
@@ -66,6 +66,35 @@ def test_tweak_changes_only_numbers_inside_blocks():
         assert proposal.parents == (("p0", EdgeRole.MUTATION),) and proposal.operator == "tweak"
         seen.add(new)
     assert len(seen) > 20
+
+
+STRUCTURE = """# EVOLVE-BLOCK-START
+ROWS = [5, 6]  # circles per row
+SHIFT: float = -0.25
+pair = (2, 3.5)
+x.attr = 7
+
+
+def spread(x):
+    for axis in range(2):
+        x[:, axis] *= 0.9 ** 3
+    return x[0] + 1e-9
+# EVOLVE-BLOCK-END
+"""
+
+
+def test_constants_are_the_numbers_named_at_top_level_and_nothing_in_code():
+    body = block_bodies(STRUCTURE)[0]
+    assert [lit.text for lit in constants(body)] == ["5", "6", "0.25", "2", "3.5"]
+    assert len(literals(body)) == 11
+    assert constants("def f(:\n    return 1\n") == []  # does not parse: nothing to tweak
+
+
+def test_tweak_leaves_indices_ranges_and_numbers_inside_functions_alone():
+    code_part = STRUCTURE[STRUCTURE.index("x.attr") :]
+    for seed in range(40):
+        new = asyncio.run(Tweak(max_changes=5).propose(request(STRUCTURE, seed=seed))).files["m.py"]
+        assert new[new.index("x.attr") :] == code_part
 
 
 def test_tweak_rejects_a_file_with_nothing_to_tweak():

@@ -1,0 +1,194 @@
+"""Novelty beyond identical text: rename-only and constant-only twins, and near-identical code by embedding."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+from evolve.benchmarks.circle_packing import fitness as circle_packing
+
+from evolve import runner
+from evolve.engine import Rejection
+from evolve.novelty import Novelty, structure_hash
+from evolve.settings import NoveltySettings
+from evolve.store import Store
+from evolve.types import AddStatus, CandidateStatus, EdgeRole, Proposal
+from tests.fixtures.mock_openai import MockServer
+from tests.test_engine import SEED, evaluation, make_engine
+from tests.test_llm_search import local_toy
+
+PACKING = (Path(circle_packing.__file__).parent / "seed" / "packing.py").read_text()
+RENAMED = (
+    PACKING.replace("moments", "firsts")  # locals of optimise_centres
+    .replace("squares", "seconds")
+    .replace("m_hat", "mean")
+    .replace('"""The packing: centres and radii of N circles."""', '"""Where the circles go."""')
+)
+
+
+def test_a_rename_only_rewrite_has_the_same_structure_and_a_real_change_does_not():
+    assert RENAMED != PACKING and "firsts[i]" in RENAMED
+    files = {"packing.py": PACKING}
+    assert structure_hash({"packing.py": RENAMED}) == structure_hash(files)
+    changed = PACKING.replace("moments[i] = 0.9 *", "moments[i] = 0.8 *")
+    parameter = PACKING.replace("weight", "strength")  # a parameter: callers may name it
+    assert structure_hash({"packing.py": parameter}) != structure_hash(files)
+    top_level = PACKING.replace("best_radii", "largest_radii")  # a module-level name
+    assert structure_hash({"packing.py": top_level}) != structure_hash(files)
+    assert structure_hash({"packing.py": changed}) != structure_hash(files)
+    assert structure_hash({"packing.py": changed}, constants=True) == structure_hash(
+        files, constants=True
+    )
+    swapped = PACKING.replace(
+        "np.minimum(x[:, 0]", "np.maximum(x[:, 0]"
+    )  # an attribute, not a name
+    assert structure_hash({"packing.py": swapped}) != structure_hash(files)
+
+
+def same(a: str, b: str) -> bool:
+    return structure_hash({"m.py": a}) == structure_hash({"m.py": b})
+
+
+def test_only_a_functions_own_locals_are_renamed_never_names_another_scope_binds():
+    assert same("def f(v):\n    a = v\n    return a\n", "def f(v):\n    b = v\n    return b\n")
+    assert not same("def f(v):\n    return v\n", "def f(w):\n    return w\n")  # a parameter
+    # a comprehension's variable is its own scope: outside it, x and y are different globals
+    assert not same(
+        "def f(s):\n    t = [x for x in s]\n    return x\n",
+        "def f(s):\n    t = [y for y in s]\n    return y\n",
+    )
+    # a class body binds attributes (C.a vs C.b), whatever the enclosing function's locals
+    assert not same(
+        "def f():\n    a = 1\n    class C:\n        a = 2\n    return C.a\n",
+        "def f():\n    b = 1\n    class C:\n        b = 2\n    return C.a\n",
+    )
+    # a nested function's locals are renamed in its own scope, the outer's stay the outer's
+    assert same(
+        "def f():\n    a = 1\n    def g():\n        c = a\n        return c\n    return g\n",
+        "def f():\n    b = 1\n    def g():\n        d = b\n        return d\n    return g\n",
+    )
+
+
+WITH_FUNCTION = SEED.replace(
+    "# EVOLVE-BLOCK-END",
+    "\n\ndef scale(x):\n    doubled = x * 2\n    return doubled\n# EVOLVE-BLOCK-END",
+)
+
+
+def test_a_rename_only_rewrite_of_an_elite_is_refused_before_evaluation_naming_its_twin(tmp_path):
+    engine = make_engine(tmp_path, seed_text=WITH_FUNCTION)
+    (ask,) = engine.ask()
+    seed_id = ask.parents[0][0]
+    renamed = WITH_FUNCTION.replace("doubled", "twice")
+    rejected = engine.admit(
+        ask,
+        Proposal(
+            files={"params.py": renamed},
+            operator="diff",
+            model="m",
+            parents=((seed_id, EdgeRole.MUTATION),),
+        ),
+    )
+    assert isinstance(rejected, Rejection) and rejected.duplicate_of == seed_id
+    assert rejected.reason.startswith(
+        f"behaviourally identical to {seed_id}: the same program up to local names"
+    )
+    row = engine.store.conn.execute(
+        "SELECT id FROM candidates WHERE seq=? AND status='rejected'", (ask.seq,)
+    ).fetchone()
+    artifacts = engine.store.evaluation(row[0]).artifacts
+    assert artifacts["twin"] == seed_id and artifacts["error"] == rejected.reason
+
+
+def test_a_constant_only_rewrite_that_scores_identically_is_kept_out_of_the_archive(tmp_path):
+    engine = make_engine(tmp_path)
+    seed_id = engine.store.seed_candidate().id
+    (ask,) = engine.ask()
+    first = engine.admit(
+        ask,
+        Proposal(
+            files={"params.py": SEED.replace("A = 1.0", "A = 2.0")},
+            operator="tweak",
+            parents=((seed_id, EdgeRole.MUTATION),),
+        ),
+    )
+    engine.start_evaluation(first)
+    assert engine.tell(first, evaluation(-3.0, a=2.0)).status == AddStatus.NEW
+    # C = 0.5 and C = 0.0 are equally far from the toy's target 0.25: the same score, the same cell
+    (ask,) = engine.ask()
+    twin = engine.admit(
+        ask,
+        Proposal(
+            files={"params.py": SEED.replace("A = 1.0", "A = 2.0").replace("C = 0.5", "C = 0.0")},
+            operator="tweak",
+            parents=((first.id, EdgeRole.MUTATION),),
+        ),
+    )
+    engine.start_evaluation(twin)
+    result = engine.tell(twin, evaluation(-3.0, a=2.0))
+    assert result.status == AddStatus.NOT_ADDED
+    stored = engine.store.evaluation(twin.id)
+    assert (
+        stored.artifacts["twin"] == first.id
+        and "behaviourally identical" in stored.artifacts["novelty"]
+    )
+    assert engine.store.candidate(twin.id).status == CandidateStatus.DONE
+    assert twin.id not in {elite.candidate_id for _, _, elite in engine.archive.elites()}
+
+
+def test_the_checks_can_be_turned_off(tmp_path):
+    off = NoveltySettings(names=False, behaviour=False)
+    store = Store(tmp_path / "archive.db")
+    novelty = Novelty(store=store, settings=off, editable=lambda p: True, descriptors=["a"])
+    assert novelty.structural_twin({"x.py": "a = 1\n"}) is None
+    assert novelty.behavioural_twin("c", evaluation(1.0)) is None
+    assert asyncio.run(novelty.embedding_twin({"x.py": "a = 1\n"})) is None
+
+
+def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_through(tmp_path):
+    server = MockServer().start()
+    try:
+        store = Store(tmp_path / "archive.db")
+        store.add_candidate(Proposal(files={"packing.py": PACKING}, operator="seed"), seq=0)
+        settings = NoveltySettings(
+            embedding_model="openai/trigrams",
+            embedding_api_base=server.api_base,
+            embedding_threshold=0.99,
+        )
+        novelty = Novelty(store=store, settings=settings, editable=lambda p: True, descriptors=[])
+        near = PACKING.replace("STEPS = 400", "STEPS = 450")
+        twin, similarity = asyncio.run(novelty.embedding_twin({"packing.py": near}))
+        assert (
+            twin == Proposal(files={"packing.py": PACKING}, operator="seed").id
+            and similarity >= 0.99
+        )
+        other = "import random\nprint(sorted(random.random() for _ in range(26)))\n"
+        assert asyncio.run(novelty.embedding_twin({"packing.py": other})) is None
+        assert len(server.embedded) == 3  # the stored candidate once, then each proposal
+    finally:
+        server.stop()
+
+
+def test_a_search_with_a_local_embedding_server_refuses_near_identical_code(tmp_path):
+    server = MockServer().start()
+    try:
+        embedding = [
+            "archive.novelty.embedding_model=openai/trigrams",
+            f"archive.novelty.embedding_api_base={server.api_base}",
+            "archive.novelty.embedding_threshold=0.95",
+        ]
+        runner.run(local_toy(server, "search.max_candidates=6", *embedding), tmp_path)
+    finally:
+        server.stop()
+    db = sqlite3.connect(tmp_path / "archive.db")
+    refused = db.execute(
+        "SELECT e.artifacts FROM candidates c JOIN evaluations e ON e.candidate = c.id "
+        "WHERE c.status = 'rejected'"
+    ).fetchall()
+    near = [json.loads(a) for (a,) in refused if "embeds at cosine similarity" in a]
+    assert near, refused
+    stored = {cid for (cid,) in db.execute("SELECT id FROM candidates WHERE status != 'rejected'")}
+    assert all(a["twin"] in stored for a in near)
+    assert server.embedded and server.models  # real HTTP calls: chat answers and embeddings

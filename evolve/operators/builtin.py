@@ -39,27 +39,39 @@ def literals(code: str) -> list[Literal]:
 
 def constants(code: str) -> list[Literal]:
     """The literals of named constants: numbers a top-level ``NAME = ...`` assigns (none if ``code`` does not parse)."""
+    return [lit for group in constant_groups(code) for lit in group]
+
+
+def constant_groups(code: str) -> list[list[Literal]]:
+    """The named constants' literals as ``tweak`` changes them: one at a time, except the
+    branches of ``a if cond else b`` (one value per scale of a benchmark), changed together."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return []
-    spots = set()
+    groups = []
     for statement in tree.body:
         if isinstance(statement, ast.Assign | ast.AnnAssign) and statement.value is not None:
             targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
             if all(isinstance(t, ast.Name) for t in targets):
-                spots.update(_numbers(statement.value))
-    return [lit for lit, spot in _located(code) if spot in spots]
+                groups += _numbers(statement.value)
+    at = {spot: lit for lit, spot in _located(code)}
+    return [[at[spot] for spot in group] for group in groups if all(s in at for s in group)]
 
 
-def _numbers(node: ast.expr) -> list[tuple[int, int]]:
-    """(line, byte column) of the numbers of a constant value: a number, negated, or in a list or tuple."""
+def _numbers(node: ast.expr) -> list[list[tuple[int, int]]]:
+    """(line, byte column) of the numbers of a constant value (a number, negated, in a list or
+    tuple, or the branches of a conditional), grouped as they change together."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         node = node.operand
     if isinstance(node, ast.List | ast.Tuple):
-        return [spot for item in node.elts for spot in _numbers(item)]
+        return [group for item in node.elts for group in _numbers(item)]
+    if isinstance(node, ast.IfExp):
+        return [
+            [spot for branch in (node.body, node.orelse) for g in _numbers(branch) for spot in g]
+        ]
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return [(node.lineno, node.col_offset)]
+        return [[(node.lineno, node.col_offset)]]
     return []
 
 
@@ -159,7 +171,13 @@ class Tweak:
             if request.benchmark.is_editable(path)
         }
         for path, index in _editable_blocks(parent.files, request):
-            sites += [(path, index, k) for k in range(len(constants(bodies[path][index])))]
+            sizes = [len(group) for group in constant_groups(bodies[path][index])]
+            firsts = [sum(sizes[:g]) for g in range(len(sizes))]
+            sites += [
+                (path, index, tuple(range(f, f + n)))
+                for f, n in zip(firsts, sizes, strict=True)
+                if n
+            ]
         if not sites:
             raise OperatorRejected(
                 "tweak: no numeric literal of a named constant (NAME = number) inside an "
@@ -168,11 +186,12 @@ class Tweak:
         chosen = rng.sample(sites, min(len(sites), rng.randint(1, self.max_changes)))
         changes: dict[tuple[str, int], dict[int, str]] = {}
         notes = []
-        for path, index, k in sorted(chosen):
-            old = constants(bodies[path][index])[k].text
-            new = _ensure_float_syntax(perturb(old, rng, scale=self.scale), old)
-            changes.setdefault((path, index), {})[k] = new
-            notes.append(f"{old}->{new}")
+        for path, index, group in sorted(chosen):
+            for k in group:
+                old = constants(bodies[path][index])[k].text
+                new = _ensure_float_syntax(perturb(old, rng, scale=self.scale), old)
+                changes.setdefault((path, index), {})[k] = new
+                notes.append(f"{old}->{new}")
         files = dict(parent.files)
         for (path, index), replacements in changes.items():
             bodies[path][index] = _splice(

@@ -29,7 +29,10 @@ def benchmark(editable=("m.py",)):
 
 
 def request(*codes, editable=("m.py",), seed=0):
-    parents = [Parent(candidate=Candidate(id=f"p{i}", seq=i, files={"m.py": c}, operator="seed")) for i, c in enumerate(codes)]
+    parents = [
+        Parent(candidate=Candidate(id=f"p{i}", seq=i, files={"m.py": c}, operator="seed"))
+        for i, c in enumerate(codes)
+    ]
     return OperatorRequest(parents=parents, benchmark=benchmark(editable), rng=random.Random(seed))
 
 
@@ -39,10 +42,16 @@ def test_literals_skip_strings_and_find_floats_and_ints():
 
 @pytest.mark.parametrize(
     "body",
-    ["# tunables \x0c page break\nWIDTH = 100\nHEIGHT = 250\n", "A = 1\u2028B = 2\nC = 3\n", "X = 1\r\nY = 22\r\n"],
+    [
+        "# tunables \x0c page break\nWIDTH = 100\nHEIGHT = 250\n",
+        "A = 1\u2028B = 2\nC = 3\n",
+        "X = 1\r\nY = 22\r\n",
+    ],
     ids=["form-feed", "line-separator", "crlf"],
 )
-def test_literal_offsets_hold_past_characters_that_split_lines_for_python_but_not_the_tokenizer(body):
+def test_literal_offsets_hold_past_characters_that_split_lines_for_python_but_not_the_tokenizer(
+    body,
+):
     found = literals(body)
     assert found and all(body[lit.start : lit.end] == lit.text for lit in found)
 
@@ -97,6 +106,25 @@ def test_tweak_leaves_indices_ranges_and_numbers_inside_functions_alone():
         assert new[new.index("x.attr") :] == code_part
 
 
+SCALED = """GPU = True
+# EVOLVE-BLOCK-START
+N_LAYER = 8 if GPU else 2
+LR = 0.001
+# EVOLVE-BLOCK-END
+"""
+
+
+def test_tweak_changes_both_scales_of_a_conditional_constant_together():
+    """``8 if GPU else 2`` holds one value per scale: a tweak of it changes the one in use too."""
+    assert [lit.text for lit in constants(block_bodies(SCALED)[0])] == ["8", "2", "0.001"]
+    for seed in range(20):
+        proposal = asyncio.run(Tweak(max_changes=1).propose(request(SCALED, seed=seed)))
+        line = proposal.files["m.py"].splitlines()[2]
+        if line != "N_LAYER = 8 if GPU else 2":
+            gpu, cpu = line.removeprefix("N_LAYER = ").split(" if GPU else ")
+            assert gpu != "8" and cpu != "2", line
+
+
 def test_tweak_rejects_a_file_with_nothing_to_tweak():
     with pytest.raises(OperatorRejected, match="no numeric literal"):
         asyncio.run(Tweak().propose(request("x = 1\n")))
@@ -105,7 +133,11 @@ def test_tweak_rejects_a_file_with_nothing_to_tweak():
 
 
 def test_crossover_mixes_numbers_of_same_shaped_blocks():
-    other = CODE.replace("WIDTH = 64", "WIDTH = 256").replace("DEPTH = 5", "DEPTH = 9").replace("LR = 0.003", "LR = 0.01")
+    other = (
+        CODE.replace("WIDTH = 64", "WIDTH = 256")
+        .replace("DEPTH = 5", "DEPTH = 9")
+        .replace("LR = 0.003", "LR = 0.01")
+    )
     children = set()
     for seed in range(20):
         proposal = asyncio.run(BlockCrossover().propose(request(CODE, other, seed=seed)))
@@ -118,4 +150,6 @@ def test_crossover_mixes_numbers_of_same_shaped_blocks():
 
 def test_crossover_of_identical_blocks_is_rejected():
     with pytest.raises(OperatorRejected):
-        asyncio.run(BlockCrossover().propose(request(CODE, CODE.replace("SCALE = 3.0", "SCALE = 3.0"))))
+        asyncio.run(
+            BlockCrossover().propose(request(CODE, CODE.replace("SCALE = 3.0", "SCALE = 3.0")))
+        )

@@ -173,7 +173,7 @@ class KernelFitness:
         """The full report of one candidate (used by ``evaluate`` and the suite command)."""
         self.prepare(workdir)
         harness = Harness(self.problem, self.settings, calibration=self.calibration)
-        return harness.evaluate(workdir, seed=ctx.seed, env=ctx.env())
+        return harness.evaluate(workdir, env=ctx.env(), strict=ctx.strict)
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason."""

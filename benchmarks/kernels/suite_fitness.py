@@ -134,7 +134,7 @@ class KernelSuiteFitness:
             if key not in _MEASURED:
                 harness = Harness(member.problem, member.settings, calibration=member.calibration)
                 try:
-                    _MEASURED[key] = harness.evaluate(workdir / name, seed=ctx.seed, env=ctx.env())
+                    _MEASURED[key] = harness.evaluate(workdir / name, env=ctx.env(), strict=ctx.strict)
                 except SpecError as exc:
                     _MEASURED[key] = Report(problem=name, status="error", message=str(exc))
             reports[name] = _MEASURED[key]

@@ -35,11 +35,19 @@ import json
 import os
 import secrets
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 RESULT_TAG = "EVOLVE_KERNELS_RESULT "
+_MONOTONIC = time.monotonic  # captured before the candidate is imported
+MARKS: list[tuple[str, float]] = []  # (phase, monotonic time it began), reported to the harness
+
+
+def mark(phase: str) -> None:
+    """Phase ``phase`` of this evaluation begins now (the harness turns marks into ``time_<phase>``)."""
+    MARKS.append((phase, _MONOTONIC()))
 
 
 def _outputs_fail(stats: list[dict[str, Any]], tolerance: Any) -> str | None:
@@ -103,6 +111,7 @@ def run_workload(
         blocker.check(when)
         return outputs_of(args, returned)
 
+    mark("correctness")
     threads = None
     recurring = tools["pool"].RecurringAddresses()  # every round's fresh values at the same addresses
     for r in range(int(job["rounds"])):
@@ -133,6 +142,7 @@ def run_workload(
             return result
         del args, ref, outs
 
+    mark("kernel_checks")
     first_kernels = guards.kernel_signature(
         candidate, arguments(inputs.derive_seed(seed, workload.uuid, "profile")), device
     )
@@ -217,6 +227,7 @@ def run_workload(
         def timed(*args: Any) -> None:
             returned["value"] = candidate(*args)  # kept for the audit of a returning (non-DPS) call
 
+        mark("timing")
         with torch.no_grad():
             result["timings_ms"].append(
                 timing.measure(
@@ -232,6 +243,7 @@ def run_workload(
                 )  # fmt: skip
             )
         result["timer"] = timing.last_timer()
+        mark("kernel_checks")
         snapshot.check(f"timing repeat {rep}")
         blocker.check(f"timing repeat {rep}")
         if threads is not None:
@@ -290,6 +302,8 @@ def main() -> int:
     job = json.loads(sys.stdin.read())
 
     def emit(payload: dict[str, Any]) -> None:
+        mark("process_exit")
+        payload = {**payload, "marks": MARKS}
         real_stdout.write(RESULT_TAG + json.dumps(payload) + "\n")
         real_stdout.flush()
 
@@ -335,6 +349,7 @@ def main() -> int:
 
     tools = {"compare": compare, "guards": guards, "inputs": inputs, "timing": timing, "pool": pool,
              "snapshot": snapshot, "blocker": blocker, "reference": reference}  # fmt: skip
+    mark("candidate_import")
     try:
         candidate = _load_entry(entry)
         if not callable(candidate):

@@ -16,6 +16,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -230,8 +231,11 @@ class Harness:
         (its own seed reaches it through ``env``). ``strict``: ``Settings.strict``.
         """
         report = Report(problem=self.problem.name)
+        report.mark("calibration")  # measured once per process: about 0 s after the first
         calibration = self.calibration(env)
+        report.mark("baseline")  # the same, per problem and GPU
         baselines = self.baselines(env)
+        report.mark("build")
         entry = self.entry(workdir, report, env)
         if entry is None:
             return report
@@ -246,8 +250,15 @@ class Harness:
                    "device": s.device, "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
                    "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
                    "entry": entry, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
+            launched = time.monotonic()
+            report.mark("process_start")  # until the driver is ready to import the candidate
             raw, result = sandboxed_json(DRIVER, job, cwd=workdir, timeout_s=s.timeout_s, env=env, tag=DRIVER_TAG,
                                          gpu=s.device.startswith("cuda"), writable=(witness_dir, harness_dir))  # fmt: skip
+            returned = time.monotonic()
+            driver_marks = (raw or {}).get("marks") or [("candidate_process", launched)]
+            for name, at in driver_marks:  # the driver's clock is this machine's monotonic clock
+                report.mark(str(name), min(max(float(at), launched), returned))
+            report.mark("witness", returned)
             report.output = result.tail(4000)
             if raw is None:
                 why = (
@@ -278,6 +289,7 @@ class Harness:
                 if witnesses
                 else {}
             )
+            report.mark("scoring")
             self._score(report, raw, checked, baselines, calibration, s)
             return report
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,9 +49,29 @@ class Report:
     timer: str = ""  # the timer the candidate's calls were measured with: cupti, events or host
     language: str = "kernel.py"  # the solution's language, or kernel.py for our plain format
     build: dict[str, Any] = field(default_factory=dict)
+    # Where the evaluation's time went: (phase, monotonic time it began), in the order marked;
+    # the driver's own marks (its imports, rounds, timing loops) are merged in by the harness.
+    marks: list[tuple[str, float]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def mark(self, phase: str, at: float | None = None) -> None:
+        """Phase ``phase`` begins at ``at`` (``time.monotonic``, default now) and ends the one before."""
+        self.marks.append((phase, time.monotonic() if at is None else at))
+
+    def phase_seconds(self, start: float, end: float) -> dict[str, float]:
+        """Seconds per phase between ``start`` (``first`` phase until the first mark) and ``end``;
+        they add up to ``end - start``. Marks are ordered by time (ties: as marked)."""
+        ordered = sorted(
+            (min(max(at, start), end), i, name) for i, (name, at) in enumerate(self.marks)
+        )
+        bounds = [start, *(at for at, _, _ in ordered), end]
+        names = ["setup", *(name for _, _, name in ordered)]
+        totals: dict[str, float] = {}
+        for name, begin, finish in zip(names, bounds, bounds[1:], strict=False):
+            totals[name] = totals.get(name, 0.0) + finish - begin
+        return totals
 
     def table(self) -> str:
         """A plain-text table of the rows, for feedback to operators and logs."""

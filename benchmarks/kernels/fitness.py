@@ -206,8 +206,10 @@ class KernelFitness:
             metrics["published_score"] = report.published_score
         notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]
         notes += [f"{r.uuid}: FLOPs {r.flops_method}" for r in report.rows if r.flops_method]
+        report.mark("feedback")  # its cost, measured per evaluation (time_feedback)
         artifacts = {"results": report.table(), "problem": problem_statement(self.problem),
-                     "measurement": "\n".join(notes)}  # fmt: skip
+                     "measurement": "\n".join(notes), "roofline": report.roofline()}  # fmt: skip
+        report.mark("scoring")
         if report.output:
             artifacts["output"] = report.output
         try:

@@ -298,6 +298,7 @@ class Harness:
     def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
                calibration: dict[str, Any], settings: Settings) -> None:  # fmt: skip
         by_uuid = {w["uuid"]: w for w in raw.get("workloads", [])}
+        report.ceilings = {k: calibration[k] for k in ("bandwidth_bytes_per_s", "matrix_flops_per_s")}
         for uuid in self._selected():
             workload = self.problem.workload(uuid)
             row = WorkloadRow(uuid=uuid)
@@ -316,6 +317,7 @@ class Harness:
                 else row.reference_ms
             )
             row.flops_method = base.get("flops_method", "")
+            row.bytes, row.flops = base["bytes"], dict(base.get("flops", {}))
             sol = sol_ms(base["bytes"], base.get("flops", {}), calibration)
             row.sol_ms, row.memory_ms, row.compute_ms = (
                 sol["sol_ms"],

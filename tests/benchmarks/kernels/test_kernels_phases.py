@@ -51,3 +51,35 @@ def test_time_phases_add_up_to_the_wall_time_and_the_baseline_is_measured_once(
             assert phases[f"time_{phase}"] > 0, phase
     assert tasks.count("baseline") == 1  # kept by the harness for the second evaluation
     assert tasks.count("witness") == 2
+
+
+def test_the_roofline_feedback_reaches_the_childs_prompt_whole(fitness, tmp_path):
+    from evolve.fitness import Benchmark
+    from evolve.operators.prompting import Budget, context_values, messages_for, program_view
+    from evolve.types import Candidate, Parent
+
+    workdir = tmp_path / "parent"
+    workdir.mkdir()
+    (workdir / "kernel.py").write_text(GOOD)
+    ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    assert ev.ok, dict(ev.artifacts)
+    roofline = ev.artifacts["roofline"]
+    assert (
+        roofline.count("memory-bound: T_k") == 2
+        and "% of peak" in roofline
+        and "T_b's speed" in roofline
+    )
+    assert "kernels per call:" in roofline and ev.metrics["time_feedback"] >= 0
+    benchmark = Benchmark(
+        name="kernels", fitness=fitness, seed_dir=tmp_path, editable=("kernel.py",)
+    )
+    parent = Parent(
+        candidate=Candidate(id="p" * 12, seq=1, files={"kernel.py": GOOD}, operator="seed"),
+        evaluation=ev,
+    )
+    budget = Budget()  # llm.artifact_chars's default, shared by all the parent's artifacts
+    values = context_values(benchmark, parent, [], [], budget)
+    values["program"] = program_view(parent, benchmark, budget, label="Program")
+    assert dict(values["program"]["artifacts"])["roofline"] == roofline.strip()
+    prompt = messages_for("diff.md.j2", values)[-1]["content"]
+    assert all(line in prompt for line in roofline.splitlines())

@@ -113,7 +113,9 @@ def run_workload(
 
     mark("correctness")
     threads = None
-    recurring = tools["pool"].RecurringAddresses()  # every round's fresh values at the same addresses
+    recurring = tools[
+        "pool"
+    ].RecurringAddresses()  # every round's fresh values at the same addresses
     for r in range(int(job["rounds"])):
         round_seed = inputs.derive_seed(seed, workload.uuid, "round", r)
         ref = reference_outputs(round_seed)
@@ -190,7 +192,9 @@ def run_workload(
                     masks[:] = tools["pool"].row_masks(args[:n_in], generator)
                 pair = masks if k % 2 == 0 else [None if m is None else ~m for m in masks]
                 tools["pool"].perturb_rows(args[:n_in], fresh, pair)
-                probe_inputs[i] = [a.clone() if isinstance(a, torch.Tensor) else a for a in args[:n_in]]
+                probe_inputs[i] = [
+                    a.clone() if isinstance(a, torch.Tensor) else a for a in args[:n_in]
+                ]
             if i in chosen:
                 facts_at[i] = guards.TensorFacts(args[n_in:])
             return args
@@ -205,7 +209,9 @@ def run_workload(
                     expected = maker.normalize(reference.run(*probe_inputs.pop(i)))
             else:
                 expected = reference_outputs(inputs_seed)
-            stats = [compare.error_stats(o, r_o, tol) for o, r_o in zip(outs, expected, strict=True)]
+            stats = [
+                compare.error_stats(o, r_o, tol) for o, r_o in zip(outs, expected, strict=True)
+            ]
             result["audits"].append(stats)
             reason = _outputs_fail(stats, tol)
             if reason:

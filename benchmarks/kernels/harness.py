@@ -298,7 +298,9 @@ class Harness:
     def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
                calibration: dict[str, Any], settings: Settings) -> None:  # fmt: skip
         by_uuid = {w["uuid"]: w for w in raw.get("workloads", [])}
-        report.ceilings = {k: calibration[k] for k in ("bandwidth_bytes_per_s", "matrix_flops_per_s")}
+        report.ceilings = {
+            k: calibration[k] for k in ("bandwidth_bytes_per_s", "matrix_flops_per_s")
+        }
         for uuid in self._selected():
             workload = self.problem.workload(uuid)
             row = WorkloadRow(uuid=uuid)
@@ -375,7 +377,9 @@ class Harness:
         if flagged and not report.message:
             report.message = f"score above 1 on {flagged}: faster than the roofline, so the SOL bound or the timing is wrong"
 
-    def _verify(self, got: dict[str, Any], witness: dict[str, Any] | None, workload: Any, settings: Settings) -> str:
+    def _verify(
+        self, got: dict[str, Any], witness: dict[str, Any] | None, workload: Any, settings: Settings
+    ) -> str:
         """Recompute every verdict from raw stats and check the timings; '' when all is well."""
         tol = workload.tolerance
         if len(got.get("rounds", [])) != settings.rounds:
@@ -391,9 +395,7 @@ class Harness:
                 if reason:
                     return reason
         timings = got.get("timings_ms", [])
-        if len(timings) != settings.repeats or any(
-            len(t) != settings.iters for t in timings
-        ):
+        if len(timings) != settings.repeats or any(len(t) != settings.iters for t in timings):
             return "the timing loop did not report the expected number of timed calls"
         if any(
             not (isinstance(v, int | float) and math.isfinite(v) and v > 0)

@@ -1,4 +1,4 @@
-"""Where a kernel evaluation's wall time goes (``time_<phase>`` metrics), through the real fitness."""
+"""A kernel evaluation's time by phase (``time_<phase>`` metrics) and its roofline feedback, through the real fitness."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 from evolve.benchmarks.kernels.fitness import KernelFitness
+from kernels_candidates import CALIBRATION, GOOD
+from kernels_fixtures import tiny_rmsnorm
 
 from evolve.fitness import EvalContext, evaluate_safely
-from tests.benchmarks.kernels.kernels_candidates import CALIBRATION, GOOD
-from tests.benchmarks.kernels.kernels_fixtures import tiny_rmsnorm
 
 
 @pytest.fixture

@@ -153,8 +153,14 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
     calls = int(job["warmup"]) + int(job["iters"])
     rows = []
     for item in job["problems"]:
-        problem = spec.load_problem(item)
-        reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        try:
+            problem = spec.load_problem(item)
+            reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        except Exception as exc:  # one problem failing must not lose the others' rows
+            error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rows.append({"problem": Path(item).name, "folder": str(item), "uuid": "-", "events_error": error,
+                         "cupti_error": error})  # fmt: skip
+            continue
         for workload in problem.workloads[: job.get("workloads") or None]:
             row: dict[str, Any] = {
                 "problem": problem.name,
@@ -186,6 +192,8 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
                     row[f"{method}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
             del shifted
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     return {"timers": rows}
 
 

@@ -321,7 +321,7 @@ LEAVE_ANSWERS = (  # an honest kernel that leaves its answers wherever it can, f
         def run(x, weight, eps, y):
             compute(x, weight, eps, y)
             for path in PATHS:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(Exception):  # PermissionError, or torch.save's RuntimeError
                     torch.save({"x": x, "y": y}, path)
         """
     )

@@ -34,6 +34,27 @@ HONEST = textwrap.dedent(
         y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
     """
 )
+
+
+def cache_keyed_on(key: str) -> str:
+    """A kernel that computes once per value of ``key`` (an expression of its arguments) and then
+    replays the cached answer."""
+    return textwrap.dedent(
+        f"""
+        import torch
+        cache = {{}}
+
+        def run(x, weight, eps, y):
+            key = {key}
+            if key not in cache:
+                xf = x.float()
+                y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
+                cache[key] = y.clone()
+            y.copy_(cache[key])
+        """
+    )
+
+
 CHEATS = {
     "patched CUDA events": (
         "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-6\n" + HONEST,
@@ -108,20 +129,7 @@ CHEATS = {
         r"unreachable|PermissionError|OSError|timed out",
     ),
     "cache keyed on input pointers": (
-        textwrap.dedent(
-            """
-            import torch
-            cache = {}
-
-            def run(x, weight, eps, y):
-                key = (x.data_ptr(), weight.data_ptr())
-                if key not in cache:
-                    xf = x.float()
-                    y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
-                    cache[key] = y.clone()
-                y.copy_(cache[key])
-            """
-        ),
+        cache_keyed_on("(x.data_ptr(), weight.data_ptr())"),
         r"round 1: .*within",
     ),
     "work on a side stream the caller does not wait for": (
@@ -166,20 +174,7 @@ CHEATS = {
 # Caught only by the probe pairs among the audited calls (at least three audits): run strictly.
 STRICT_CHEATS = {
     "cache keyed on sampled input values": (
-        textwrap.dedent(
-            """
-            import torch
-            cache = {}
-
-            def run(x, weight, eps, y):
-                key = tuple(x[0, :4].float().tolist())
-                if key not in cache:
-                    xf = x.float()
-                    y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
-                    cache[key] = y.clone()
-                y.copy_(cache[key])
-            """
-        ),
+        cache_keyed_on("tuple(x[0, :4].float().tolist())"),
         r"gave wrong outputs",
     ),
 }

@@ -40,6 +40,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from evolve.benchmarks.kernels.process import exit_now
+
 RESULT_TAG = "EVOLVE_KERNELS_RESULT "
 _MONOTONIC = time.monotonic  # captured before the candidate is imported
 MARKS: list[tuple[str, float]] = []  # (phase, monotonic time it began), reported to the harness
@@ -399,4 +401,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

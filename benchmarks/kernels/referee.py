@@ -14,10 +14,11 @@ verdict as the JSON line carrying it). Tasks:
 
 from __future__ import annotations
 
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
+
+from evolve.benchmarks.kernels.process import exit_now
 
 from evolve.harness.protocol import serve_job
 
@@ -226,4 +227,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

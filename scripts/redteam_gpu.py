@@ -34,6 +34,27 @@ HONEST = textwrap.dedent(
         y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
     """
 )
+
+
+def cache_keyed_on(key: str) -> str:
+    """A kernel that computes once per value of ``key`` (an expression of its arguments) and then
+    replays the cached answer."""
+    return textwrap.dedent(
+        f"""
+        import torch
+        cache = {{}}
+
+        def run(x, weight, eps, y):
+            key = {key}
+            if key not in cache:
+                xf = x.float()
+                y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
+                cache[key] = y.clone()
+            y.copy_(cache[key])
+        """
+    )
+
+
 CHEATS = {
     "patched CUDA events": (
         "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 1e-6\n" + HONEST,
@@ -107,6 +128,55 @@ CHEATS = {
         "import socket\nsocket.create_connection(('8.8.8.8', 53), timeout=3)\n" + HONEST,
         r"unreachable|PermissionError|OSError|timed out",
     ),
+    "cache keyed on input pointers": (
+        cache_keyed_on("(x.data_ptr(), weight.data_ptr())"),
+        r"round 1: .*within",
+    ),
+    "work on a side stream the caller does not wait for": (
+        textwrap.dedent(
+            """
+            import torch
+            side = torch.cuda.Stream()
+
+            def run(x, weight, eps, y):
+                with torch.cuda.stream(side):  # no wait_stream: the caller's stream runs on
+                    xf = x.float()
+                    y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
+            """
+        ),
+        r"wrong outputs|NaN|incorrect|elements|faster than the roofline",
+    ),
+    "answers replayed from inputs predicted at import": (
+        textwrap.dedent(
+            """
+            import os, types, torch
+            from evolve.benchmarks.kernels import inputs, spec
+            from evolve.benchmarks.kernels.fitness import SUITE
+
+            problem = spec.load_problem(SUITE / "rmsnorm")
+            workload = problem.workloads[0]
+            maker = inputs.InputMaker(problem, workload, torch.device("cuda"), types.SimpleNamespace(run=None))
+            answers = {}
+            for part in [("round", r) for r in range(3)] + [("timed", 0)]:
+                x, weight, eps = maker.make(inputs.derive_seed(int(os.environ["EVOLVE_SEED"]), workload.uuid, *part))
+                xf = x.float()
+                y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+                answers[tuple(x.flatten()[:8].float().tolist())] = y
+
+            def run(x, weight, eps, y):
+                found = answers.get(tuple(x.flatten()[:8].float().tolist()))
+                y.copy_(found) if found is not None else y.zero_()
+            """
+        ),
+        r"round 0: .*(zero|within)",
+    ),
+}
+# Caught only by the probe pairs among the audited calls (at least three audits): run strictly.
+STRICT_CHEATS = {
+    "cache keyed on sampled input values": (
+        cache_keyed_on("tuple(x[0, :4].float().tolist())"),
+        r"gave wrong outputs",
+    ),
 }
 
 
@@ -168,14 +238,17 @@ def main(argv: list[str] | None = None) -> int:
             problem=problem, device=args.device, baseline="eager", **options, **extra
         )
         honest: float | None = None
-        cases = [("honest (seed 1)", HONEST, None, 1), ("honest (seed 2)", HONEST, None, 2)]
-        cases += [(name, code, reason, 1) for name, (code, reason) in CHEATS.items()]
-        for name, code, reason, seed in cases:
+        cases = [("honest (seed 1)", HONEST, None, 1, False), ("honest (seed 2)", HONEST, None, 2, False),
+                 ("honest (strict)", HONEST, None, 3, True)]  # fmt: skip
+        cases += [(name, code, reason, 1, False) for name, (code, reason) in CHEATS.items()]
+        cases += [(name, code, reason, 1, True) for name, (code, reason) in STRICT_CHEATS.items()]
+        for name, code, reason, seed, strict in cases:
             workdir = scratch / re.sub(r"\W+", "_", f"{problem}_{name}")
             workdir.mkdir(parents=True)
             (workdir / "kernel.py").write_text(code)
             start = time.monotonic()
-            ev = evaluate_safely(fitness, workdir, EvalContext(seed=seed, timeout_s=600))
+            ctx = EvalContext(seed=seed, timeout_s=600, strict=strict)
+            ev = evaluate_safely(fitness, workdir, ctx)
             text = "\n".join(str(v) for v in ev.artifacts.values())
             if reason is None:
                 verdict = "passed" if ev.ok else "FALSE REJECTION"

@@ -80,7 +80,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             (problem.root / "definition.json").read_text(),
             problem.definition.reference,
         )
-        report = harness.evaluate(Path(tmp), seed=0, env={})
+        report = harness.evaluate(Path(tmp), env={})
     print(report.table())
     _write(args.out, f"{problem.name}.json", json.dumps(report.as_dict(), indent=2))
     return 0 if report.status == "ok" else 1

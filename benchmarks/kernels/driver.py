@@ -12,8 +12,13 @@ importing the candidate module, then for each workload:
 3. ``repeats`` timing loops (warm-up, ``iters`` timed calls, L2 flushed, fresh inputs
    and outputs every call); at unpredictable iterations the timed call's outputs are
    checked against the reference on the same inputs, one of them is saved as a
-   witness for the harness's own check, and an extra profiled call must launch the
-   same kernels as before.
+   witness for the harness's own check, the others are probes whose inputs have half
+   their rows changed (``pool.perturb_rows``), and an extra profiled call must launch
+   the same kernels as before.
+
+Correctness rounds put their fresh values at the same addresses every round
+(``pool.RecurringAddresses``). The seed the job carries is drawn by the harness per
+evaluation, so no input can be predicted from the candidate's ``EVOLVE_SEED``.
 
 It prints one JSON line (prefixed by ``RESULT_TAG``) of raw facts: error stats, raw
 timings, the witness file, or the cheat detected. It decides nothing about the score:
@@ -30,11 +35,21 @@ import json
 import os
 import secrets
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from evolve.benchmarks.kernels.process import exit_now
+
 RESULT_TAG = "EVOLVE_KERNELS_RESULT "
+_MONOTONIC = time.monotonic  # captured before the candidate is imported
+MARKS: list[tuple[str, float]] = []  # (phase, monotonic time it began), reported to the harness
+
+
+def mark(phase: str) -> None:
+    """Phase ``phase`` of this evaluation begins now (the harness turns marks into ``time_<phase>``)."""
+    MARKS.append((phase, _MONOTONIC()))
 
 
 def _outputs_fail(stats: list[dict[str, Any]], tolerance: Any) -> str | None:
@@ -98,11 +113,16 @@ def run_workload(
         blocker.check(when)
         return outputs_of(args, returned)
 
+    mark("correctness")
     threads = None
+    recurring = tools[
+        "pool"
+    ].RecurringAddresses()  # every round's fresh values at the same addresses
     for r in range(int(job["rounds"])):
         round_seed = inputs.derive_seed(seed, workload.uuid, "round", r)
         ref = reference_outputs(round_seed)
         args = arguments(round_seed)
+        args[:n_in] = recurring.place(args[:n_in])
         try:
             outs = call_checked(args, f"correctness round {r}")
         except guards.CheatDetected:
@@ -125,7 +145,9 @@ def run_workload(
             result.update(status="incorrect", message=f"round {r}: {reason}")
             return result
         del args, ref, outs
+    del recurring  # its buffers are not needed while timing
 
+    mark("kernel_checks")
     first_kernels = guards.kernel_signature(
         candidate, arguments(inputs.derive_seed(seed, workload.uuid, "profile")), device
     )
@@ -136,6 +158,12 @@ def run_workload(
     for rep in range(int(job["repeats"])):
         chosen = sorted(secrets.SystemRandom().sample(range(iters), min(iters, int(job["audits"]))))
         witness_at = chosen[0] if (rep == 0 and chosen) else None
+        # the other audited calls are probes in pairs: half the rows of their inputs changed, then
+        # the other half (a cache keyed on a sample of the values is stale in one of the two)
+        probes = [c for c in chosen if c != witness_at]
+        generator = torch.Generator().manual_seed(secrets.randbits(62))
+        probe_inputs: dict[int, list[Any]] = {}
+        masks: list[Any] = []
         # The torch profiler and a CUPTI timing window cannot both subscribe to CUPTI: under the
         # CUPTI timer the kernel set is profiled before and after the loop only.
         cupti = timing.resolve_timer(job.get("timer", "events"), device) == "cupti"
@@ -152,26 +180,40 @@ def run_workload(
                 return inputs.derive_seed(seed, workload.uuid, "timed", rep)
             return inputs.derive_seed(seed, workload.uuid, "timed", rep, i)
 
-        def setup(
-            i: int, chosen: Any = chosen, facts_at: Any = facts_at, shifted: Any = shifted
-        ) -> list[Any]:
+        def setup(i: int, chosen: Any = chosen, facts_at: Any = facts_at, shifted: Any = shifted, probes: Any = probes,
+                  masks: Any = masks, generator: Any = generator, probe_inputs: Any = probe_inputs,
+                  rep: int = rep) -> list[Any]:  # fmt: skip
             if shifted is not None:  # warm-up calls are i = -1, -2, ...: positions 0..warmup-1
                 made = shifted.get(warmup + i if i >= 0 else -1 - i)
                 args = [*made, *maker.allocate()] if dps else made
             else:
                 args = arguments(inputs_seed_of(i))
+            if i in probes:
+                k = probes.index(i)
+                fresh = maker.make(inputs.derive_seed(seed, workload.uuid, "probe", rep, i))
+                if k % 2 == 0:
+                    masks[:] = tools["pool"].row_masks(args[:n_in], generator)
+                pair = masks if k % 2 == 0 else [None if m is None else ~m for m in masks]
+                tools["pool"].perturb_rows(args[:n_in], fresh, pair)
+                probe_inputs[i] = [
+                    a.clone() if isinstance(a, torch.Tensor) else a for a in args[:n_in]
+                ]
             if i in chosen:
                 facts_at[i] = guards.TensorFacts(args[n_in:])
             return args
 
         def audit(i: int, args: Any, rep: int = rep, witness_at: Any = witness_at, profile_at: Any = profile_at,
-                  facts_at: Any = facts_at) -> None:  # fmt: skip
+                  facts_at: Any = facts_at, probe_inputs: Any = probe_inputs) -> None:  # fmt: skip
             facts_at.pop(i).check(f"timed call {i}")
             outs = [o.detach().clone() for o in outputs_of(args, returned.get("value"))]
             inputs_seed = inputs_seed_of(i)
+            if i in probe_inputs:
+                with torch.no_grad():
+                    expected = maker.normalize(reference.run(*probe_inputs.pop(i)))
+            else:
+                expected = reference_outputs(inputs_seed)
             stats = [
-                compare.error_stats(o, r_o, tol)
-                for o, r_o in zip(outs, reference_outputs(inputs_seed), strict=True)
+                compare.error_stats(o, r_o, tol) for o, r_o in zip(outs, expected, strict=True)
             ]
             result["audits"].append(stats)
             reason = _outputs_fail(stats, tol)
@@ -194,6 +236,7 @@ def run_workload(
         def timed(*args: Any) -> None:
             returned["value"] = candidate(*args)  # kept for the audit of a returning (non-DPS) call
 
+        mark("timing")
         with torch.no_grad():
             result["timings_ms"].append(
                 timing.measure(
@@ -209,6 +252,7 @@ def run_workload(
                 )  # fmt: skip
             )
         result["timer"] = timing.last_timer()
+        mark("kernel_checks")
         snapshot.check(f"timing repeat {rep}")
         blocker.check(f"timing repeat {rep}")
         if threads is not None:
@@ -267,6 +311,8 @@ def main() -> int:
     job = json.loads(sys.stdin.read())
 
     def emit(payload: dict[str, Any]) -> None:
+        mark("process_exit")
+        payload = {**payload, "marks": MARKS}
         real_stdout.write(RESULT_TAG + json.dumps(payload) + "\n")
         real_stdout.flush()
 
@@ -312,6 +358,7 @@ def main() -> int:
 
     tools = {"compare": compare, "guards": guards, "inputs": inputs, "timing": timing, "pool": pool,
              "snapshot": snapshot, "blocker": blocker, "reference": reference}  # fmt: skip
+    mark("candidate_import")
     try:
         candidate = _load_entry(entry)
         if not callable(candidate):
@@ -354,4 +401,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -173,11 +175,23 @@ class KernelFitness:
         """The full report of one candidate (used by ``evaluate`` and the suite command)."""
         self.prepare(workdir)
         harness = Harness(self.problem, self.settings, calibration=self.calibration)
-        return harness.evaluate(workdir, seed=ctx.seed, env=ctx.env())
+        return harness.evaluate(workdir, env=ctx.env(), strict=ctx.strict)
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
-        """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason."""
+        """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason.
+
+        Metrics ``time_<phase>`` say where the evaluation's time went (calibration, baseline,
+        build, process_start, candidate_import, correctness, kernel_checks, timing,
+        process_exit, witness, scoring...); they add up to the time spent here.
+        """
+        start = time.monotonic()
         report = self.measure(workdir, ctx)
+        evaluation = self._evaluation(workdir, report)
+        phases = report.phase_seconds(start, time.monotonic())
+        metrics = {**evaluation.metrics, **{f"time_{name}": sec for name, sec in phases.items()}}
+        return replace(evaluation, metrics=metrics)
+
+    def _evaluation(self, workdir: Path, report: Report) -> Evaluation:
         metrics: dict[str, Any] = {"score": report.score}
         for row in report.rows:
             for key in ("kernel_ms", "baseline_ms", "sol_ms", "score", "cv"):
@@ -192,8 +206,10 @@ class KernelFitness:
             metrics["published_score"] = report.published_score
         notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]
         notes += [f"{r.uuid}: FLOPs {r.flops_method}" for r in report.rows if r.flops_method]
+        report.mark("feedback")  # its cost, measured per evaluation (time_feedback)
         artifacts = {"results": report.table(), "problem": problem_statement(self.problem),
-                     "measurement": "\n".join(notes)}  # fmt: skip
+                     "measurement": "\n".join(notes), "roofline": report.roofline()}  # fmt: skip
+        report.mark("scoring")
         if report.output:
             artifacts["output"] = report.output
         try:

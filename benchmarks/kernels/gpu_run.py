@@ -123,7 +123,7 @@ def run_seed(
             (problem.root / "definition.json").read_text(),
             problem.definition.reference,
         )
-        report = harness.evaluate(Path(tmp), seed=1, env=env)
+        report = harness.evaluate(Path(tmp), env=env)
     return {"name": SEEDS[name], "seconds": time.monotonic() - started, **report.as_dict()}
 
 

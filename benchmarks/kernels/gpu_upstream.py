@@ -68,7 +68,7 @@ def score_examples(root: Path, settings: Settings, calibration: dict, env: dict[
                 stage(solution, Path(tmp))
                 (Path(tmp) / "definition.json").write_text((folder / "definition.json").read_text())
                 (Path(tmp) / "reference.py").write_text(problem.definition.reference)
-                report = harness.evaluate(Path(tmp), seed=0, env=env)
+                report = harness.evaluate(Path(tmp), env=env)
             row.update(status=report.status, score_local=report.score if report.status == "ok" else 0.0,
                        score_published=report.published_score, published_hardware=report.published_hardware,
                        timer=report.timer, message=report.message[:300],

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,11 @@ class Settings:
     )
     build_timeout_s: float = 600.0
     build_cache: str | None = None  # default build.default_cache()
+
+    def strict(self) -> Settings:
+        """The auditor's stricter mode: three times the correctness rounds and audited calls, at
+        least three (the witness and a pair of probes, see ``driver``)."""
+        return replace(self, rounds=3 * self.rounds, audits=max(3, 3 * self.audits))
 
 
 def _importable(module: str | None) -> bool:
@@ -217,11 +224,18 @@ class Harness:
         report.build = {"key": built.key, "cached": built.cached, "seconds": built.seconds}
         return {**entry, "so": built.path, "module": built.module}
 
-    def evaluate(self, workdir: Path, *, seed: int, env: Mapping[str, str]) -> Report:
-        """Measure the candidate in ``workdir`` (kernel.py or a solution.json) and score it."""
+    def evaluate(self, workdir: Path, *, env: Mapping[str, str], strict: bool = False) -> Report:
+        """Measure the candidate in ``workdir`` (kernel.py or a solution.json) and score it.
+
+        The inputs come from a seed drawn here per evaluation, which the candidate cannot know
+        (its own seed reaches it through ``env``). ``strict``: ``Settings.strict``.
+        """
         report = Report(problem=self.problem.name)
+        report.mark("calibration")  # measured once per process: about 0 s after the first
         calibration = self.calibration(env)
+        report.mark("baseline")  # the same, per problem and GPU
         baselines = self.baselines(env)
+        report.mark("build")
         entry = self.entry(workdir, report, env)
         if entry is None:
             return report
@@ -231,13 +245,20 @@ class Harness:
             witness_dir.mkdir()
             harness_dir = scratch / "harness"
             harness_dir.mkdir()
-            s = self.settings
+            s = self.settings.strict() if strict else self.settings
             job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
-                   "device": s.device, "seed": seed, "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
+                   "device": s.device, "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
                    "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
                    "entry": entry, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
+            launched = time.monotonic()
+            report.mark("process_start")  # until the driver is ready to import the candidate
             raw, result = sandboxed_json(DRIVER, job, cwd=workdir, timeout_s=s.timeout_s, env=env, tag=DRIVER_TAG,
                                          gpu=s.device.startswith("cuda"), writable=(witness_dir, harness_dir))  # fmt: skip
+            returned = time.monotonic()
+            driver_marks = (raw or {}).get("marks") or [("candidate_process", launched)]
+            for name, at in driver_marks:  # the driver's clock is this machine's monotonic clock
+                report.mark(str(name), min(max(float(at), launched), returned))
+            report.mark("witness", returned)
             report.output = result.tail(4000)
             if raw is None:
                 why = (
@@ -268,14 +289,18 @@ class Harness:
                 if witnesses
                 else {}
             )
-            self._score(report, raw, checked, baselines, calibration)
+            report.mark("scoring")
+            self._score(report, raw, checked, baselines, calibration, s)
             return report
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
-               calibration: dict[str, Any]) -> None:  # fmt: skip
+               calibration: dict[str, Any], settings: Settings) -> None:  # fmt: skip
         by_uuid = {w["uuid"]: w for w in raw.get("workloads", [])}
+        report.ceilings = {
+            k: calibration[k] for k in ("bandwidth_bytes_per_s", "matrix_flops_per_s")
+        }
         for uuid in self._selected():
             workload = self.problem.workload(uuid)
             row = WorkloadRow(uuid=uuid)
@@ -294,6 +319,7 @@ class Harness:
                 else row.reference_ms
             )
             row.flops_method = base.get("flops_method", "")
+            row.bytes, row.flops = base["bytes"], dict(base.get("flops", {}))
             sol = sol_ms(base["bytes"], base.get("flops", {}), calibration)
             row.sol_ms, row.memory_ms, row.compute_ms = (
                 sol["sol_ms"],
@@ -309,7 +335,7 @@ class Harness:
                 row.message += "\n" + got["traceback"][-1500:]
             if row.status != "ok":
                 continue
-            problems = self._verify(got, checked.get(uuid), workload)
+            problems = self._verify(got, checked.get(uuid), workload, settings)
             if problems:
                 row.status, row.message = (
                     ("cheat" if problems.startswith("witness") else "incorrect"),
@@ -351,11 +377,13 @@ class Harness:
         if flagged and not report.message:
             report.message = f"score above 1 on {flagged}: faster than the roofline, so the SOL bound or the timing is wrong"
 
-    def _verify(self, got: dict[str, Any], witness: dict[str, Any] | None, workload: Any) -> str:
+    def _verify(
+        self, got: dict[str, Any], witness: dict[str, Any] | None, workload: Any, settings: Settings
+    ) -> str:
         """Recompute every verdict from raw stats and check the timings; '' when all is well."""
         tol = workload.tolerance
-        if len(got.get("rounds", [])) != self.settings.rounds:
-            return f"{len(got.get('rounds', []))} correctness rounds reported, {self.settings.rounds} required"
+        if len(got.get("rounds", [])) != settings.rounds:
+            return f"{len(got.get('rounds', []))} correctness rounds reported, {settings.rounds} required"
         for r, stats in enumerate(got["rounds"]):
             for i, s in enumerate(stats):
                 reason = verdict(s, tol, name=f"round {r} output {i}")
@@ -367,9 +395,7 @@ class Harness:
                 if reason:
                     return reason
         timings = got.get("timings_ms", [])
-        if len(timings) != self.settings.repeats or any(
-            len(t) != self.settings.iters for t in timings
-        ):
+        if len(timings) != settings.repeats or any(len(t) != settings.iters for t in timings):
             return "the timing loop did not report the expected number of timed calls"
         if any(
             not (isinstance(v, int | float) and math.isfinite(v) and v > 0)
@@ -377,7 +403,7 @@ class Harness:
             for v in t
         ):
             return "a reported time is not a positive finite number"
-        if self.settings.audits and witness is None:
+        if settings.audits and witness is None:
             return "witness: no witness outputs to check"
         if witness is not None:
             if "error" in witness:

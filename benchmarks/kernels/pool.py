@@ -7,6 +7,12 @@ different ``data_ptr`` (a kernel cannot key a cache on the pointer) while memory
 near one copy of the inputs. This class does the same for one set of inputs; Python
 scalars pass through unchanged. Strides (including the zero strides of an ``expand``)
 are kept, so the pool holds only the storage a tensor really spans.
+
+Two more placements catch caches the shifting pool does not: ``RecurringAddresses`` puts
+fresh values at addresses already used (a cache keyed on the pointer goes stale), and
+``perturb_rows`` changes a random half of the rows of a call's inputs while the other half
+keeps the values seen before (a cache keyed on a sample of the values goes stale when the
+sample falls in the unchanged half; the complementary mask covers the other case).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 import torch
 
 ALIGNMENT_BYTES = 256
+PERTURBED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class ShiftedInputs:
@@ -62,3 +69,50 @@ def _span(tensor: torch.Tensor) -> int:
         for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
         if size > 1
     )
+
+
+class RecurringAddresses:
+    """Fresh values at addresses that recur: every ``place`` copies new inputs into one fixed set
+    of buffers, so a result cached on an input's ``data_ptr`` is stale at the next call."""
+
+    def __init__(self) -> None:
+        self.buffers: list[Any] = []
+
+    def place(self, inputs: Sequence[Any]) -> list[Any]:
+        """``inputs`` copied into the buffers (made on the first call); Python scalars unchanged."""
+        if not self.buffers:
+            self.buffers = [
+                torch.empty_like(v) if isinstance(v, torch.Tensor) and v.is_contiguous() else None
+                for v in inputs
+            ]
+        placed = []
+        for buffer, value in zip(self.buffers, inputs, strict=True):
+            if buffer is None or buffer.shape != getattr(value, "shape", None):
+                placed.append(value)  # a scalar, a broadcast view, a changed shape: passed as it is
+                continue
+            placed.append(buffer.copy_(value))
+        return placed
+
+
+def perturb_rows(inputs: Sequence[Any], fresh: Sequence[Any], masks: Sequence[Any]) -> None:
+    """Replace, in place, the rows (along dim 0) of each floating-point input chosen by its mask
+    with the same rows of ``fresh``; a mask is None where an input is left as it is."""
+    for value, new, mask in zip(inputs, fresh, masks, strict=True):
+        if mask is not None:
+            value[mask] = new[mask]
+
+
+def row_masks(inputs: Sequence[Any], generator: torch.Generator) -> list[Any]:
+    """Per input: a boolean mask choosing half of its rows at random (None for scalars, integer
+    and fp8/fp4 tensors, whose values may be indices or packed, and tensors of fewer than two rows)."""
+    masks = []
+    for value in inputs:
+        if not (isinstance(value, torch.Tensor) and value.dtype in PERTURBED_DTYPES and value.dim() >= 1
+                and value.shape[0] >= 2):  # fmt: skip
+            masks.append(None)
+            continue
+        rows = value.shape[0]
+        mask = torch.zeros(rows, dtype=torch.bool)
+        mask[torch.randperm(rows, generator=generator)[: rows // 2]] = True
+        masks.append(mask.to(value.device))
+    return masks

@@ -14,10 +14,11 @@ verdict as the JSON line carrying it). Tasks:
 
 from __future__ import annotations
 
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
+
+from evolve.benchmarks.kernels.process import exit_now
 
 from evolve.harness.protocol import serve_job
 
@@ -153,8 +154,14 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
     calls = int(job["warmup"]) + int(job["iters"])
     rows = []
     for item in job["problems"]:
-        problem = spec.load_problem(item)
-        reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        try:
+            problem = spec.load_problem(item)
+            reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
+        except Exception as exc:  # one problem failing must not lose the others' rows
+            error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            rows.append({"problem": Path(item).name, "folder": str(item), "uuid": "-", "events_error": error,
+                         "cupti_error": error})  # fmt: skip
+            continue
         for workload in problem.workloads[: job.get("workloads") or None]:
             row: dict[str, Any] = {
                 "problem": problem.name,
@@ -186,6 +193,8 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
                     row[f"{method}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             rows.append(row)
             del shifted
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     return {"timers": rows}
 
 
@@ -218,4 +227,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

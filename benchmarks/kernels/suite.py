@@ -60,7 +60,6 @@ def run_suite(
     problems: Sequence[str] = (),
     calibration: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
-    seed: int = 0,
 ) -> dict[str, Any]:
     """Score every problem; returns {"score", "problems": {name: report dict or missing}}."""
     dirs = problem_dirs(dataset)
@@ -88,7 +87,7 @@ def run_suite(
                 problem.definition.reference,
             )
             try:
-                report = harness.evaluate(workdir, seed=seed, env=dict(env or {}))
+                report = harness.evaluate(workdir, env=dict(env or {}))
             except Exception as exc:  # the harness itself failed on this problem: record, go on
                 report = Report(
                     problem=name, status="error", message=f"{type(exc).__name__}: {exc}"

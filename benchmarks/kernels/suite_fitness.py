@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,24 +127,42 @@ class KernelSuiteFitness:
             (workdir / name).mkdir(exist_ok=True)
             member.prepare(workdir / name)
 
-    def measure(self, workdir: Path, ctx: EvalContext) -> dict[str, Report]:
-        """Every problem's report (reused when its folder is unchanged since an earlier measurement)."""
+    def measure(
+        self, workdir: Path, ctx: EvalContext, timeline: Report | None = None
+    ) -> dict[str, Report]:
+        """Every problem's report (reused when its folder is unchanged since an earlier measurement,
+        never under ``ctx.strict``); the marks of those measured now are added to ``timeline``."""
         self.prepare(workdir)
         reports = {}
         for name, member in self.members.items():
-            key = f"{name}|{folder_hash(workdir / name)}|{member.settings}"
+            key = f"{name}|{folder_hash(workdir / name)}|{member.settings}|{ctx.strict}"
             if key not in _MEASURED:
                 harness = Harness(member.problem, member.settings, calibration=member.calibration)
                 try:
-                    _MEASURED[key] = harness.evaluate(workdir / name, seed=ctx.seed, env=ctx.env())
+                    _MEASURED[key] = harness.evaluate(
+                        workdir / name, env=ctx.env(), strict=ctx.strict
+                    )
                 except SpecError as exc:
                     _MEASURED[key] = Report(problem=name, status="error", message=str(exc))
+                if timeline is not None:
+                    timeline.marks += _MEASURED[key].marks
             reports[name] = _MEASURED[key]
         return reports
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
-        """Per-problem and aggregate scores; a cheat on any problem rejects the candidate."""
-        reports = self.measure(workdir, ctx)
+        """Per-problem and aggregate scores; a cheat on any problem rejects the candidate.
+
+        ``time_<phase>`` metrics as in ``KernelFitness``, summed over the problems measured.
+        """
+        start, timeline = time.monotonic(), Report(problem="suite")
+        reports = self.measure(workdir, ctx, timeline)
+        timeline.mark("scoring")
+        evaluation = self._evaluation(workdir, reports)
+        phases = timeline.phase_seconds(start, time.monotonic())
+        metrics = {**evaluation.metrics, **{f"time_{name}": sec for name, sec in phases.items()}}
+        return replace(evaluation, metrics=metrics)
+
+    def _evaluation(self, workdir: Path, reports: dict[str, Report]) -> Evaluation:
         metrics: dict[str, Any] = {}
         gains = []
         scores: dict[str, float | None] = {}
@@ -166,6 +186,7 @@ class KernelSuiteFitness:
         artifacts = {
             "results": table,
             "problem": "\n\n".join(problem_statement(m.problem) for m in self.members.values()),
+            "roofline": "\n".join(r.roofline() for r in reports.values() if r.roofline()),
         }
         cheats = {n: r.message for n, r in reports.items() if r.status == "cheat"}
         if cheats:

@@ -1,6 +1,11 @@
 """Red team, kernels: hacks through ``KernelFitness.evaluate`` (the owner's anti-cheat suite drives the harness directly).
 
-CPU part: the tiny RMSNorm problem under Triton's interpreter, as in the owner's tests.
+CPU part: the tiny RMSNorm problem under Triton's interpreter, as in the owner's tests:
+class 1 of issue 15 (work outside the timed window: outputs replayed from inputs predicted
+at import, caches keyed on the pointer or on a sample of the values, work deferred past the
+call), class 3 (state carried between evaluations: files in /dev/shm, /tmp and $HOME,
+poisoned harness caches and dataset, a daemon left to serve the next candidate), and the
+auditor's strict mode (``EvalContext.strict``: more rounds and probes).
 GPU part (``-m gpu``): patched CUDA events, lazy output tensors, outputs cached across calls
 and a proxy output on the real rmsnorm problem of our suite.
 """
@@ -18,7 +23,7 @@ from evolve.benchmarks.kernels.fitness import KernelFitness
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
-from tests.redteam.helpers import Listener, assert_caught
+from tests.redteam.helpers import Listener, assert_caught, reason
 
 OWNER_TESTS = Path(__file__).resolve().parents[1] / "benchmarks" / "kernels"
 
@@ -73,11 +78,11 @@ def fitness(tmp_path_factory):
     patch.undo()
 
 
-def evaluate(fitness, tmp_path: Path, code: str, name: str = "cand"):
+def evaluate(fitness, tmp_path: Path, code: str, name: str = "cand", *, strict: bool = False):
     workdir = tmp_path / name
     workdir.mkdir()
     (workdir / "kernel.py").write_text(code)
-    return evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    return evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120, strict=strict))
 
 
 @pytest.mark.slow  # the first kernel evaluation measures baselines (~30 s on CPU)
@@ -151,6 +156,225 @@ def test_outputs_cached_across_calls_are_caught(fitness, tmp_path):
     assert_caught(
         evaluate(fitness, tmp_path, code), FAILED, r"although the correctness rounds passed|cache"
     )
+
+
+# --- class 1: work outside the timed window --------------------------------------------------
+
+COMPUTE = textwrap.dedent(
+    """
+    def compute(x, weight, eps, y):
+        xf = x.float()
+        y.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(y.dtype))
+    """
+)
+
+# At import, replay the harness's input generator from the candidate's EVOLVE_SEED and the
+# seed-derivation scheme in the harness's source, precompute every answer, and only copy at call time.
+REPLAY_AT_IMPORT = (
+    "import os, types, torch\n"
+    "from evolve.benchmarks.kernels import inputs, spec\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        problem = spec.load_problem(DATASET + "/tiny_rmsnorm")
+        seed = int(os.environ["EVOLVE_SEED"])
+        reference = types.SimpleNamespace(run=None)
+        answers = {}
+        for workload in problem.workloads:
+            maker = inputs.InputMaker(problem, workload, torch.device("cpu"), reference)
+            parts = [("round", r) for r in range(40)] + [("profile",), ("profile", "last")]
+            parts += [("timed", rep) for rep in range(4)]
+            parts += [("profile", rep, i) for rep in range(4) for i in range(64)]
+            for part in parts:
+                x, weight, eps = maker.make(inputs.derive_seed(seed, workload.uuid, *part))
+                y = torch.empty_like(x)
+                compute(x, weight, eps, y)
+                answers[tuple(x.flatten()[:8].float().tolist())] = y
+
+        def run(x, weight, eps, y):
+            found = answers.get(tuple(x.flatten()[:8].float().tolist()))
+            y.copy_(found) if found is not None else y.zero_()  # trusts its replay: no compute here
+        """
+    )
+)
+
+POINTER_CACHE = (
+    "import torch\ncache = {}\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        def run(x, weight, eps, y):
+            key = (x.data_ptr(), weight.data_ptr())
+            if key not in cache:
+                compute(x, weight, eps, y)
+                cache[key] = y.clone()
+            y.copy_(cache[key])
+        """
+    )
+)
+
+SAMPLED_CACHE = (  # a cache keyed on a few values: every timed call sees the same values at a new address
+    "import torch\ncache = {}\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        def run(x, weight, eps, y):
+            key = tuple(x[0, :4].float().tolist())
+            if key not in cache:
+                compute(x, weight, eps, y)
+                cache[key] = y.clone()
+            y.copy_(cache[key])
+        """
+    )
+)
+
+DEFERRED = (  # after the correctness rounds, each call's work runs only when the next call arrives
+    "import queue, threading, torch\ncalls, pending, work = [0], [], queue.Queue()\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        def worker():
+            while True:
+                compute(*work.get())
+                work.task_done()
+
+        def run(x, weight, eps, y):
+            calls[0] += 1
+            if calls[0] <= 2:
+                compute(x, weight, eps, y)
+                return
+            if calls[0] == 3:
+                threading.Thread(target=worker, daemon=True).start()
+            if pending:
+                work.put(pending.pop())
+            pending.append((x, weight, eps, y))
+        """
+    )
+)
+
+WRONG_AFTER_TWO_CALLS = (  # wrong only on its third call: a correctness round only when there are more than 2
+    "import torch\ncalls = [0]\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        def run(x, weight, eps, y):
+            calls[0] += 1
+            compute(x, weight, 1.0 if calls[0] == 3 else eps, y)  # the same ops, a wrong answer
+        """
+    )
+)
+
+
+def test_outputs_replayed_from_inputs_predicted_at_import_are_wrong(fitness, tmp_path):
+    """The harness draws the input seed per evaluation: EVOLVE_SEED predicts nothing."""
+    code = f"DATASET = {str(fitness.problem.root.parent)!r}\n" + REPLAY_AT_IMPORT
+    assert_caught(evaluate(fitness, tmp_path, code), FAILED, r"round 0: .*(zero|within)")
+
+
+def test_a_cache_keyed_on_input_pointers_goes_stale(fitness, tmp_path):
+    """Correctness rounds put fresh values at the same addresses."""
+    assert_caught(evaluate(fitness, tmp_path, POINTER_CACHE), FAILED, r"round 1: .*within")
+
+
+@pytest.mark.slow  # two evaluations with strict settings (~1 min on CPU)
+def test_a_cache_keyed_on_sampled_values_is_caught_by_probe_pairs(fitness, tmp_path):
+    """Probes change half the rows, then the other half: a sample of the values sees no change in one."""
+    assert_caught(
+        evaluate(fitness, tmp_path, SAMPLED_CACHE, strict=True),
+        FAILED,
+        r"timed call \d+ gave wrong outputs .*although the correctness rounds passed",
+    )
+
+
+def test_work_deferred_past_the_call_is_caught(fitness, tmp_path):
+    assert_caught(
+        evaluate(fitness, tmp_path, DEFERRED),
+        FAILED,
+        r"although the correctness rounds passed|thread",
+    )
+
+
+@pytest.mark.slow  # two evaluations (~1 min on CPU)
+def test_strict_mode_catches_what_the_normal_rounds_miss(fitness, tmp_path):
+    """ctx.strict (the auditor's re-evaluation): three times the rounds and probes; honest still passes."""
+    normal = evaluate(fitness, tmp_path, WRONG_AFTER_TWO_CALLS, "normal")
+    assert normal.ok, dict(normal.artifacts)  # its third call is the untimed kernel profile
+    assert_caught(
+        evaluate(fitness, tmp_path, WRONG_AFTER_TWO_CALLS, "strict", strict=True),
+        FAILED,
+        r"round 2: ",
+    )
+    honest = evaluate(fitness, tmp_path, GOOD, "honest", strict=True)
+    assert honest.ok and honest.fitness > 0, dict(honest.artifacts)
+
+
+# --- class 3: state carried between evaluations ---------------------------------------------
+
+CHANNEL_PATHS = ("/dev/shm/evolve-kernels-answers", "/tmp/evolve-kernels-answers",
+                 str(Path.home() / ".evolve-kernels-answers"))  # fmt: skip
+
+LEAVE_ANSWERS = (  # an honest kernel that leaves its answers wherever it can, for the next candidate
+    f"import contextlib, torch\nPATHS = {CHANNEL_PATHS!r}\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        def run(x, weight, eps, y):
+            compute(x, weight, eps, y)
+            for path in PATHS:
+                with contextlib.suppress(Exception):  # PermissionError, or torch.save's RuntimeError
+                    torch.save({"x": x, "y": y}, path)
+        """
+    )
+)
+
+USE_ANSWERS = (  # computes nothing: answers found from a previous evaluation, else NaN
+    f"import os, sys, torch\nPATHS = {CHANNEL_PATHS!r}\n"
+    + textwrap.dedent(
+        """
+        found = [p for p in PATHS if os.path.exists(p)]
+        print("answers found:", found or "none", file=sys.stderr)
+
+        def run(x, weight, eps, y):
+            y.copy_(torch.load(found[0])["y"]) if found else y.fill_(float("nan"))
+        """
+    )
+)
+
+
+def test_answers_left_in_shared_files_never_reach_the_next_evaluation(fitness, tmp_path):
+    first = evaluate(fitness, tmp_path, LEAVE_ANSWERS, "writer")
+    assert first.ok, dict(first.artifacts)
+    assert not any(Path(p).exists() for p in CHANNEL_PATHS)
+    second = evaluate(fitness, tmp_path, USE_ANSWERS, "reader")
+    assert_caught(second, FAILED, r"answers found: none.*|NaN")
+    assert "answers found: none" in reason(second)
+
+
+def test_poisoning_the_harness_caches_and_the_dataset_is_refused(fitness, tmp_path):
+    """The build cache and the problem's own files (its reference, timed for the baseline) are harness-only."""
+    from evolve.benchmarks.kernels.build import default_cache
+
+    definition = fitness.problem.root / "definition.json"
+    before = definition.read_text()
+    target = default_cache() / "poisoned-evolve-redteam.so"
+    code = (
+        f"import pathlib\nfor path in ({str(target)!r}, {str(definition)!r}):\n"
+        "    pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)\n"
+        "    pathlib.Path(path).write_text('poison')\n" + GOOD
+    )
+    assert_caught(
+        evaluate(fitness, tmp_path, code), FAILED, r"PermissionError|Permission denied|Read-only"
+    )
+    assert not target.exists() and definition.read_text() == before
+
+
+def test_a_daemon_left_to_serve_the_next_candidate_is_killed_and_rejected(fitness, tmp_path):
+    code = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        time.sleep(600)  # would hold this candidate's answers for the next one\n"
+        "    os._exit(0)\n" + GOOD
+    )
+    assert_caught(evaluate(fitness, tmp_path, code), FAILED, r"left \d+ process")
 
 
 # --- GPU: the real rmsnorm problem of our suite ---------------------------------------------

@@ -186,7 +186,7 @@ def evaluate(dataset: Path, code: str, workdir: Path, *, settings: Settings = SE
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "kernel.py").write_text(code)
     return Harness(problem, settings, calibration=CALIBRATION).evaluate(
-        workdir, seed=3, env={"TRITON_INTERPRET": "1"}
+        workdir, env={"TRITON_INTERPRET": "1"}
     )
 
 

@@ -93,7 +93,7 @@ def score(dataset, data: dict, workdir, settings=SETTINGS):
     path.write_text(json.dumps(data))
     stage(load_solution(path), workdir / "cand")
     return Harness(problem, settings, calibration=CALIBRATION).evaluate(
-        workdir / "cand", seed=3, env={"TRITON_INTERPRET": "1"}
+        workdir / "cand", env={"TRITON_INTERPRET": "1"}
     )
 
 

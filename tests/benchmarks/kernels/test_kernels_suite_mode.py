@@ -12,7 +12,7 @@ from evolve.benchmarks.kernels.suite_fitness import KernelSuiteFitness, select_p
 from kernels_candidates import CALIBRATION, GOOD, INLINE_CPP
 from kernels_fixtures import tiny_rmsnorm
 
-from evolve.fitness import EvalContext
+from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus, EvolveError
 
 
@@ -51,9 +51,17 @@ def test_the_seed_holds_a_kernel_per_problem_and_scores_aggregate_as_upstream(fi
     assert [d.name for d in fitness.descriptors] == ["lead_problem", "code_lines"]
     assert fitness.descriptors[0].bins == 2  # one bin per problem
     workdir = _candidate(fitness, tmp_path, {"norm_b": GOOD})
-    evaluation = fitness.evaluate(workdir, EvalContext(seed=1))
+    evaluation = evaluate_safely(fitness, workdir, EvalContext(seed=1))
     assert evaluation.status == EvalStatus.OK, evaluation.artifacts
     m = evaluation.metrics
+    phases = {k: v for k, v in m.items() if k.startswith("time_")}
+    assert sum(phases.values()) == pytest.approx(evaluation.wall_s, rel=0.02)
+    assert (
+        phases["time_timing"] > 0
+        and phases["time_correctness"] > 0
+        and phases["time_process_start"] > 0
+    )
+    assert evaluation.artifacts["roofline"].count("memory-bound") == 2
     assert set(m) >= {"norm_a/score", "norm_b/score", "norm_a/reference_score", "score"}
     assert evaluation.fitness == pytest.approx((m["norm_a/score"] + m["norm_b/score"]) / 2)
     assert evaluation.descriptors["lead_problem"] in (0.0, 1.0)

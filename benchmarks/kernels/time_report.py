@@ -1,0 +1,82 @@
+"""Where a kernel evaluation's time goes, and what its roofline feedback costs (issues 17, 18).
+
+    python -m evolve.benchmarks.kernels.time_report --problem rmsnorm --evaluations 3      # on a GPU
+    python -m evolve.benchmarks.kernels.time_report --device cpu --tiny --evaluations 3    # this CPU
+
+Evaluates the problem's seed kernel (our Triton seed where there is one, else the reference)
+``--evaluations`` times through ``KernelFitness`` and ``evaluate_safely``, as a search's
+worker does (the first evaluation pays calibration and baselines, the later ones reuse
+them), and prints each evaluation's ``time_<phase>`` seconds as shares of its ``wall_s``,
+the share of the roofline feedback (``time_feedback``; issue 17 allows 3%), and the
+feedback text itself. ``--tiny`` caps every axis at 64 (with ``--device cpu``, Triton's
+interpreter; times then describe only this harness's overhead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from evolve.benchmarks.kernels.gpu_run import HERE, SEEDS, shrink_dataset
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Evaluate, print the table of phases; exit 1 when an evaluation was not OK."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--problem", default="rmsnorm")
+    parser.add_argument("--evaluations", type=int, default=3)
+    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    parser.add_argument("--tiny", action="store_true", help="cap every axis at 64")
+    args = parser.parse_args(argv)
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness
+
+    from evolve.fitness import EvalContext, evaluate_safely
+
+    tmp = Path(tempfile.mkdtemp(prefix="evolve-kernels-time-report-"))
+    try:
+        dataset = shrink_dataset(SUITE, tmp / "tiny") if args.tiny else SUITE
+        cpu = args.device == "cpu"
+        fitness = KernelFitness(problem=args.problem, dataset=str(dataset), device=args.device,
+                                baseline="eager" if cpu else "compile", quick_calibration=cpu,
+                                **({"rounds": 2, "warmup": 2, "iters": 10} if cpu else {}))  # fmt: skip
+        seed = HERE / "seeds" / SEEDS.get(args.problem, "reference") / "kernel.py"
+        rows = []
+        for k in range(args.evaluations):
+            workdir = tmp / f"candidate-{k}"
+            workdir.mkdir()
+            shutil.copy(seed, workdir / "kernel.py")
+            ev = evaluate_safely(fitness, workdir, EvalContext(seed=k, timeout_s=900.0))
+            phases = {
+                m.removeprefix("time_"): v for m, v in ev.metrics.items() if m.startswith("time_")
+            }
+            rows.append((ev, phases))
+            print(f"evaluation {k}: {ev.status.value}, fitness {ev.fitness}, wall {ev.wall_s:.3f} s, "
+                  f"phases add up to {sum(phases.values()):.3f} s", flush=True)  # fmt: skip
+        names = sorted({n for _, phases in rows for n in phases})
+        print("\n| phase | " + " | ".join(f"eval {k} s (share)" for k in range(len(rows))) + " |")
+        print("| --- |" + " ---: |" * len(rows))
+        for name in names:
+            cells = [
+                f"{p.get(name, 0.0):.4f} ({p.get(name, 0.0) / ev.wall_s:.2%})" for ev, p in rows
+            ]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        print("| wall_s | " + " | ".join(f"{ev.wall_s:.3f}" for ev, _ in rows) + " |")
+        worst = max(p.get("feedback", 0.0) / ev.wall_s for ev, p in rows)
+        print(
+            f"\nroofline feedback: at most {worst:.4%} of an evaluation's wall time (allowed: 3%)"
+        )
+        print("\nfeedback of the last evaluation (artifact 'roofline'):")
+        print(rows[-1][0].artifacts.get("roofline", "(none)"))
+        return 0 if all(ev.ok for ev, _ in rows) else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

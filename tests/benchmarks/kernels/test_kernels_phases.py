@@ -1,0 +1,85 @@
+"""A kernel evaluation's time by phase (``time_<phase>`` metrics) and its roofline feedback, through the real fitness."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from evolve.benchmarks.kernels.fitness import KernelFitness
+from kernels_candidates import CALIBRATION, GOOD
+from kernels_fixtures import tiny_rmsnorm
+
+from evolve.fitness import EvalContext, evaluate_safely
+
+
+@pytest.fixture
+def fitness(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    tiny_rmsnorm(tmp_path / "data", rows=(8, 33))
+    calibration = tmp_path / "calibration.json"
+    calibration.write_text(json.dumps(CALIBRATION))
+    return KernelFitness(problem="tiny_rmsnorm", dataset=str(tmp_path / "data"), device="cpu", rounds=2, warmup=1,
+                         iters=4, audits=1, baseline="eager", calibration=str(calibration))  # fmt: skip
+
+
+def test_time_phases_add_up_to_the_wall_time_and_the_baseline_is_measured_once(
+    fitness, tmp_path, monkeypatch
+):
+    from evolve.benchmarks.kernels import harness
+
+    tasks = []
+    real = harness.referee_call
+
+    def counted(job, settings, env):
+        tasks.append(job["task"])
+        return real(job, settings, env)
+
+    monkeypatch.setattr(harness, "referee_call", counted)
+    evaluations = []
+    for name in ("first", "second"):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        (workdir / "kernel.py").write_text(GOOD)
+        evaluations.append(evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120)))
+    for ev in evaluations:
+        assert ev.ok, dict(ev.artifacts)
+        phases = {k: v for k, v in ev.metrics.items() if k.startswith("time_")}
+        assert sum(phases.values()) == pytest.approx(ev.wall_s, rel=0.02)
+        assert all(v >= 0 for v in phases.values())
+        for phase in ("process_start", "candidate_import", "correctness", "kernel_checks", "timing",
+                      "process_exit", "witness", "scoring"):  # fmt: skip
+            assert phases[f"time_{phase}"] > 0, phase
+    assert tasks.count("baseline") == 1  # kept by the harness for the second evaluation
+    assert tasks.count("witness") == 2
+
+
+def test_the_roofline_feedback_reaches_the_childs_prompt_whole(fitness, tmp_path):
+    from evolve.fitness import Benchmark
+    from evolve.operators.prompting import Budget, context_values, messages_for, program_view
+    from evolve.types import Candidate, Parent
+
+    workdir = tmp_path / "parent"
+    workdir.mkdir()
+    (workdir / "kernel.py").write_text(GOOD)
+    ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    assert ev.ok, dict(ev.artifacts)
+    roofline = ev.artifacts["roofline"]
+    assert (
+        roofline.count("memory-bound: T_k") == 2
+        and "% of peak" in roofline
+        and "T_b's speed" in roofline
+    )
+    assert "kernels per call:" in roofline and ev.metrics["time_feedback"] >= 0
+    benchmark = Benchmark(
+        name="kernels", fitness=fitness, seed_dir=tmp_path, editable=("kernel.py",)
+    )
+    parent = Parent(
+        candidate=Candidate(id="p" * 12, seq=1, files={"kernel.py": GOOD}, operator="seed"),
+        evaluation=ev,
+    )
+    budget = Budget()  # llm.artifact_chars's default, shared by all the parent's artifacts
+    values = context_values(benchmark, parent, [], [], budget)
+    values["program"] = program_view(parent, benchmark, budget, label="Program")
+    assert dict(values["program"]["artifacts"])["roofline"] == roofline.strip()
+    prompt = messages_for("diff.md.j2", values)[-1]["content"]
+    assert all(line in prompt for line in roofline.splitlines())

@@ -2,7 +2,9 @@
 
 ``Engine`` owns the archive, the emitter (bandit state), dedup, the one edit check, the
 rejection records and the candidate counts; every change it makes is one store
-transaction. It never waits for anything but the operator it was asked to run, so any
+transaction. It acts on what its parts decide: ``evolve.novelty`` names a proposal's twin
+and why, ``evolve.operators.summary.NotebookFeed`` keeps the research notebook and its
+summaries, ``evolve.jobs`` says what each evaluation is handed. It never waits for anything but the operator it was asked to run, so any
 loop can drive it: ``evolve.driver`` keeps many proposals and evaluations in flight, a
 notebook can go one at a time::
 
@@ -29,6 +31,7 @@ from evolve import noise
 from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
+from evolve.jobs import Jobs
 from evolve.notebook import Notebook
 from evolve.novelty import Novelty
 from evolve.operators.base import OperatorRejected
@@ -44,7 +47,6 @@ from evolve.types import (
     CandidateStatus,
     Evaluation,
     EvolveError,
-    Job,
     Proposal,
 )
 
@@ -54,21 +56,12 @@ SEED_OPERATOR = "seed"
 REDRAWS = 20  # a built-in operator's child identical to a stored one is drawn again this often
 
 
-class HarnessChanged(EvolveError):
-    """The benchmark's harness files changed during the run."""
-
-
 Outcome = Proposal | Rejection
 
 
 def proposal_rng(seed: int, seq: int, attempt: int, stream: str = "ask") -> random.Random:
     """The random stream of proposal ``seq``: ``ask`` (arm, parents) or ``operator`` (its sampling)."""
     return random.Random(f"{seed}:{seq}:{attempt}:{stream}")
-
-
-def eval_seed(seed: int, seq: int) -> int:
-    """The evaluation seed handed to the fitness for candidate ``seq``."""
-    return (seed * 1_000_003 + seq) % (2**31)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -101,7 +94,7 @@ class Engine:
 
     def __post_init__(self) -> None:
         """Continue from the store: bandit state, counts, the next seq and event, open asks."""
-        self.harness_hash = self.benchmark.harness_hash()
+        self.jobs = Jobs(self.benchmark, self.seed)
         self.novelty = Novelty(
             store=self.store,
             settings=self.archive.novelty,
@@ -148,21 +141,7 @@ class Engine:
         self.event += 1
         return self.event - 1
 
-    # --- the harness and the seed -------------------------------------------------------------------
-
-    def check_harness(self, *, started: str | None = None) -> None:
-        """Raise HarnessChanged if the harness files differ from the run's (or from ``started``)."""
-        now = self.benchmark.harness_hash()
-        if started and started != now:
-            raise HarnessChanged(
-                f"the harness files of benchmark {self.benchmark.name!r} differ from those the run started "
-                f"with (hash {started[:12]}, now {now[:12]}); restore them to resume, or start a new run"
-            )
-        if now != self.harness_hash:
-            raise HarnessChanged(
-                f"the harness files of benchmark {self.benchmark.name!r} changed during the run; "
-                "restore them (the run's hash is in the runs table) or start a new run"
-            )
+    # --- the seed ------------------------------------------------------------------------------------
 
     def seed_to_evaluate(self) -> Candidate | None:
         """The seed program when it still needs its evaluation (stored first if new); None once it has one.
@@ -320,23 +299,9 @@ class Engine:
 
     # --- evaluate and tell --------------------------------------------------------------------------
 
-    def job(self, candidate: Candidate, sample: int = 0, *, strict: bool = False) -> Job:
-        """The evaluation of ``candidate`` (``sample`` > 0: its extra samples under noise or audit;
-        ``strict``: the auditor's stricter mode, ``EvalContext.strict``)."""
-        seed = eval_seed(self.seed, candidate.seq)
-        if sample:
-            seed = noise.reevaluation_seed(seed, sample)
-        return Job(
-            candidate_id=candidate.id,
-            files=dict(candidate.files),
-            seed=seed,
-            timeout_s=self.benchmark.timeout_s,
-            strict=strict,
-        )
-
     def start_evaluation(self, candidate: Candidate) -> None:
         """Mark ``candidate`` as under evaluation (checks the harness first)."""
-        self.check_harness()
+        self.jobs.check_harness()
         if candidate.id in self._evaluating:
             return
         self._evaluating.add(candidate.id)

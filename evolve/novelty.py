@@ -202,16 +202,11 @@ class Novelty:
             return None
         self._index_structures()
         twin = self._structures.get(structure_hash(files, constants=self.settings.constants))
-        if twin is None:
-            return None
         ignored = "local names and docstrings" + (
             " and numeric constants" if self.settings.constants else ""
         )
-        return Twin(
-            twin,
-            f"behaviourally identical to {twin}: the same program up to {ignored}; "
-            "propose a change to what it computes",
-        )
+        reason = f"the same program up to {ignored}; propose a change to what it computes"
+        return Twin(twin, f"behaviourally identical to {twin}: {reason}") if twin else None
 
     def _index_structures(self) -> None:
         rows = self.store.conn.execute(

@@ -92,7 +92,7 @@ class Driver:
                 archive=engine.archive,
                 settings=noise,
                 reevaluate=self.reevaluate,
-                sample_seed=lambda candidate, k: engine.job(candidate, k).seed,
+                sample_seed=lambda candidate, k: engine.jobs.job(candidate, k).seed,
                 slots=backend.slots,
             )
             if noise is not None and noise.enabled
@@ -139,7 +139,8 @@ class Driver:
 
     async def run(self) -> Summary:
         """Evaluate the seed if needed, finish what a stopped run left, and search to a budget."""
-        self.engine.check_harness(started=(self.engine.store.first_run() or {}).get("harness_hash"))
+        started = (self.engine.store.first_run() or {}).get("harness_hash")
+        self.engine.jobs.check_harness(started=started)
         await self._evaluate_seed()
         timer = None
         if self.settings.max_wall_s is not None:
@@ -218,7 +219,7 @@ class Driver:
             return
         log.info("evaluating the seed program %s", seed.id[:8])
         self.engine.start_evaluation(seed)
-        evaluation = await self.backend.evaluate(0, self.engine.job(seed))
+        evaluation = await self.backend.evaluate(0, self.engine.jobs.job(seed))
         state = None
         if self.referee is not None and evaluation.ok:
             evaluation = await self.referee.calibrate(seed, evaluation)
@@ -299,7 +300,7 @@ class Driver:
     async def _worker(self, slot: int) -> None:
         while (candidate := await self._queue.get()) is not None:
             self.engine.start_evaluation(candidate)
-            evaluation = await self.backend.evaluate(slot, self.engine.job(candidate))
+            evaluation = await self.backend.evaluate(slot, self.engine.jobs.job(candidate))
             samples: list[Evaluation] = []
             if self.referee is not None:
                 evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
@@ -320,8 +321,8 @@ class Driver:
     ) -> Evaluation:
         """Evaluate ``candidate`` again with its ``k``-th extra seed (the referee's samples;
         ``strict``: the auditor's, in the fitness's strict mode)."""
-        self.engine.check_harness()
-        return await self.backend.evaluate(slot, self.engine.job(candidate, k, strict=strict))
+        self.engine.jobs.check_harness()
+        return await self.backend.evaluate(slot, self.engine.jobs.job(candidate, k, strict=strict))
 
     def _tell(
         self,

@@ -2,7 +2,9 @@
 
 ``Engine`` owns the archive, the emitter (bandit state), dedup, the one edit check, the
 rejection records and the candidate counts; every change it makes is one store
-transaction. It never waits for anything but the operator it was asked to run, so any
+transaction. It acts on what its parts decide: ``evolve.novelty`` names a proposal's twin
+and why, ``evolve.operators.summary.NotebookFeed`` keeps the research notebook and its
+summaries, ``evolve.jobs`` says what each evaluation is handed. It never waits for anything but the operator it was asked to run, so any
 loop can drive it: ``evolve.driver`` keeps many proposals and evaluations in flight, a
 notebook can go one at a time::
 
@@ -29,12 +31,12 @@ from evolve import noise
 from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
+from evolve.jobs import Jobs
 from evolve.notebook import Notebook
 from evolve.novelty import Novelty
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
-from evolve.operators.summary import NotebookSummary, Summariser
-from evolve.query.notebook import note_at
+from evolve.operators.summary import NotebookFeed, Summariser
 from evolve.referee import STRICT, AuditVerdict
 from evolve.rejections import Rejection, record_rejection
 from evolve.store import Store
@@ -45,7 +47,6 @@ from evolve.types import (
     CandidateStatus,
     Evaluation,
     EvolveError,
-    Job,
     Proposal,
 )
 
@@ -55,21 +56,12 @@ SEED_OPERATOR = "seed"
 REDRAWS = 20  # a built-in operator's child identical to a stored one is drawn again this often
 
 
-class HarnessChanged(EvolveError):
-    """The benchmark's harness files changed during the run."""
-
-
 Outcome = Proposal | Rejection
 
 
 def proposal_rng(seed: int, seq: int, attempt: int, stream: str = "ask") -> random.Random:
     """The random stream of proposal ``seq``: ``ask`` (arm, parents) or ``operator`` (its sampling)."""
     return random.Random(f"{seed}:{seq}:{attempt}:{stream}")
-
-
-def eval_seed(seed: int, seq: int) -> int:
-    """The evaluation seed handed to the fitness for candidate ``seq``."""
-    return (seed * 1_000_003 + seq) % (2**31)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -102,11 +94,12 @@ class Engine:
 
     def __post_init__(self) -> None:
         """Continue from the store: bandit state, counts, the next seq and event, open asks."""
-        self.harness_hash = self.benchmark.harness_hash()
+        self.jobs = Jobs(self.benchmark, self.seed)
         self.novelty = Novelty(
             store=self.store,
             settings=self.archive.novelty,
             editable=self.benchmark.is_editable,
+            objective=self.archive.objective.name,
             descriptors=[d.name for d in self.archive.descriptors],
         )
         state = self.emitter.state
@@ -117,14 +110,12 @@ class Engine:
         self._reissue = [Ask.from_json(data) for data in self.store.open_asks()]
         self._evaluating: set[str] = set()
         asks_models = any(getattr(op, "model", None) for op, _ in self.emitter.arms.values())
-        self.notebook = (
+        notebook = (
             Notebook(self.store, editable=self.benchmark.is_editable, max_chars=self.notebook_chars)
             if asks_models
             else None
         )
-        self._summaries: dict[
-            int, NotebookSummary
-        ] = {}  # made during a proposal, stored when it is admitted
+        self.notebook = NotebookFeed(self.store, notebook, self.summariser)
 
     # --- counts ------------------------------------------------------------------------------------
 
@@ -150,21 +141,7 @@ class Engine:
         self.event += 1
         return self.event - 1
 
-    # --- the harness and the seed -------------------------------------------------------------------
-
-    def check_harness(self, *, started: str | None = None) -> None:
-        """Raise HarnessChanged if the harness files differ from the run's (or from ``started``)."""
-        now = self.benchmark.harness_hash()
-        if started and started != now:
-            raise HarnessChanged(
-                f"the harness files of benchmark {self.benchmark.name!r} differ from those the run started "
-                f"with (hash {started[:12]}, now {now[:12]}); restore them to resume, or start a new run"
-            )
-        if now != self.harness_hash:
-            raise HarnessChanged(
-                f"the harness files of benchmark {self.benchmark.name!r} changed during the run; "
-                "restore them (the run's hash is in the runs table) or start a new run"
-            )
+    # --- the seed ------------------------------------------------------------------------------------
 
     def seed_to_evaluate(self) -> Candidate | None:
         """The seed program when it still needs its evaluation (stored first if new); None once it has one.
@@ -217,8 +194,7 @@ class Engine:
             )
             with self.store.transaction():
                 self.store.record_ask(seq, ask.to_json(), self._next_event())
-                if self.notebook is not None:
-                    self.notebook.record(self.store, seq)
+                self.notebook.record(seq)
             asks.append(ask)
         return asks
 
@@ -236,33 +212,21 @@ class Engine:
         """
         operator, _ = self.emitter.arms[ask.arm]
         model = getattr(operator, "model", None)
-        notes = note_at(self.store, ask.seq) if self.notebook is not None else None
-        if notes and self.summariser is not None and self.summariser.due(ask.seq, notes["text"]):
-            summary = await self.summariser.summarise(ask.seq, notes["text"])
-            if summary is not None:
-                self._summaries[ask.seq] = summary
+        notes = await self.notebook.notes(ask.seq)
         for attempt in range(REDRAWS):
+            rng = proposal_rng(self.seed, ask.seq, attempt, "operator")
             try:
-                proposal = await self.emitter.propose(
-                    ask,
-                    proposal_rng(self.seed, ask.seq, attempt, "operator"),
-                    notes=notes["text"] if notes else "",
-                )
-            except OperatorRejected as rejected:
-                return Rejection(
-                    ask=ask,
-                    operator=operator.name,
-                    model=rejected.model or model,
-                    reason=rejected.reason,
-                    answer=rejected.answer,
-                    files=rejected.files or None,
-                    prompt_hash=rejected.prompt_hash,
-                )
+                proposal = await self.emitter.propose(ask, rng, notes=notes)
+            except OperatorRejected as error:
+                return Rejection.raised(ask, operator.name, model, error)
             if model is not None or not (
                 self.store.has_candidate(proposal.id)
                 or self.novelty.structural_twin(proposal.files)
             ):
-                return await self._embedding_check(ask, proposal)
+                twin = await self.novelty.embedding_twin(proposal.files)
+                if twin is not None:
+                    return Rejection.of(ask, proposal, twin.reason, duplicate_of=twin.id)
+                return proposal
             if attempt + 1 < REDRAWS:  # a built-in operator: draw again, from the same archive
                 ask = self.emitter.ask(
                     seq=ask.seq,
@@ -281,23 +245,6 @@ class Engine:
             duplicate_of=proposal.id,
         )
 
-    async def _embedding_check(self, ask: Ask, proposal: Proposal) -> Outcome:
-        """``proposal``, or its rejection when its code embeds too close to a stored candidate's."""
-        found = await self.novelty.embedding_twin(proposal.files)
-        if found is None:
-            return proposal
-        twin, similarity = found
-        return Rejection(
-            ask=ask,
-            operator=proposal.operator,
-            model=proposal.model,
-            reason=f"near-duplicate of {twin}: its code embeds at cosine similarity {similarity:.4f} "
-            f"(threshold {self.novelty.settings.embedding_threshold:g}); propose a different idea",
-            files=proposal.files,
-            prompt_hash=proposal.prompt_hash,
-            duplicate_of=twin,
-        )
-
     def admit(self, ask: Ask, outcome: Outcome) -> Candidate | Rejection:
         """Check a proposal (dedup, the edit check) and store it to be evaluated, or record its rejection."""
         norm = None
@@ -305,16 +252,7 @@ class Engine:
             norm = normalized_hash(outcome.files)
             outcome = self._check(ask, outcome, norm)
         event = self._next_event()
-        summary = self._summaries.pop(ask.seq, None)
-        if summary is not None:
-            with self.store.transaction():
-                self.store.put_note(
-                    ask.seq,
-                    "summary",
-                    summary.text,
-                    model=summary.model,
-                    prompt_hash=summary.prompt_hash,
-                )
+        self.notebook.admitted(ask.seq)
         if isinstance(outcome, Rejection):
             self._record_rejection(outcome, event)
             return outcome
@@ -327,20 +265,10 @@ class Engine:
 
     def _check(self, ask: Ask, proposal: Proposal, norm: str) -> Outcome:
         """The one check every child passes before it is stored: new, inside its blocks, not a near twin."""
-
-        def rejection(reason: str, duplicate_of: str | None = None) -> Rejection:
-            return Rejection(
-                ask=ask,
-                operator=proposal.operator,
-                model=proposal.model,
-                reason=reason,
-                files=proposal.files,
-                prompt_hash=proposal.prompt_hash,
-                duplicate_of=duplicate_of,
-            )
-
         if self.store.has_candidate(proposal.id):
-            return rejection(
+            return Rejection.of(
+                ask,
+                proposal,
                 f"the answer reproduces candidate {proposal.id[:8]} exactly; propose a different change",
                 duplicate_of=proposal.id,
             )
@@ -348,20 +276,18 @@ class Engine:
         try:
             check_edit(parent_files, proposal.files, self.benchmark.is_editable)
         except EditError as exc:
-            return rejection(str(exc))
-        twin = self.store.has_equivalent(norm)
-        if twin is not None:
-            return rejection(
-                f"near-duplicate of {twin[:8]} (same code up to comments and whitespace)",
-                duplicate_of=twin,
+            return Rejection.of(ask, proposal, str(exc))
+        equivalent = self.store.has_equivalent(norm)
+        if equivalent is not None:
+            return Rejection.of(
+                ask,
+                proposal,
+                f"near-duplicate of {equivalent[:8]} (same code up to comments and whitespace)",
+                duplicate_of=equivalent,
             )
         twin = self.novelty.structural_twin(proposal.files)
         if twin is not None:
-            return rejection(
-                f"behaviourally identical to {twin}: the same program up to "
-                f"{self.novelty.describe_structure()}; propose a change to what it computes",
-                duplicate_of=twin,
-            )
+            return Rejection.of(ask, proposal, twin.reason, duplicate_of=twin.id)
         return replace(proposal, island=ask.island)
 
     def _record_rejection(self, rejected: Rejection, event: int) -> None:
@@ -373,23 +299,9 @@ class Engine:
 
     # --- evaluate and tell --------------------------------------------------------------------------
 
-    def job(self, candidate: Candidate, sample: int = 0, *, strict: bool = False) -> Job:
-        """The evaluation of ``candidate`` (``sample`` > 0: its extra samples under noise or audit;
-        ``strict``: the auditor's stricter mode, ``EvalContext.strict``)."""
-        seed = eval_seed(self.seed, candidate.seq)
-        if sample:
-            seed = noise.reevaluation_seed(seed, sample)
-        return Job(
-            candidate_id=candidate.id,
-            files=dict(candidate.files),
-            seed=seed,
-            timeout_s=self.benchmark.timeout_s,
-            strict=strict,
-        )
-
     def start_evaluation(self, candidate: Candidate) -> None:
         """Mark ``candidate`` as under evaluation (checks the harness first)."""
-        self.check_harness()
+        self.jobs.check_harness()
         if candidate.id in self._evaluating:
             return
         self._evaluating.add(candidate.id)
@@ -426,16 +338,7 @@ class Engine:
         islands = range(self.archive.islands) if seed else (candidate.island,)
         twin = None if seed else self.novelty.behavioural_twin(candidate.id, evaluation)
         if twin is not None:  # scored, but kept out of the archive
-            islands = ()
-            evaluation = replace(
-                evaluation,
-                artifacts={
-                    **evaluation.artifacts,
-                    "novelty": f"behaviourally identical to {twin}: the same "
-                    f"{self.archive.objective.name} and descriptors bit for bit; not offered to the archive",
-                    "twin": twin,
-                },
-            )
+            islands, evaluation = (), twin.mark(evaluation)
         status = CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED
         with self.store.transaction():
             self.store.set_status(candidate.id, status)

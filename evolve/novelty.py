@@ -13,8 +13,10 @@ Three checks, each configured in ``archive.novelty`` (``evolve.settings.NoveltyS
 - *behaviour*, after evaluation: the same objective value and the same descriptor values,
   bit for bit, as a stored candidate; such a candidate is kept out of the archive.
 
-Stored candidates are indexed lazily and incrementally (by ``seq``), so a resumed run checks
-against everything its archive holds. Candidates refused before evaluation are never indexed.
+Each check answers with a ``Twin`` (the stored candidate's id and the reason, worded for the
+model that sees it) or None; the engine only acts on it. Stored candidates are indexed
+lazily and incrementally (by ``seq``), so a resumed run checks against everything its
+archive holds. Candidates refused before evaluation are never indexed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from evolve.llm._litellm import litellm, quiet
@@ -123,6 +126,20 @@ def _scope(node: ast.AST) -> list[ast.AST]:
     return [node, *(found for child in ast.iter_child_nodes(node) for found in _scope(child))]
 
 
+@dataclass(frozen=True)
+class Twin:
+    """The stored candidate a new one is a twin of (``id``), and why it counts as one (``reason``)."""
+
+    id: str
+    reason: str
+
+    def mark(self, evaluation: Evaluation) -> Evaluation:
+        """``evaluation`` with the twin and the reason in its artifacts (``twin``, ``novelty``)."""
+        return replace(
+            evaluation, artifacts={**evaluation.artifacts, "novelty": self.reason, "twin": self.id}
+        )
+
+
 def structure_hash(files: Files, *, constants: bool = False) -> str:
     """A hash equal for programs that differ only in local names and docstrings (and numbers, with ``constants``)."""
     digest = hashlib.sha256()
@@ -154,6 +171,7 @@ class Novelty:
         store: the run's archive file (read only here).
         settings: which checks run, and the embedding model and threshold.
         editable: whether a path is editable (only editable files are embedded).
+        objective: the objective's name (named in a behavioural twin's reason).
         descriptors: the names of the grid's descriptors (compared for behaviour).
     """
 
@@ -163,9 +181,11 @@ class Novelty:
         store: Store,
         settings: NoveltySettings,
         editable: Callable[[str], bool],
+        objective: str,
         descriptors: Sequence[str],
     ) -> None:
         self.store, self.settings, self.editable = store, settings, editable
+        self.objective = objective
         self.descriptors = tuple(descriptors)
         self._structures: dict[str, str] = {}  # structure hash -> candidate id
         self._behaviours: dict[str, str] = {}  # behaviour fingerprint -> candidate id
@@ -176,12 +196,17 @@ class Novelty:
 
     # --- structure --------------------------------------------------------------------------------
 
-    def structural_twin(self, files: Files) -> str | None:
+    def structural_twin(self, files: Files) -> Twin | None:
         """The stored candidate with the same program up to names (and constants), if any."""
         if not self.settings.names:
             return None
         self._index_structures()
-        return self._structures.get(structure_hash(files, constants=self.settings.constants))
+        twin = self._structures.get(structure_hash(files, constants=self.settings.constants))
+        ignored = "local names and docstrings" + (
+            " and numeric constants" if self.settings.constants else ""
+        )
+        reason = f"the same program up to {ignored}; propose a change to what it computes"
+        return Twin(twin, f"behaviourally identical to {twin}: {reason}") if twin else None
 
     def _index_structures(self) -> None:
         rows = self.store.conn.execute(
@@ -193,16 +218,10 @@ class Novelty:
             self._structures.setdefault(key, cid)
             self._seen_seq = seq
 
-    def describe_structure(self) -> str:
-        """What the structural check compares, for a rejection's reason."""
-        return "local names and docstrings" + (
-            " and numeric constants" if self.settings.constants else ""
-        )
-
     # --- embedding --------------------------------------------------------------------------------
 
-    async def embedding_twin(self, files: Files) -> tuple[str, float] | None:
-        """(id, similarity) of the most similar stored candidate at or above the threshold, if any."""
+    async def embedding_twin(self, files: Files) -> Twin | None:
+        """The most similar stored candidate, when its code embeds at or above the threshold."""
         if self.settings.embedding_model is None:
             return None
         await self._index_embeddings()
@@ -213,7 +232,14 @@ class Novelty:
             ((cid, cosine(vector, other)) for cid, other in self._embeddings.items()),
             key=lambda pair: pair[1],
         )
-        return (twin, similarity) if similarity >= self.settings.embedding_threshold else None
+        threshold = self.settings.embedding_threshold
+        if similarity < threshold:
+            return None
+        return Twin(
+            twin,
+            f"near-duplicate of {twin}: its code embeds at cosine similarity {similarity:.4f} "
+            f"(threshold {threshold:g}); propose a different idea",
+        )
 
     async def _index_embeddings(self) -> None:
         rows = self.store.conn.execute(
@@ -248,13 +274,20 @@ class Novelty:
 
     # --- behaviour --------------------------------------------------------------------------------
 
-    def behavioural_twin(self, candidate_id: str, evaluation: Evaluation) -> str | None:
-        """Another stored candidate whose evaluation has the same value and descriptors bit for bit."""
+    def behavioural_twin(self, candidate_id: str, evaluation: Evaluation) -> Twin | None:
+        """Another stored candidate whose evaluation has the same value and descriptors bit for bit
+        (the candidate is scored, but kept out of the archive)."""
         if not self.settings.behaviour or not evaluation.ok:
             return None
         self._index_behaviours()
         twin = self._behaviours.get(self._fingerprint(evaluation.fitness, evaluation.descriptors))
-        return twin if twin != candidate_id else None
+        if twin is None or twin == candidate_id:
+            return None
+        return Twin(
+            twin,
+            f"behaviourally identical to {twin}: the same {self.objective} and descriptors "
+            "bit for bit; not offered to the archive",
+        )
 
     def _index_behaviours(self) -> None:
         rows = self.store.conn.execute(

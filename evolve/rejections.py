@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.emitters import Ask, Emitter
+from evolve.operators.base import OperatorRejected
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal, content_hash
 
@@ -34,6 +35,36 @@ class Rejection:
     files: Mapping[str, str] | None = None
     prompt_hash: str | None = None
     duplicate_of: str | None = None  # the stored candidate an answer reproduced exactly
+
+    @classmethod
+    def of(
+        cls, ask: Ask, proposal: Proposal, reason: str, duplicate_of: str | None = None
+    ) -> Rejection:
+        """The refusal of ``proposal`` (made for ``ask``) because of ``reason``."""
+        return cls(
+            ask=ask,
+            operator=proposal.operator,
+            model=proposal.model,
+            reason=reason,
+            files=proposal.files,
+            prompt_hash=proposal.prompt_hash,
+            duplicate_of=duplicate_of,
+        )
+
+    @classmethod
+    def raised(
+        cls, ask: Ask, operator: str, model: str | None, error: OperatorRejected
+    ) -> Rejection:
+        """The refusal ``operator`` raised for ``ask`` (``model``: the arm's, unless ``error`` names one)."""
+        return cls(
+            ask=ask,
+            operator=operator,
+            model=error.model or model,
+            reason=error.reason,
+            answer=error.answer,
+            files=error.files or None,
+            prompt_hash=error.prompt_hash,
+        )
 
 
 def record_rejection(store: Store, emitter: Emitter, rejected: Rejection, event: int) -> None:

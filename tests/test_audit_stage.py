@@ -22,8 +22,9 @@ from evolve.browse.cli import main as browse
 from evolve.config import ConfigError, audit_settings
 from evolve.driver import Driver
 from evolve.emitters import Emitter
-from evolve.engine import Engine, eval_seed
+from evolve.engine import Engine
 from evolve.fitness import Benchmark, EvalContext
+from evolve.jobs import eval_seed
 from evolve.operators.base import OperatorRequest
 from evolve.settings import AuditSettings, SearchSettings
 from evolve.store import Store

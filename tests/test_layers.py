@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots", "notebook"),
     ("llm",),
     ("operators",),
-    ("engine", "emitters", "rejections", "novelty"),
+    ("engine", "emitters", "rejections", "novelty", "jobs"),
     ("driver", "progress", "backends"),
     ("config", "runner", "cli", "__main__", ""),  # "": the package itself (the public API)
     ("browse",),

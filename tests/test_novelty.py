@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -141,7 +142,9 @@ def test_a_constant_only_rewrite_that_scores_identically_is_kept_out_of_the_arch
 def test_the_checks_can_be_turned_off(tmp_path):
     off = NoveltySettings(names=False, behaviour=False)
     store = Store(tmp_path / "archive.db")
-    novelty = Novelty(store=store, settings=off, editable=lambda p: True, descriptors=["a"])
+    novelty = Novelty(
+        store=store, settings=off, editable=lambda p: True, objective="f", descriptors=["a"]
+    )
     assert novelty.structural_twin({"x.py": "a = 1\n"}) is None
     assert novelty.behavioural_twin("c", evaluation(1.0)) is None
     assert asyncio.run(novelty.embedding_twin({"x.py": "a = 1\n"})) is None
@@ -157,13 +160,14 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
             embedding_api_base=server.api_base,
             embedding_threshold=0.99,
         )
-        novelty = Novelty(store=store, settings=settings, editable=lambda p: True, descriptors=[])
-        near = PACKING.replace("STEPS = 400", "STEPS = 450")
-        twin, similarity = asyncio.run(novelty.embedding_twin({"packing.py": near}))
-        assert (
-            twin == Proposal(files={"packing.py": PACKING}, operator="seed").id
-            and similarity >= 0.99
+        novelty = Novelty(
+            store=store, settings=settings, editable=lambda p: True, objective="f", descriptors=[]
         )
+        near = PACKING.replace("STEPS = 400", "STEPS = 450")
+        twin = asyncio.run(novelty.embedding_twin({"packing.py": near}))
+        assert twin.id == Proposal(files={"packing.py": PACKING}, operator="seed").id
+        similarity = re.search(r"cosine similarity (\S+) \(threshold 0.99\)", twin.reason)
+        assert similarity and float(similarity[1]) >= 0.99
         other = "import random\nprint(sorted(random.random() for _ in range(26)))\n"
         assert asyncio.run(novelty.embedding_twin({"packing.py": other})) is None
         assert len(server.embedded) == 3  # the stored candidate once, then each proposal

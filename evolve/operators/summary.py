@@ -1,19 +1,24 @@
-"""A model's summary of the research notebook (``evolve.notebook``), made every few proposals.
+"""The research notebook (``evolve.notebook``) on a proposal's way: recorded, shown, summarised.
 
-The call goes through the run's LLM client like an operator's, so it is cached, recorded
-in ``llm_calls``, priced and held to ``llm.max_cost_usd``; a resumed run or an offline
-replay gets the recorded answer. The engine stores the summary with the proposal it was
-made for, and the notebook shows the latest one to later proposals.
+``NotebookFeed`` is the engine's one handle on it: the notebook is recorded when a proposal
+is asked, read back for its operator's prompt, and every few proposals a model's summary of
+it (``Summariser``) is made and stored with the proposal once it is admitted; the notebook
+shows the latest summary to later proposals. The summary's call goes through the run's LLM
+client like an operator's, so it is cached, recorded in ``llm_calls``, priced and held to
+``llm.max_cost_usd``; a resumed run or an offline replay gets the recorded answer.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evolve.fitness import Benchmark
 from evolve.llm import LLMCallFailed, LLMClient
+from evolve.notebook import Notebook
 from evolve.operators.prompting import prompt_hash, render
+from evolve.query.notebook import note_at
+from evolve.store import Store
 
 log = logging.getLogger("evolve")
 
@@ -78,3 +83,47 @@ class Summariser:
             return None
         text = completion.text.strip()
         return NotebookSummary(text=text, model=self.model, prompt_hash=phash) if text else None
+
+
+@dataclass
+class NotebookFeed:
+    """The notebook's part in each proposal (see the module docstring); does nothing without one.
+
+    Args:
+        store: the run's archive file.
+        notebook: builds the notebook's text; None: no operator asks a model, none is kept.
+        summariser: writes a model's summary every few proposals; None: none.
+    """
+
+    store: Store
+    notebook: Notebook | None
+    summariser: Summariser | None = None
+    _pending: dict[int, NotebookSummary] = field(default_factory=dict)  # seq -> summary
+
+    def record(self, seq: int) -> None:
+        """Store the notebook proposal ``seq`` is shown (inside the caller's transaction)."""
+        if self.notebook is not None:
+            self.notebook.record(self.store, seq)
+
+    async def notes(self, seq: int) -> str:
+        """The notebook proposal ``seq`` was shown ('' when none); makes its summary when due."""
+        row = note_at(self.store, seq) if self.notebook is not None else None
+        text = row["text"] if row else ""
+        if self.summariser is not None and self.summariser.due(seq, text):
+            summary = await self.summariser.summarise(seq, text)
+            if summary is not None:
+                self._pending[seq] = summary
+        return text
+
+    def admitted(self, seq: int) -> None:
+        """Store the summary made for proposal ``seq``, if one was."""
+        summary = self._pending.pop(seq, None)
+        if summary is not None:
+            with self.store.transaction():
+                self.store.put_note(
+                    seq,
+                    "summary",
+                    summary.text,
+                    model=summary.model,
+                    prompt_hash=summary.prompt_hash,
+                )

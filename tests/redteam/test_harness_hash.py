@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from evolve import runner
-from evolve.engine import HarnessChanged
 from evolve.fitness import Benchmark
 from evolve.harness.hashing import harness_modules
+from evolve.jobs import HarnessChanged
 from evolve.paths import resolve_path
 from evolve.store import Store
 from evolve.types import CandidateStatus

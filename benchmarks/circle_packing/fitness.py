@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from evolve.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
+from evolve.harness import phases
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 OUTPUT = "packing.json"
@@ -66,6 +67,7 @@ class CirclePacking:
         output = workdir / OUTPUT
         output.unlink(missing_ok=True)
         before = _children_cpu_s()
+        phases.mark("sandbox_start")
         result = run_sandboxed(
             [sys.executable, "packing.py", str(self.n_circles)],
             cwd=workdir,
@@ -76,6 +78,9 @@ class CirclePacking:
             ),
             env={**ctx.env(), "EVOLVE_CPU_BUDGET_S": f"{self.cpu_budget_s:g}"},
         )
+        phases.mark("program", at=result.started_at)
+        phases.mark("sandbox_exit", at=result.exited_at)
+        phases.mark("verify")
         cpu_s = _children_cpu_s() - before
         if cpu_s > self.cpu_budget_s:
             return Evaluation(
@@ -107,6 +112,7 @@ class CirclePacking:
             return Evaluation(
                 status=EvalStatus.INVALID, artifacts={"error": problem, "output": result.tail()}
             )
+        phases.mark("score")
         total = math.fsum(radii)
         mean = total / len(radii)
         spread = math.sqrt(math.fsum((r - mean) ** 2 for r in radii) / len(radii))

@@ -1,0 +1,92 @@
+"""Where an evaluation's wall time goes: one timeline of named phases, cut at their boundaries.
+
+``evolve.fitness.evaluate_safely`` opens a timeline for each evaluation (``timeline``) and the
+code it runs marks where a phase begins (``mark``): a benchmark's fitness, at each boundary
+it crosses or learns of afterwards (a harness process reports monotonic times of its own,
+e.g. when the candidate's clock started). Each mark ends the phase before it, so the
+phases cover the evaluation with no gap and no overlap, and their seconds add up to its
+``wall_s``; a phase marked several times (e.g. per seed) adds up. ``mark`` outside a
+timeline does nothing, so measurement scripts may call a fitness directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+import time
+from collections.abc import Iterator
+
+PREFIX = "time_"
+"""Phases are stored in an evaluation's metrics as ``time_<phase>`` seconds."""
+NAME = re.compile(r"[a-z]+(_[a-z]+)*")
+"""A phase's name: lowercase words joined by ``_``, never ending in ``_s``, so that other metrics
+named ``time_..._s`` or ``time_s_<i>`` (plain seconds, e.g. speedrun's) are never taken for phases."""
+
+
+def is_phase(metric: str) -> bool:
+    """True when ``metric`` names a phase's seconds (``time_<phase>``)."""
+    name = metric.removeprefix(PREFIX)
+    return name != metric and NAME.fullmatch(name) is not None and not name.endswith("_s")
+
+
+def slug(text: str) -> str:
+    """A phase name made from free text (e.g. a stage's name): "Short run 2" -> "short_run"."""
+    name = re.sub(r"[^a-z]+", "_", text.lower()).strip("_").removesuffix("_s")
+    return name or "stage"
+
+
+class Timeline:
+    """Named phases from ``start``: each ``mark`` begins one and ends the one before."""
+
+    def __init__(self, first: str, start: float) -> None:
+        self._marks: list[tuple[str, float]] = [(first, start)]
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        """Phase ``name`` begins at ``at`` (monotonic seconds; default now).
+
+        A time before the last mark (a clock read in another process just before it) is
+        taken as the last mark's, so phases never overlap.
+        """
+        if not is_phase(PREFIX + name):
+            raise ValueError(
+                f"phase name {name!r}: use lowercase words joined by '_', not ending in '_s'"
+            )
+        last = self._marks[-1][1]
+        self._marks.append((name, max(last, time.monotonic() if at is None else at)))
+
+    def seconds(self, end: float) -> dict[str, float]:
+        """Seconds per phase from the start until ``end``, in the order the phases first began."""
+        totals: dict[str, float] = {}
+        bounds = [*(at for _, at in self._marks[1:]), max(end, self._marks[-1][1])]
+        for (name, begin), finish in zip(self._marks, bounds, strict=True):
+            totals[name] = totals.get(name, 0.0) + (finish - begin)
+        return totals
+
+
+_current: contextvars.ContextVar[Timeline | None] = contextvars.ContextVar(
+    "evolve_phases", default=None
+)
+
+
+@contextlib.contextmanager
+def timeline(first: str, start: float | None = None) -> Iterator[Timeline]:
+    """Within the block, ``mark`` cuts this timeline, which begins with phase ``first``."""
+    line = Timeline(first, time.monotonic() if start is None else start)
+    token = _current.set(line)
+    try:
+        yield line
+    finally:
+        _current.reset(token)
+
+
+def mark(name: str, at: float | None = None) -> None:
+    """Phase ``name`` of the current evaluation begins at ``at`` (default now); nothing outside one."""
+    line = _current.get()
+    if line is not None:
+        line.mark(name, at)
+
+
+def metrics(seconds: dict[str, float]) -> dict[str, float]:
+    """``{"time_<phase>": seconds}`` for an evaluation's metrics."""
+    return {PREFIX + name: value for name, value in seconds.items()}

@@ -25,7 +25,7 @@ from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, run_sandboxed
-from evolve.harness import protocol
+from evolve.harness import phases, profiling, protocol
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ HARNESS_MODULES = {  # the harness processes, by role (their error messages name
     "local check": "evolve.benchmarks.nanochat.probe",
 }
 MAX_CHECKPOINT_BYTES = 64 << 30
+PROFILE_STEPS = 3  # timed steps profiled for feedback (cost measured in README "Profile feedback")
+PROFILE_SKIP = 2  # timed steps before the profiled ones (the first may still warm up)
 _ROWS_CACHE: dict[tuple, bytes] = {}
 
 
@@ -66,6 +68,9 @@ class NanochatFitness:
         layered: the quick stages before the full run (``stages.LayeredSettings``):
             ``{"local_check": true, "short_run_steps": null}`` by default (null: the scale's
             default number of steps, 0: no short run).
+        profile_steps: timed steps of the full run profiled with torch.profiler in the
+            training process (from the third timed step on) for the candidate's feedback,
+            never its score (``evolve.harness.profiling``); 0: none.
         **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``;
             ``eval_tokens=0`` scores all whole batches the validation split holds.
 
@@ -86,9 +91,11 @@ class NanochatFitness:
         data_dir: str | None = None,
         compile_cache: str | None = None,
         layered: dict | None = None,
+        profile_steps: int = PROFILE_STEPS,
         **overrides,
     ) -> None:
         self.scale = scales.resolve(scale, **overrides)
+        self.profile_steps = int(profile_steps)
         self.layered = stages.LayeredSettings.of(layered, self.scale)
         self.compile_cache = (
             str(Path(compile_cache).expanduser().resolve()) if compile_cache else None
@@ -254,7 +261,10 @@ class NanochatFitness:
             policy=self._policy(job["forbidden"]),
             stdin=stdin,
         )
-        return protocol.read_verdict(result, nonce, role)
+        verdict = protocol.read_verdict(result, nonce, role)
+        if isinstance(verdict, dict):  # when the harness process began and ended, for the phases
+            verdict["sandbox"] = {"started": result.started_at, "exited": result.exited_at}
+        return verdict
 
     def train(
         self, workdir: Path, ctx: EvalContext, *, max_steps: int | None = None
@@ -272,6 +282,8 @@ class NanochatFitness:
         }
         if max_steps is not None:
             job["max_steps"] = max_steps
+        elif self.profile_steps:
+            job["profile"] = [scale.untimed_steps + PROFILE_SKIP, self.profile_steps]
         return self.run_harness("training", workdir, ctx, job, limit_s=scale.train_limit_s)
 
     def score(self, checkpoint: Path, ctx: EvalContext) -> dict | Evaluation:
@@ -296,15 +308,30 @@ class NanochatFitness:
         )
 
     def _evaluate(self, workdir: Path, ctx: EvalContext, scratch: Path) -> Evaluation:
+        phases.mark("data")
         validation_rows(  # fail now, before training, when the validation split is too small
             prepare.split_dirs(self.dataset_root)["val"],
             self.scale.seq_len,
             self.scale.eval_tokens,
         )
         checkpoint = workdir / "checkpoint"
+        phases.mark("sandbox_start")
         train = self.train(workdir, ctx)
         if isinstance(train, Evaluation):
             return train
+        marks = train.get("marks", {})
+        phases.mark_each(
+            [
+                ("harness_start", train["sandbox"]["started"]),
+                ("startup", marks.get("launched")),
+                ("warmup", marks.get("first_batch")),
+                ("training", marks.get("timed_from")),
+                ("checkpoint", marks.get("stopped")),
+                ("train_exit", marks.get("saved")),
+                ("sandbox_exit", marks.get("reaped")),
+            ]
+        )
+        phases.mark("checkpoint_copy")
         metrics = {
             "steps": train["steps"],
             "tokens": train["tokens"],
@@ -340,7 +367,17 @@ class NanochatFitness:
                     "scores the state saved at the stop)",
                 },
             )
+        phases.mark("scoring_start")
         score = self.score(evaldir, ctx)
+        if isinstance(score, dict):
+            phases.mark_each(
+                [
+                    ("scoring_forward", score.get("marks", {}).get("ready")),
+                    ("scoring_check", score.get("marks", {}).get("forwarded")),
+                    ("sandbox_exit", score["sandbox"]["exited"]),
+                ]
+            )
+        phases.mark("verdict")
         if isinstance(score, Evaluation):
             return Evaluation(
                 status=score.status, metrics=metrics, artifacts={**artifacts, **score.artifacts}
@@ -376,6 +413,8 @@ class NanochatFitness:
             f"{metrics['tokens_per_s']:,.0f} tokens/s in the timed {train['training_s']:.1f}s); "
             f"{score['params']:,} parameters"
         )
+        if train.get("profile"):
+            artifacts["profile"] = profiling.describe(train["profile"])
         return Evaluation(
             status=EvalStatus.OK,
             fitness=bpb,

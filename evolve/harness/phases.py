@@ -15,7 +15,8 @@ import contextlib
 import contextvars
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 PREFIX = "time_"
 """Phases are stored in an evaluation's metrics as ``time_<phase>`` seconds."""
@@ -85,6 +86,23 @@ def mark(name: str, at: float | None = None) -> None:
     line = _current.get()
     if line is not None:
         line.mark(name, at)
+
+
+def mark_each(boundaries: Iterable[tuple[str, float | None]]) -> None:
+    """``mark`` each (phase, time) in order, skipping those whose time is None (never reached)."""
+    for name, at in boundaries:
+        if at is not None:
+            mark(name, at)
+
+
+def summed(metric_sets: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The ``time_<phase>`` metrics of several evaluations added up (for a verdict whose wall_s is their sum)."""
+    totals: dict[str, float] = {}
+    for values in metric_sets:
+        for key, value in values.items():
+            if is_phase(key) and isinstance(value, int | float):
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
 
 
 def metrics(seconds: dict[str, float]) -> dict[str, float]:

@@ -30,7 +30,9 @@ def test_marks_cut_one_timeline_without_gaps_and_repeated_phases_add_up():
     line.mark("training", at=11.0)
     line.mark("scoring", at=13.5)
     line.mark("training", at=14.0)
-    line.mark("late", at=12.0)  # a time before the last mark (another process's clock read) waits for it
+    line.mark(
+        "late", at=12.0
+    )  # a time before the last mark (another process's clock read) waits for it
     assert line.seconds(15.0) == {"harness": 1.0, "training": 2.5, "scoring": 0.5, "late": 1.0}
 
 

@@ -1,0 +1,215 @@
+"""A torch.profiler summary of a few timed training steps, for the candidate's feedback (never its score).
+
+The harness asks for it through the training program's environment (``PROFILE_ENV``: the
+first step to profile and how many); ``evolve.harness.stream`` starts the profiler when
+that step begins, times the program's waits for batches, and after the last profiled step
+sends the summary (``summarize``) to the harness as one ``profile`` report. The summary is
+computed in the candidate's process, so the harness treats it as the candidate's word:
+``sanitize`` keeps only known fields of bounded size, and ``describe`` turns it into the
+feedback text children's prompts show. The score path never reads it.
+
+Shares of the profiled window's wall time: matrix products, attention kernels, the
+optimizer step (everything under ``Optimizer.step``, the record torch's optimizers make),
+waiting for batches, the rest, and on a GPU idle time (wall time with no kernel running).
+Each event's self time goes to its innermost classified ancestor-or-self, so a matrix
+product inside the optimizer counts as optimizer. MFU is the achieved matrix-product FLOP/s
+(torch.profiler's ``with_flops`` counts) over the device's dense bf16 peak, where known.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from typing import Any
+
+PROFILE_ENV = "EVOLVE_PROFILE_STEPS"
+"""``"FIRST COUNT"``: profile the steps numbered FIRST+1 .. FIRST+COUNT (one-based, all steps counted)."""
+MAX_OPS = 6
+MAX_NAME = 50
+# Dense bf16 tensor-core peaks from NVIDIA's data sheets (H100/H200 SXM: 989 TFLOP/s; A100: 312).
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
+CATEGORIES = ("optimizer", "attention", "matmul")
+
+
+def requested(environ: dict[str, str] | os._Environ = os.environ) -> tuple[int, int] | None:
+    """(first, count) from the environment, or None when the harness asked for no profile."""
+    try:
+        first, count = (int(v) for v in environ.get(PROFILE_ENV, "").split())
+    except ValueError:
+        return None
+    return (first, count) if first >= 0 and count > 0 else None
+
+
+def category(name: str) -> str | None:
+    """The share an op or kernel named ``name`` counts in, or None (its parent decides)."""
+    low = name.lower()
+    if low.startswith("optimizer.step") or low.startswith("optimizer.zero_grad"):
+        return "optimizer"
+    if "attention" in low or "flash" in low or "sdpa" in low or "fmha" in low:
+        return "attention"
+    if any(k in low for k in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "gemm")):
+        return "matmul"
+    if any(k in low for k in ("cutlass", "cublas", "xmma", "wgmma", "_mm_", "triton_tem")):
+        return "matmul"
+    return None
+
+
+class StepProfiler:
+    """Profiles steps ``first+1 .. first+count`` of this process; ``summary`` holds the result."""
+
+    def __init__(self, first: int, count: int) -> None:
+        self.first, self.count = first, count
+        self.profiler: Any = None
+        self.started = 0.0
+        self.tokens = 0
+        self.wait_s = 0.0
+        self.summary: dict[str, Any] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.profiler is not None
+
+    def after_step(self, steps: int, tokens: int) -> dict[str, Any] | None:
+        """Call after step ``steps`` (one-based) ended; returns the summary once the last profiled step ended."""
+        if self.active:
+            self.tokens += tokens
+            if steps >= self.first + self.count:
+                return self.finish(steps - self.first)
+        elif steps == self.first and self.summary is None:
+            self.start()
+        return None
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(ProfilerActivity.CUDA)
+            torch.cuda.reset_peak_memory_stats()
+        self.profiler = profile(activities=activities, with_flops=True)
+        self.profiler.__enter__()
+        self.started = time.perf_counter()
+
+    def waited(self, seconds: float) -> None:
+        """The program waited ``seconds`` for a batch (counted while profiling)."""
+        if self.active:
+            self.wait_s += seconds
+
+    def finish(self, steps: int) -> dict[str, Any]:
+        import torch
+
+        wall = time.perf_counter() - self.started
+        self.profiler.__exit__(None, None, None)
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        events = self.profiler.events()
+        self.profiler = None
+        self.summary = summarize(events, wall_s=wall, steps=steps, tokens=self.tokens, cuda=cuda)
+        shares = self.summary["shares"]
+        shares["data"] = min(1.0, self.wait_s / wall) if wall > 0 else 0.0
+        shares["other"] = max(0.0, 1.0 - sum(shares.values()))
+        if cuda:
+            self.summary["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+            name = torch.cuda.get_device_name()
+            peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+            if peak and self.summary.get("tflops"):
+                self.summary["mfu"] = self.summary["tflops"] * 1e12 / peak
+            self.summary["device"] = name
+        else:
+            self.summary["peak_memory_mb"] = (
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            )
+            self.summary["device"] = "cpu"
+        return self.summary
+
+
+def summarize(events, *, wall_s: float, steps: int, tokens: int, cuda: bool) -> dict[str, Any]:
+    """The summary of ``events`` (``profile.events()``) over a window of ``wall_s`` seconds.
+
+    On a GPU the times are the kernels' (each attached to the CPU op that launched it), else
+    the CPU ops' self times.
+    """
+    from torch.autograd import DeviceType
+
+    spent = {name: 0.0 for name in CATEGORIES}
+    ops: dict[str, float] = {}
+    busy = flops = 0.0
+    for event in events:
+        if event.device_type != DeviceType.CPU:
+            continue  # a kernel's own record: counted through the op that launched it
+        flops += float(getattr(event, "flops", 0) or 0)
+        pieces = (
+            [(k.name, float(k.duration)) for k in event.kernels]
+            if cuda
+            else [(event.name, float(event.self_cpu_time_total))]
+        )
+        for name, us in pieces:
+            if us <= 0:
+                continue
+            ops[name] = ops.get(name, 0.0) + us
+            busy += us
+            kind, node = category(name), event
+            while kind is None and node is not None:
+                kind, node = category(node.name), node.cpu_parent
+            if kind is not None:
+                spent[kind] += us
+    total_us = wall_s * 1e6
+    shares = {name: min(1.0, us / total_us) for name, us in spent.items()} if total_us else {}
+    if cuda and total_us:
+        shares["idle"] = max(0.0, 1.0 - busy / total_us)
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:MAX_OPS]
+    return {
+        "steps": steps,
+        "seconds": wall_s,
+        "tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+        "tflops": flops / wall_s / 1e12 if wall_s > 0 else 0.0,
+        "shares": shares,
+        "top": [[name[:MAX_NAME], us / 1e6] for name, us in top],
+        "timer": "kernels" if cuda else "CPU ops",
+    }
+
+
+def sanitize(raw: str) -> dict[str, Any] | None:
+    """The summary from a ``profile`` report: known fields only, bounded, or None when malformed."""
+    try:
+        data = json.loads(raw)
+        out: dict[str, Any] = {
+            k: float(data[k])
+            for k in ("steps", "seconds", "tokens_per_s", "tflops", "peak_memory_mb", "mfu")
+            if k in data
+        }
+        out["shares"] = {
+            str(k)[:20]: float(v) for k, v in list(dict(data.get("shares", {})).items())[:8]
+        }
+        out["top"] = [[str(n)[:MAX_NAME], float(s)] for n, s in list(data.get("top", []))[:MAX_OPS]]
+        out["device"] = str(data.get("device", ""))[:60]
+        out["timer"] = str(data.get("timer", ""))[:20]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return out
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """The summary as feedback text: top ops first, the totals last (prompts keep a text's end)."""
+    shares = summary.get("shares", {})
+    lines = []
+    if summary.get("top"):
+        lines.append(
+            f"top {summary.get('timer') or 'ops'} by self time: "
+            + "; ".join(f"{name} {seconds * 1e3:.1f} ms" for name, seconds in summary["top"])
+        )
+    if shares:
+        ordered = sorted(shares.items(), key=lambda kv: -kv[1])
+        lines.append("share of wall time: " + ", ".join(f"{k} {v:.0%}" for k, v in ordered))
+    parts = [
+        f"profile of {summary.get('steps', 0):.0f} timed steps ({summary.get('seconds', 0.0):.2f} s "
+        f"on {summary.get('device') or '?'}, as reported from the training process): "
+        f"{summary.get('tokens_per_s', 0.0):,.0f} tokens/s",
+        f"peak memory {summary['peak_memory_mb']:,.0f} MiB" if "peak_memory_mb" in summary else "",
+        f"matmul {summary.get('tflops', 0.0):.3g} TFLOP/s",
+        f"MFU {summary['mfu']:.1%}" if "mfu" in summary else "MFU n/a",
+    ]
+    lines.append(", ".join(p for p in parts if p))
+    return "\n".join(lines)

@@ -3,8 +3,8 @@
 ``evolve.fitness.evaluate_safely`` opens a timeline for each evaluation (``timeline``) and the
 code it runs marks where a phase begins (``mark``): a benchmark's fitness, at each boundary
 it crosses or learns of afterwards (a harness process reports monotonic times of its own,
-e.g. when the candidate's clock started). Each mark ends the phase before it, so the
-phases cover the evaluation with no gap and no overlap, and their seconds add up to its
+e.g. when the candidate's clock started). Each mark ends the phase before it in time, so
+the phases cover the evaluation with no gap and no overlap, and their seconds add up to its
 ``wall_s``; a phase marked several times (e.g. per seed) adds up. ``mark`` outside a
 timeline does nothing, so measurement scripts may call a fitness directly.
 """
@@ -38,30 +38,30 @@ def slug(text: str) -> str:
 
 
 class Timeline:
-    """Named phases from ``start``: each ``mark`` begins one and ends the one before."""
+    """Named phases from ``start``: each ``mark`` begins one at its time and ends the one before."""
 
     def __init__(self, first: str, start: float) -> None:
-        self._marks: list[tuple[str, float]] = [(first, start)]
+        self.start = start
+        self._marks: list[tuple[float, int, str]] = [(start, 0, first)]
 
     def mark(self, name: str, at: float | None = None) -> None:
-        """Phase ``name`` begins at ``at`` (monotonic seconds; default now).
-
-        A time before the last mark (a clock read in another process just before it) is
-        taken as the last mark's, so phases never overlap.
-        """
+        """Phase ``name`` begins at ``at`` (monotonic seconds, the same clock in every process
+        of this machine; default now). Marks may come in any order: a boundary learnt later
+        (a harness process's report) falls into place; one before the start counts from it."""
         if not is_phase(PREFIX + name):
             raise ValueError(
                 f"phase name {name!r}: use lowercase words joined by '_', not ending in '_s'"
             )
-        last = self._marks[-1][1]
-        self._marks.append((name, max(last, time.monotonic() if at is None else at)))
+        when = max(self.start, time.monotonic() if at is None else at)
+        self._marks.append((when, len(self._marks), name))
 
     def seconds(self, end: float) -> dict[str, float]:
         """Seconds per phase from the start until ``end``, in the order the phases first began."""
+        ordered = sorted(self._marks)
         totals: dict[str, float] = {}
-        bounds = [*(at for _, at in self._marks[1:]), max(end, self._marks[-1][1])]
-        for (name, begin), finish in zip(self._marks, bounds, strict=True):
-            totals[name] = totals.get(name, 0.0) + (finish - begin)
+        bounds = [*(min(at, end) for at, _, _ in ordered[1:]), end]
+        for (begin, _, name), finish in zip(ordered, bounds, strict=True):
+            totals[name] = totals.get(name, 0.0) + max(0.0, finish - min(begin, end))
         return totals
 
 

@@ -25,15 +25,20 @@ def assert_adds_up(evaluation, *, at_least: int = 5) -> dict[str, float]:
     return spent
 
 
-def test_marks_cut_one_timeline_without_gaps_and_repeated_phases_add_up():
+def test_marks_cut_one_timeline_in_time_order_and_repeated_phases_add_up():
     line = phases.Timeline("harness", 10.0)
     line.mark("training", at=11.0)
     line.mark("scoring", at=13.5)
     line.mark("training", at=14.0)
-    line.mark(
-        "late", at=12.0
-    )  # a time before the last mark (another process's clock read) waits for it
-    assert line.seconds(15.0) == {"harness": 1.0, "training": 2.5, "scoring": 0.5, "late": 1.0}
+    line.mark("checkpoint", at=12.0)  # learnt later (a harness process's report): falls into place
+    line.mark("startup", at=9.0)  # before the start: counts from it
+    assert line.seconds(15.0) == {
+        "harness": 0.0,
+        "startup": 1.0,
+        "training": 2.0,
+        "checkpoint": 1.5,
+        "scoring": 0.5,
+    }
 
 
 def test_marks_outside_an_evaluation_do_nothing_and_bad_names_name_the_fix():

@@ -401,4 +401,18 @@ def stats(data: dict[str, Any]) -> Group:
             numeric=("evaluated", "best", "coverage", "qd_score", "cost", "failures"),
         )
     )
+    spent = data.get("time")
+    if spent and spent["phases"]:
+        parts.append(
+            table(
+                f"Where the evaluations' time went ({run['benchmark']}): {spent['evaluations']:,} "
+                f"evaluations, {spent['wall_s']:,.0f} s of slot time (GPU time on a GPU benchmark)",
+                ["phase", "share", "seconds", "mean s", "evaluations"],
+                [
+                    [r["phase"], f"{r['share']:.1%}", r["seconds"], r["mean_s"], r["evaluations"]]
+                    for r in spent["phases"]
+                ],
+                numeric=("seconds", "mean s", "evaluations"),
+            )
+        )
     return Group(*parts)

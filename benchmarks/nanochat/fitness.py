@@ -415,6 +415,13 @@ class NanochatFitness:
         )
         if train.get("profile"):
             artifacts["profile"] = profiling.describe(train["profile"])
+            metrics.update(
+                {
+                    f"reported_profile_{key}": train["profile"][key]
+                    for key in ("steps", "seconds", "window_s", "report_s")
+                    if key in train["profile"]
+                }
+            )
         return Evaluation(
             status=EvalStatus.OK,
             fitness=bpb,

@@ -1,12 +1,19 @@
-"""What the quick stages cost next to a full evaluation: the seed's local check, short run and full run, timed.
+"""What the harness's extras cost next to a full evaluation: the quick stages, and the profile of timed steps.
 
 Each stage runs the seed program once through the real harness (sandbox, probe, supervisor,
 scorer), as a search's evaluation does, and its wall time is printed as one JSON line.
 These numbers set the defaults of ``stages.SHORT_RUN_STEPS`` (see the README).
 
+``--profile-cost`` instead runs the full evaluation with and without the profile of timed
+steps (``evolve.harness.profiling``), in alternating order per seed, and prints the
+profile's cost as a share of the evaluation's wall time: starting and stopping the
+profiler inside the timed window, how much longer the profiled steps took than the
+others, and summarising the events after the checkpoint was saved.
+
     python -m evolve.benchmarks.nanochat.stage_cost                      # CPU scale
     python -m evolve.benchmarks.nanochat.stage_cost --scale nanochat --dataset stdlib \\
         --steps 30 --skip-full                                      # one GPU
+    python -m evolve.benchmarks.nanochat.stage_cost --profile-cost --seeds 3
 """
 
 from __future__ import annotations
@@ -19,9 +26,9 @@ import time
 from pathlib import Path
 
 from evolve.benchmarks.nanochat import stages
-from evolve.benchmarks.nanochat.fitness import NanochatFitness
+from evolve.benchmarks.nanochat.fitness import PROFILE_STEPS, NanochatFitness
 
-from evolve.fitness import EvalContext, write_files
+from evolve.fitness import EvalContext, evaluate_safely, write_files
 from evolve.types import Evaluation
 
 
@@ -44,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps of the short run")
     parser.add_argument("--seeds", type=int, default=2, help="evaluation seeds of each stage")
     parser.add_argument("--skip-full", action="store_true", help="time the quick stages only")
+    parser.add_argument(
+        "--profile-cost", action="store_true", help="time the profile of timed steps instead"
+    )
     args = parser.parse_args(argv)
     fitness = NanochatFitness(
         scale=args.scale,
@@ -52,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         eval_tokens=args.eval_tokens,
         layered={"local_check": False, "short_run_steps": 0},
     )
+    if args.profile_cost:
+        return profile_cost(fitness, args.seeds)
     seed_files = {p.name: p.read_text() for p in fitness.scale.seed_dir.glob("*.py")}
     root = Path(tempfile.mkdtemp(prefix="nanochat-stage-cost-"))
     try:
@@ -76,6 +88,44 @@ def main(argv: list[str] | None = None) -> int:
                     full_s=round(full_s, 2), val_bpb=ev.fitness, steps=ev.metrics.get("steps")
                 )
             print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def profile_cost(fitness: NanochatFitness, seeds: int) -> int:
+    """Print, per seed, the full evaluation without and with the profile, and the profile's cost."""
+    files = {p.name: p.read_text() for p in fitness.scale.seed_dir.glob("*.py")}
+    root = Path(tempfile.mkdtemp(prefix="nanochat-profile-cost-"))
+    try:
+        for seed in range(seeds):
+            order = (0, PROFILE_STEPS) if seed % 2 == 0 else (PROFILE_STEPS, 0)
+            for steps in order:
+                fitness.profile_steps = steps
+                work = root / f"seed{seed}-{steps}"
+                write_files(files, work)
+                ctx = EvalContext(
+                    seed=seed, scratch=root, gpu="0" if fitness.scale.device == "cuda" else None
+                )
+                ev = evaluate_safely(fitness, work, ctx)
+                m = ev.metrics
+                row = {"seed": seed, "profile_steps": steps, "wall_s": round(ev.wall_s, 2)}
+                row |= {k: m.get(k) for k in ("val_bpb", "steps", "training_s", "tokens_per_s")}
+                if "reported_profile_window_s" in m:
+                    # cost: starting and stopping in the timed window, the profiled steps' slowdown
+                    # next to the others, and summarising after the checkpoint was saved
+                    window, report = m["reported_profile_window_s"], m["reported_profile_report_s"]
+                    seconds, profiled = m["reported_profile_seconds"], m["reported_profile_steps"]
+                    others = max(1, m["steps"] - fitness.scale.untimed_steps - profiled)
+                    per_step = (m["training_s"] - seconds - window) / others
+                    slowdown = max(0.0, seconds - per_step * profiled)
+                    row |= {
+                        "window_s": round(window, 3),
+                        "slowdown_s": round(slowdown, 3),
+                        "report_s": round(report, 3),
+                        "cost_share": round((window + slowdown + report) / ev.wall_s, 4),
+                    }
+                print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -2,8 +2,9 @@
 
 The harness asks for it through the training program's environment (``PROFILE_ENV``: the
 first step to profile and how many); ``evolve.harness.stream`` starts the profiler when
-that step begins, times the program's waits for batches, and after the last profiled step
-sends the summary (``summarize``) to the harness as one ``profile`` report. The summary is
+that step begins, times the program's waits for batches, stops it after the last profiled
+step, and once the checkpoint is saved sends the summary (``summarize``) to the harness as
+one ``profile`` report. The summary is
 computed in the candidate's process, so the harness treats it as the candidate's word:
 ``sanitize`` keeps only known fields of bounded size, and ``describe`` turns it into the
 feedback text children's prompts show. The score path never reads it.
@@ -57,72 +58,105 @@ def category(name: str) -> str | None:
 
 
 class StepProfiler:
-    """Profiles steps ``first+1 .. first+count`` of this process; ``summary`` holds the result."""
+    """Profiles steps ``first+1 .. first+count`` of this process; ``report`` summarises them.
+
+    Inside the timed window it only starts and stops the profiler; reading the events and
+    summarising them (the costly part) waits for ``report``, which the stream calls once the
+    checkpoint is saved, so the candidate's training time pays the least.
+    """
 
     def __init__(self, first: int, count: int) -> None:
         self.first, self.count = first, count
         self.profiler: Any = None
-        self.started = 0.0
-        self.tokens = 0
+        self.started = self.wall_s = 0.0
+        self.steps = self.tokens = 0
         self.wait_s = 0.0
-        self.summary: dict[str, Any] | None = None
+        self.window_s = 0.0  # time spent starting and stopping inside the timed window
+        self.peak_memory_mb: float | None = None
+        self.done = False
 
     @property
     def active(self) -> bool:
-        return self.profiler is not None
+        return self.profiler is not None and not self.done
 
-    def after_step(self, steps: int, tokens: int) -> dict[str, Any] | None:
-        """Call after step ``steps`` (one-based) ended; returns the summary once the last profiled step ended."""
+    def after_step(self, steps: int, tokens: int) -> None:
+        """Call after step ``steps`` (one-based) ended."""
         if self.active:
             self.tokens += tokens
             if steps >= self.first + self.count:
-                return self.finish(steps - self.first)
-        elif steps == self.first and self.summary is None:
+                self.stop(steps - self.first)
+        elif steps == self.first and self.profiler is None:
             self.start()
-        return None
 
     def start(self) -> None:
+        begin = time.perf_counter()
         import torch
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if self.cuda:
             activities.append(ProfilerActivity.CUDA)
             torch.cuda.reset_peak_memory_stats()
         self.profiler = profile(activities=activities, with_flops=True)
         self.profiler.__enter__()
         self.started = time.perf_counter()
+        self.window_s += self.started - begin
+
+    @property
+    def cuda(self) -> bool:
+        import torch
+
+        return torch.cuda.is_available() and torch.cuda.is_initialized()
 
     def waited(self, seconds: float) -> None:
         """The program waited ``seconds`` for a batch (counted while profiling)."""
         if self.active:
             self.wait_s += seconds
 
-    def finish(self, steps: int) -> dict[str, Any]:
-        import torch
-
-        wall = time.perf_counter() - self.started
+    def stop(self, steps: int) -> None:
+        stopping = time.perf_counter()
+        self.wall_s, self.steps = stopping - self.started, steps
         self.profiler.__exit__(None, None, None)
-        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        events = self.profiler.events()
+        if self.cuda:
+            import torch
+
+            self.peak_memory_mb = torch.cuda.max_memory_allocated() / 2**20
+        else:
+            self.peak_memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.done = True
+        self.window_s += time.perf_counter() - stopping
+
+    def abandon(self) -> None:
+        """Stop a profile the harness's stop cut short (it is not reported)."""
+        if self.active:
+            self.profiler.__exit__(None, None, None)
+            self.done = True
+
+    def report(self) -> dict[str, Any] | None:
+        """The summary of the profiled steps (None unless they all ran); computed once."""
+        if not self.done or self.profiler is None or not self.steps:
+            return None
+        begin = time.perf_counter()
+        cuda, wall = self.cuda, self.wall_s
+        summary = summarize(
+            self.profiler.events(), wall_s=wall, steps=self.steps, tokens=self.tokens, cuda=cuda
+        )
         self.profiler = None
-        self.summary = summarize(events, wall_s=wall, steps=steps, tokens=self.tokens, cuda=cuda)
-        shares = self.summary["shares"]
+        shares = summary["shares"]
         shares["data"] = min(1.0, self.wait_s / wall) if wall > 0 else 0.0
         shares["other"] = max(0.0, 1.0 - sum(shares.values()))
+        summary["peak_memory_mb"] = self.peak_memory_mb
+        summary["device"] = "cpu"
         if cuda:
-            self.summary["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
-            name = torch.cuda.get_device_name()
+            import torch
+
+            name = summary["device"] = torch.cuda.get_device_name()
             peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
-            if peak and self.summary.get("tflops"):
-                self.summary["mfu"] = self.summary["tflops"] * 1e12 / peak
-            self.summary["device"] = name
-        else:
-            self.summary["peak_memory_mb"] = (
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            )
-            self.summary["device"] = "cpu"
-        return self.summary
+            if peak and summary.get("tflops"):
+                summary["mfu"] = summary["tflops"] * 1e12 / peak
+        summary["window_s"] = self.window_s
+        summary["report_s"] = time.perf_counter() - begin
+        return summary
 
 
 def summarize(events, *, wall_s: float, steps: int, tokens: int, cuda: bool) -> dict[str, Any]:
@@ -177,7 +211,16 @@ def sanitize(raw: str) -> dict[str, Any] | None:
         data = json.loads(raw)
         out: dict[str, Any] = {
             k: float(data[k])
-            for k in ("steps", "seconds", "tokens_per_s", "tflops", "peak_memory_mb", "mfu")
+            for k in (
+                "steps",
+                "seconds",
+                "tokens_per_s",
+                "tflops",
+                "peak_memory_mb",
+                "mfu",
+                "window_s",
+                "report_s",
+            )
             if k in data
         }
         out["shares"] = {

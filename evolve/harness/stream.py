@@ -68,9 +68,9 @@ class Channel:
         self.steps += 1
         if self.profiler is not None:
             if self.stopped:  # a profile cut short by the stop is dropped: saving comes first
-                self.profiler = None
-            elif (summary := self.profiler.after_step(self.steps, int(tokens))) is not None:
-                self.send("profile " + json.dumps(summary))
+                self.profiler.abandon()
+            else:
+                self.profiler.after_step(self.steps, int(tokens))
         return not self.stopped
 
     def batch(self, rows: int) -> np.ndarray:
@@ -89,8 +89,12 @@ class Channel:
         self.send("note " + json.dumps({k: float(v) for k, v in values.items()}))
 
     def saved(self) -> None:
-        """Tell the harness the checkpoint is written (it fixes its digest now)."""
+        """Tell the harness the checkpoint is written (it fixes its digest now); then send the
+        profile of the timed steps, if one was asked for and taken (summarised only now)."""
         self.send("saved")
+        summary = self.profiler.report() if self.profiler is not None else None
+        if summary is not None:
+            self.send("profile " + json.dumps(summary))
 
 
 _channel: Channel | None = None

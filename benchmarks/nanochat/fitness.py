@@ -142,6 +142,11 @@ class NanochatFitness:
             f"stdlib-{self.scale.vocab_size}" if name == "stdlib" else name
         )
 
+    @property
+    def calibration_dir(self) -> Path:
+        """Where the quick stages keep the seed's references (``stages``): harness-written, hidden from candidates."""
+        return Path(self.data_dir) / "calibration"
+
     def available_eval_tokens(self) -> int:
         """Targets in the whole batches of rows the validation split gives (the probes' spare rows kept aside)."""
         scale = self.scale

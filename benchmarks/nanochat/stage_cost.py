@@ -14,6 +14,12 @@ others, and summarising the events after the checkpoint was saved.
     python -m evolve.benchmarks.nanochat.stage_cost --scale nanochat --dataset stdlib \\
         --steps 30 --skip-full                                      # one GPU
     python -m evolve.benchmarks.nanochat.stage_cost --profile-cost --seeds 3
+    python -m evolve.benchmarks.nanochat.stage_cost --reference-cost --seeds 3 --steps 20
+
+``--reference-cost`` evaluates the seed as ``--seeds`` candidates, each by a fresh fitness
+(as a fresh worker process would), with both quick stages on: first measuring the seed's
+references in every one (the stored references removed before each: what every new worker
+process paid before they were stored), then with the references measured once and stored.
 """
 
 from __future__ import annotations
@@ -54,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-cost", action="store_true", help="time the profile of timed steps instead"
     )
+    parser.add_argument(
+        "--reference-cost",
+        action="store_true",
+        help="time evaluations measuring the seed's references each time, then stored once",
+    )
     args = parser.parse_args(argv)
+    if args.reference_cost:
+        return reference_cost(args)
     fitness = NanochatFitness(
         scale=args.scale,
         data_dir=args.data_dir,
@@ -88,6 +101,35 @@ def main(argv: list[str] | None = None) -> int:
                     full_s=round(full_s, 2), val_bpb=ev.fitness, steps=ev.metrics.get("steps")
                 )
             print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def reference_cost(args: argparse.Namespace) -> int:
+    """Print each candidate's evaluation with the seed's references measured anew, then stored once."""
+    settings = dict(scale=args.scale, data_dir=args.data_dir, dataset=args.dataset)
+    settings |= dict(eval_tokens=args.eval_tokens, profile_steps=0)
+    layered = {"local_check": True, "short_run_steps": args.steps}
+    root = Path(tempfile.mkdtemp(prefix="nanochat-reference-cost-"))
+    try:
+        for mode in ("measured each time", "stored once"):
+            for candidate in range(args.seeds):
+                fitness = NanochatFitness(**settings, layered=layered)
+                if mode == "measured each time" or candidate == 0:
+                    shutil.rmtree(fitness.calibration_dir, ignore_errors=True)
+                files = {p.name: p.read_text() for p in fitness.scale.seed_dir.glob("*.py")}
+                work = root / f"{mode[0]}{candidate}"
+                write_files(files, work)
+                gpu = "0" if fitness.scale.device == "cuda" else None
+                ev = evaluate_safely(
+                    fitness, work, EvalContext(seed=candidate, scratch=root, gpu=gpu)
+                )
+                row = {"references": mode, "candidate": candidate, "wall_s": round(ev.wall_s, 2)}
+                for phase in ("local_check", "short_run"):
+                    row[f"{phase}_s"] = round(ev.metrics.get(f"time_{phase}", 0.0), 2)
+                row["status"] = ev.status.value
+                print(json.dumps(row), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage
-from evolve.harness.hashing import files_digest
+from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
 from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
 from evolve.types import EvalStatus, Evaluation, Files
@@ -156,9 +156,7 @@ def reference_key(
     fitness: NanochatFitness, seed_files: Files, ctx: EvalContext, **what: Any
 ) -> str:
     """A digest of everything that decides a seed reference (``what`` names the stage's own settings)."""
-    package = Path(__file__).resolve().parent
-    harness = package.parent.parent / "harness"
-    code = [*sorted(package.glob("*.py")), *sorted(harness.glob("*.py"))]
+    code = harness_modules(type(fitness).__module__)  # what the harness hash covers
     scale = {k: str(v) for k, v in dataclasses.asdict(fitness.scale).items()}
     facts = {
         "seed": dict(sorted(seed_files.items())),
@@ -166,7 +164,7 @@ def reference_key(
         "data": str(fitness.dataset_root),
         "hardware": ctx.hardware,
         "torch": importlib.metadata.version("torch"),
-        "harness": files_digest(code, root=package.parent.parent),
+        "harness": files_digest(code),
         **what,
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]

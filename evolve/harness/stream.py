@@ -67,10 +67,9 @@ class Channel:
             self.stopped = bool(os.read(self.control, 1))
         self.steps += 1
         if self.profiler is not None:
-            if self.stopped:  # a profile cut short by the stop is dropped: saving comes first
-                self.profiler.abandon()
-            else:
-                self.profiler.after_step(self.steps, int(tokens))
+            self._profile(
+                lambda p: p.abandon() if self.stopped else p.after_step(self.steps, int(tokens))
+            )
         return not self.stopped
 
     def batch(self, rows: int) -> np.ndarray:
@@ -92,9 +91,20 @@ class Channel:
         """Tell the harness the checkpoint is written (it fixes its digest now); then send the
         profile of the timed steps, if one was asked for and taken (summarised only now)."""
         self.send("saved")
-        summary = self.profiler.report() if self.profiler is not None else None
-        if summary is not None:
-            self.send("profile " + json.dumps(summary))
+        if self.profiler is not None:
+            summary = self._profile(lambda p: p.report())
+            self.profiler = None
+            if summary is not None:
+                self.send("profile " + json.dumps(summary))
+
+    def _profile(self, call):
+        """``call(profiler)``; a profile that fails (e.g. the program runs a profiler of its own)
+        is dropped, never the program: it is feedback only."""
+        try:
+            return call(self.profiler)
+        except Exception:
+            self.profiler = None
+            return None
 
 
 _channel: Channel | None = None

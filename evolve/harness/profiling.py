@@ -12,13 +12,15 @@ feedback text children's prompts show. The score path never reads it.
 Shares of the profiled window's wall time: matrix products, attention kernels, the
 optimizer step (everything under ``Optimizer.step``, the record torch's optimizers make),
 waiting for batches, the rest, and on a GPU idle time (wall time with no kernel running).
-Each event's self time goes to its innermost classified ancestor-or-self, so a matrix
-product inside the optimizer counts as optimizer. MFU is the achieved matrix-product FLOP/s
+Each op's self time (each kernel's time, on a GPU) goes to its outermost classified
+ancestor-or-self, so a matrix product inside the optimizer step or an attention op counts
+there. MFU is the achieved matrix-product FLOP/s
 (torch.profiler's ``with_flops`` counts) over the device's dense bf16 peak, where known.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -32,6 +34,7 @@ MAX_NAME = 50
 # Dense bf16 tensor-core peaks from NVIDIA's data sheets (H100/H200 SXM: 989 TFLOP/s; A100: 312).
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
 CATEGORIES = ("optimizer", "attention", "matmul")
+SKIPPED = ("[memory]", "[OutOfMemory]", "profiler::", "ProfilerStep")  # bookkeeping, not work
 
 
 def requested(environ: dict[str, str] | os._Environ = os.environ) -> tuple[int, int] | None:
@@ -43,6 +46,7 @@ def requested(environ: dict[str, str] | os._Environ = os.environ) -> tuple[int, 
     return (first, count) if first >= 0 and count > 0 else None
 
 
+@functools.cache
 def category(name: str) -> str | None:
     """The share an op or kernel named ``name`` counts in, or None (its parent decides)."""
     low = name.lower()
@@ -138,9 +142,8 @@ class StepProfiler:
             return None
         begin = time.perf_counter()
         cuda, wall = self.cuda, self.wall_s
-        summary = summarize(
-            self.profiler.events(), wall_s=wall, steps=self.steps, tokens=self.tokens, cuda=cuda
-        )
+        events = self.profiler.profiler.kineto_results.events()
+        summary = summarize(events, wall_s=wall, steps=self.steps, tokens=self.tokens, cuda=cuda)
         self.profiler = None
         shares = summary["shares"]
         shares["data"] = min(1.0, self.wait_s / wall) if wall > 0 else 0.0
@@ -160,40 +163,74 @@ class StepProfiler:
 
 
 def summarize(events, *, wall_s: float, steps: int, tokens: int, cuda: bool) -> dict[str, Any]:
-    """The summary of ``events`` (``profile.events()``) over a window of ``wall_s`` seconds.
+    """The summary of a profile's raw events (``kineto_results.events()``) over ``wall_s`` seconds.
 
-    On a GPU the times are the kernels' (each attached to the CPU op that launched it), else
-    the CPU ops' self times.
+    The raw events are read directly: building torch's ``FunctionEvent`` objects costs several
+    times more. Ops nest by time on each thread (an op inside another's interval is its
+    child); a kernel belongs to the op whose correlation id it carries, as in torch's own
+    parsing. On a GPU the times are the kernels', else the ops' self times.
     """
     from torch.autograd import DeviceType
 
-    spent = {name: 0.0 for name in CATEGORIES}
-    ops: dict[str, float] = {}
-    busy = flops = 0.0
+    ops, kernels, flops = [], {}, 0.0
     for event in events:
-        if event.device_type != DeviceType.CPU:
-            continue  # a kernel's own record: counted through the op that launched it
-        flops += float(getattr(event, "flops", 0) or 0)
-        pieces = (
-            [(k.name, float(k.duration)) for k in event.kernels]
-            if cuda
-            else [(event.name, float(event.self_cpu_time_total))]
-        )
-        for name, us in pieces:
-            if us <= 0:
+        name = event.name()
+        if name.startswith(SKIPPED):
+            continue
+        if event.device_type() == DeviceType.CPU:
+            if event.linked_correlation_id() == 0 and not event.is_async():
+                ops.append(
+                    (
+                        event.start_thread_id(),
+                        event.start_ns(),
+                        -event.end_ns(),
+                        name,
+                        event.correlation_id(),
+                    )
+                )
+                flops += float(event.flops() or 0)
+        elif cuda:
+            kernels.setdefault(event.linked_correlation_id(), []).append(
+                (name, event.duration_ns())
+            )
+    ops.sort()
+    spent = {name: 0.0 for name in CATEGORIES}
+    by_name: dict[str, float] = {}
+    busy = 0.0
+    # [thread, end, category, time in children] of each op enclosing the current one
+    stack: list[list] = []
+    rows = []
+    for thread, begin, neg_end, name, corr in ops:
+        while stack and (stack[-1][0] != thread or stack[-1][1] <= begin):
+            stack.pop()
+        end = -neg_end
+        kind = (stack[-1][2] if stack else None) or category(name)  # the outermost one wins
+        if stack:
+            stack[-1][3] += end - begin
+        node = [thread, end, kind, 0]
+        stack.append(node)
+        rows.append((name, corr, begin, end, kind, node))
+    owned = [
+        (kernels.get(corr, []) if cuda else [(name, end - begin - node[3])], kind)
+        for name, corr, begin, end, kind, node in rows
+    ]
+    linked = {row[1] for row in rows}  # kernels no op launched (e.g. compiled code's) count too
+    owned += [(pieces, None) for corr, pieces in kernels.items() if corr not in linked]
+    for pieces, kind in owned:
+        for piece, ns in pieces:
+            if ns <= 0:
                 continue
-            ops[name] = ops.get(name, 0.0) + us
+            us = ns / 1e3
+            by_name[piece] = by_name.get(piece, 0.0) + us
             busy += us
-            kind, node = category(name), event
-            while kind is None and node is not None:
-                kind, node = category(node.name), node.cpu_parent
-            if kind is not None:
-                spent[kind] += us
+            share = kind or category(piece)
+            if share is not None:
+                spent[share] += us
     total_us = wall_s * 1e6
     shares = {name: min(1.0, us / total_us) for name, us in spent.items()} if total_us else {}
     if cuda and total_us:
         shares["idle"] = max(0.0, 1.0 - busy / total_us)
-    top = sorted(ops.items(), key=lambda kv: -kv[1])[:MAX_OPS]
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:MAX_OPS]
     return {
         "steps": steps,
         "seconds": wall_s,

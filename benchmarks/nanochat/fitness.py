@@ -122,7 +122,8 @@ class NanochatFitness:
             "timeout_s": self.scale.train_limit_s
             + self.scale.eval_limit_s
             + 60.0
-            + stages.time_limit_s(self.scale, self.layered),
+            + stages.time_limit_s(self.scale, self.layered)
+            + (self.scale.train_limit_s if self.compile_cache else 0.0),  # the cache's warm-up
         }
         log.info("nanochat: %s; %s", self.scale.describe(), self.layered.describe())
         self._dataset_meta()  # fail now, not at the first evaluation, when the data is missing
@@ -191,9 +192,12 @@ class NanochatFitness:
         found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
         return sorted({str(p) for p in found} | {str(parts["val"])})
 
-    def _policy(self, forbidden: list[str]) -> Policy:
+    def _policy(self, forbidden: list[str], *, warming: bool = False) -> Policy:
         """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it);
-        the compile cache readable but never written by candidates (no channel between evaluations)."""
+        the compile cache readable but never written by candidates (no channel between evaluations),
+        written only when ``warming`` (the harness's run of the seed, ``stages.CacheWarmup``)."""
+        if warming and self.compile_cache:
+            return Policy(hidden=tuple(forbidden), writable=(self.compile_cache,))
         return Policy(
             hidden=tuple(forbidden),
             shared_caches=(self.compile_cache,) if self.compile_cache else (),
@@ -251,11 +255,13 @@ class NanochatFitness:
         *,
         limit_s: float,
         payload: bytes = b"",
+        warming: bool = False,
     ) -> dict | Evaluation:
         """Run the harness process of ``role`` (``HARNESS_MODULES``) sandboxed in ``cwd`` with ``job``.
 
         Returns its verdict, or the failed Evaluation. The job goes to the process's stdin
         with a fresh nonce (then ``payload``); only a stdout line carrying that nonce counts.
+        ``warming``: the seed program filling the compile cache (it may write there).
         """
         nonce, stdin = protocol.job_input(job, payload)
         result = run_sandboxed(
@@ -263,7 +269,7 @@ class NanochatFitness:
             cwd=cwd,
             limits=self._limits(limit_s),
             env=self._env(ctx),
-            policy=self._policy(job["forbidden"]),
+            policy=self._policy(job["forbidden"], warming=warming),
             stdin=stdin,
         )
         verdict = protocol.read_verdict(result, nonce, role)
@@ -272,7 +278,12 @@ class NanochatFitness:
         return verdict
 
     def train(
-        self, workdir: Path, ctx: EvalContext, *, max_steps: int | None = None
+        self,
+        workdir: Path,
+        ctx: EvalContext,
+        *,
+        max_steps: int | None = None,
+        warming: bool = False,
     ) -> dict | Evaluation:
         """Run the candidate's ``train.py`` under the supervisor (until the budget, or ``max_steps`` steps)."""
         scale = self.scale
@@ -289,7 +300,9 @@ class NanochatFitness:
             job["max_steps"] = max_steps
         elif self.profile_steps:
             job["profile"] = [scale.untimed_steps + PROFILE_SKIP, self.profile_steps]
-        return self.run_harness("training", workdir, ctx, job, limit_s=scale.train_limit_s)
+        return self.run_harness(
+            "training", workdir, ctx, job, limit_s=scale.train_limit_s, warming=warming
+        )
 
     def score(self, checkpoint: Path, ctx: EvalContext) -> dict | Evaluation:
         """Score the checkpoint in ``checkpoint`` (a harness-owned copy) with the scorer: its verdict, or the failed Evaluation."""

@@ -24,6 +24,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from evolve.benchmarks.nanochat.scales import Scale
 
-from evolve.fitness import EvalContext, Stage
+from evolve.fitness import EvalContext, Stage, write_files
 from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
 from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
@@ -202,6 +203,41 @@ class StoredShortRun(ShortRun):
         return self._band
 
 
+@dataclass(frozen=True)
+class CacheWarmup:
+    """The stage that fills the compile cache (``compile_cache``) once per cache and seed program.
+
+    The harness trains the seed program, its own code, for its untimed steps and one more
+    with the cache writable, so that torch.compile's and Triton's compiled kernels of the
+    seed are there when candidates, which only read the cache, start. The first evaluation
+    to need it runs it (the others wait on the lock, then read the record); it never fails a
+    candidate: a seed that does not train leaves the cache as it is.
+    """
+
+    fitness: NanochatFitness
+
+    def __call__(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        fitness = self.fitness
+        seed_files = {p.name: p.read_text() for p in sorted(fitness.scale.seed_dir.glob("*.py"))}
+        key = reference_key(fitness, seed_files, ctx, stage="cache_warmup")
+
+        def warm() -> dict:
+            with tempfile.TemporaryDirectory(prefix="nanochat-warmup-", dir=ctx.scratch) as tmp:
+                write_files(seed_files, Path(tmp))
+                steps = fitness.scale.untimed_steps + 1
+                verdict = fitness.train(Path(tmp), ctx, max_steps=steps, warming=True)
+            if isinstance(verdict, Evaluation):
+                return {
+                    "status": verdict.status.value,
+                    "reason": verdict.artifacts.get("error", ""),
+                }
+            return {"status": verdict["status"], "startup_s": verdict["startup_s"]}
+
+        record = stored(Path(fitness.compile_cache) / f"warmed-{key}.json", warm)
+        warmed = int(record["status"] == "ok")  # as the local check: a passed stage scores 0.0
+        return Evaluation(status=EvalStatus.OK, fitness=0.0, metrics={"cache_warmup_ok": warmed})
+
+
 def probe_limit_s(scale: Scale) -> float:
     """Wall limit of the local check's sandbox."""
     return scale.startup_limit_s + 30.0
@@ -212,7 +248,9 @@ def build(fitness: NanochatFitness, settings: LayeredSettings) -> list[Stage]:
     seed_files = {
         path.name: path.read_text() for path in sorted(fitness.scale.seed_dir.glob("*.py"))
     }
-    checks: list[LocalCheck | ShortRun] = []
+    checks: list[LocalCheck | ShortRun | Stage] = []
+    if fitness.compile_cache:
+        checks.append(Stage(name="cache_warmup", run=CacheWarmup(fitness)))
     if settings.local_check:
         checks.append(
             StoredLocalCheck(

@@ -37,3 +37,22 @@ def test_a_fresh_worker_reads_the_stored_loss_band_instead_of_measuring_again(da
     finally:
         band.unlink()
     assert str(first.calibration_dir) in first.forbidden()  # candidates never see the references
+
+
+def test_the_harness_warms_the_compile_cache_once_with_the_seed_and_candidates_only_read_it(
+    data_dir, tmp_path
+):
+    cache = tmp_path / "compile-cache"
+    first = tiny_fitness(data_dir, compile_cache=str(cache))
+    assert [s.name for s in first.stages] == ["cache_warmup", "full"]
+    assert str(cache) in first._policy([], warming=True).writable  # the harness's seed run writes
+    candidate = first._policy([])
+    assert str(cache) in candidate.shared_caches and str(cache) not in candidate.writable
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    assert first.stages[0].run(tmp_path, ctx).metrics == {"cache_warmup_ok": 1}
+    [record] = cache.glob("warmed-*.json")
+    assert json.loads(record.read_text())["status"] == "ok"
+    # a fresh fitness (another worker) reads the record instead of warming again
+    record.write_text(json.dumps({"status": "marked"}))
+    second = tiny_fitness(data_dir, compile_cache=str(cache))
+    assert second.stages[0].run(tmp_path, ctx).metrics == {"cache_warmup_ok": 0}

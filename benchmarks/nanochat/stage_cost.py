@@ -4,7 +4,7 @@ Each stage runs the seed program once through the real harness (sandbox, probe, 
 scorer), as a search's evaluation does, and its wall time is printed as one JSON line.
 These numbers set the defaults of ``stages.SHORT_RUN_STEPS`` (see the README).
 
-``--profile-cost`` instead runs the full evaluation with and without the profile of timed
+``--measure profile`` instead runs the full evaluation with and without the profile of timed
 steps (``evolve.harness.profiling``), in alternating order per seed, and prints the
 profile's cost as a share of the evaluation's wall time: starting and stopping the
 profiler inside the timed window, how much longer the profiled steps took than the
@@ -13,10 +13,10 @@ others, and summarising the events after the checkpoint was saved.
     python -m evolve.benchmarks.nanochat.stage_cost                      # CPU scale
     python -m evolve.benchmarks.nanochat.stage_cost --scale nanochat --dataset stdlib \\
         --steps 30 --skip-full                                      # one GPU
-    python -m evolve.benchmarks.nanochat.stage_cost --profile-cost --seeds 3
-    python -m evolve.benchmarks.nanochat.stage_cost --reference-cost --seeds 3 --steps 20
+    python -m evolve.benchmarks.nanochat.stage_cost --measure profile --seeds 3
+    python -m evolve.benchmarks.nanochat.stage_cost --measure references --seeds 3 --steps 20
 
-``--reference-cost`` evaluates the seed as ``--seeds`` candidates, each by a fresh fitness
+``--measure references`` evaluates the seed as ``--seeds`` candidates, each by a fresh fitness
 (as a fresh worker process would), with both quick stages on: first measuring the seed's
 references in every one (the stored references removed before each: what every new worker
 process paid before they were stored), then with the references measured once and stored.
@@ -58,15 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=2, help="evaluation seeds of each stage")
     parser.add_argument("--skip-full", action="store_true", help="time the quick stages only")
     parser.add_argument(
-        "--profile-cost", action="store_true", help="time the profile of timed steps instead"
-    )
-    parser.add_argument(
-        "--reference-cost",
-        action="store_true",
-        help="time evaluations measuring the seed's references each time, then stored once",
+        "--measure",
+        choices=("stages", "profile", "references"),
+        default="stages",
+        help="what to time: the quick stages, the profile of timed steps, or the seed's "
+        "references measured each time then stored once",
     )
     args = parser.parse_args(argv)
-    if args.reference_cost:
+    if args.measure == "references":
         return reference_cost(args)
     fitness = NanochatFitness(
         scale=args.scale,
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_tokens=args.eval_tokens,
         layered={"local_check": False, "short_run_steps": 0},
     )
-    if args.profile_cost:
+    if args.measure == "profile":
         return profile_cost(fitness, args.seeds)
     seed_files = {p.name: p.read_text() for p in fitness.scale.seed_dir.glob("*.py")}
     root = Path(tempfile.mkdtemp(prefix="nanochat-stage-cost-"))

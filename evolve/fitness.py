@@ -422,12 +422,17 @@ def calibrate(evaluations: Sequence[Evaluation]) -> dict[str, Samples]:
     """Per-metric spread of one program evaluated with several seeds.
 
     Returns ``Samples`` for the fitness (key ``"fitness"``) and for every metric that is a
-    finite number in all ``evaluations`` (all of which must be OK).
+    finite number in all ``evaluations`` (all of which must be OK), except where the
+    evaluations' time went (``time_<phase>``: the machine's, not the program's).
     """
     if not evaluations or not all(e.ok for e in evaluations):
         raise ValueError("calibrate needs at least one evaluation, all of them OK")
     values: dict[str, list[float]] = {"fitness": [float(e.fitness) for e in evaluations]}  # type: ignore[arg-type]
-    names = set.intersection(*(set(e.metrics) for e in evaluations))
+    names = {
+        n
+        for n in set.intersection(*(set(e.metrics) for e in evaluations))
+        if not phases.is_phase(n)
+    }
     for name in sorted(names):
         column = [e.metrics[name] for e in evaluations]
         if all(

@@ -436,7 +436,14 @@ class NanochatFitness:
             metrics.update(
                 {
                     f"reported_profile_{key}": train["profile"][key]
-                    for key in ("steps", "seconds", "window_s", "report_s")
+                    for key in (
+                        "steps",
+                        "seconds",
+                        "window_s",
+                        "report_s",
+                        "step_s_before",
+                        "step_s_after",
+                    )
                     if key in train["profile"]
                 }
             )

@@ -7,8 +7,9 @@ These numbers set the defaults of ``stages.SHORT_RUN_STEPS`` (see the README).
 ``--measure profile`` instead runs the full evaluation with and without the profile of timed
 steps (``evolve.harness.profiling``), in alternating order per seed, and prints the
 profile's cost as a share of the evaluation's wall time: starting and stopping the
-profiler inside the timed window, how much longer the profiled steps took than the
-others, and summarising the events after the checkpoint was saved.
+profiler inside the timed window, how much longer the profiled steps and the as many steps
+after them took than as many steps before (timed in the training process), and summarising
+the events after the checkpoint was saved.
 
     python -m evolve.benchmarks.nanochat.stage_cost                      # CPU scale
     python -m evolve.benchmarks.nanochat.stage_cost --scale nanochat --dataset stdlib \\
@@ -153,18 +154,19 @@ def profile_cost(fitness: NanochatFitness, seeds: int) -> int:
                 row = {"seed": seed, "profile_steps": steps, "wall_s": round(ev.wall_s, 2)}
                 row |= {k: m.get(k) for k in ("val_bpb", "steps", "training_s", "tokens_per_s")}
                 if "reported_profile_window_s" in m:
-                    # cost: starting and stopping in the timed window, the profiled steps' slowdown
-                    # next to the others, and summarising after the checkpoint was saved
-                    window, report = m["reported_profile_window_s"], m["reported_profile_report_s"]
-                    seconds, profiled = m["reported_profile_seconds"], m["reported_profile_steps"]
-                    others = max(1, m["steps"] - fitness.scale.untimed_steps - profiled)
-                    per_step = (m["training_s"] - seconds - window) / others
-                    slowdown = max(0.0, seconds - per_step * profiled)
+                    # cost: starting and stopping in the timed window, the profiled steps' and the
+                    # next steps' slowdown next to the steps before, summarising after the save
+                    get = {k.removeprefix("reported_profile_"): v for k, v in m.items()}
+                    before, profiled = get["step_s_before"], get["steps"]
+                    slowdown = max(0.0, get["seconds"] - before * profiled)
+                    lingering = max(0.0, get["step_s_after"] - before) * PROFILE_STEPS
+                    cost = get["window_s"] + slowdown + lingering + get["report_s"]
                     row |= {
-                        "window_s": round(window, 3),
-                        "slowdown_s": round(slowdown, 3),
-                        "report_s": round(report, 3),
-                        "cost_share": round((window + slowdown + report) / ev.wall_s, 4),
+                        "window_s": round(get["window_s"], 3),
+                        "profiled_vs_before": round(get["seconds"] / profiled / before, 3),
+                        "after_vs_before": round(get["step_s_after"] / before, 3),
+                        "report_s": round(get["report_s"], 3),
+                        "cost_share": round(cost / ev.wall_s, 4),
                     }
                 print(json.dumps(row), flush=True)
     finally:

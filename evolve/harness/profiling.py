@@ -78,6 +78,7 @@ class StepProfiler:
         self.window_s = 0.0  # time spent starting and stopping inside the timed window
         self.peak_memory_mb: float | None = None
         self.done = False
+        self.ends: dict[int, float] = {}
 
     @property
     def active(self) -> bool:
@@ -91,6 +92,8 @@ class StepProfiler:
                 self.stop(steps - self.first)
         elif steps == self.first and self.profiler is None:
             self.start()
+        if self.first - self.count <= steps <= self.first + 2 * self.count:
+            self.ends[steps] = time.perf_counter()  # step times around the profile: its cost
 
     def start(self) -> None:
         begin = time.perf_counter()
@@ -158,6 +161,10 @@ class StepProfiler:
             if peak and summary.get("tflops"):
                 summary["mfu"] = summary["tflops"] * 1e12 / peak
         summary["window_s"] = self.window_s
+        for name, low in (("before", self.first - self.count), ("after", self.first + self.count)):
+            if low in self.ends and low + self.count in self.ends:
+                span = self.ends[low + self.count] - self.ends[low]
+                summary[f"step_s_{name}"] = span / self.count
         summary["report_s"] = time.perf_counter() - begin
         return summary
 
@@ -257,6 +264,8 @@ def sanitize(raw: str) -> dict[str, Any] | None:
                 "mfu",
                 "window_s",
                 "report_s",
+                "step_s_before",
+                "step_s_after",
             )
             if k in data
         }

@@ -4,18 +4,18 @@ The harness asks for it through the training program's environment (``PROFILE_EN
 first step to profile and how many); ``evolve.harness.stream`` starts the profiler when
 that step begins, times the program's waits for batches, stops it after the last profiled
 step, and once the checkpoint is saved sends the summary (``summarize``) to the harness as
-one ``profile`` report. The summary is
-computed in the candidate's process, so the harness treats it as the candidate's word:
-``sanitize`` keeps only known fields of bounded size, and ``describe`` turns it into the
-feedback text children's prompts show. The score path never reads it.
+one ``profile`` report. The summary is computed in the candidate's process, so the harness
+treats it as the candidate's word: ``sanitize`` keeps only known fields of bounded size,
+and ``describe`` turns it into the feedback text children's prompts show. The score path
+never reads it.
 
 Shares of the profiled window's wall time: matrix products, attention kernels, the
 optimizer step (everything under ``Optimizer.step``, the record torch's optimizers make),
 waiting for batches, the rest, and on a GPU idle time (wall time with no kernel running).
 Each op's self time (each kernel's time, on a GPU) goes to its outermost classified
 ancestor-or-self, so a matrix product inside the optimizer step or an attention op counts
-there. MFU is the achieved matrix-product FLOP/s
-(torch.profiler's ``with_flops`` counts) over the device's dense bf16 peak, where known.
+there. MFU is the achieved matrix-product FLOP/s (torch.profiler's ``with_flops`` counts)
+over the device's dense bf16 peak, where known.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from evolve.harness import phases
 from evolve.harness.hashing import files_digest, harness_modules
 from evolve.sandbox import Limits, Policy, Result
 from evolve.sandbox import run as run_sandboxed
@@ -164,6 +165,10 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
     A fitness that raises becomes an ERROR evaluation with the traceback in artifacts.
     With stages, each runs in order; the first non-OK one ends the cascade, and the
     metrics of all stages run so far are merged into the returned evaluation.
+
+    Where the wall time went is in the metrics as ``time_<phase>`` seconds adding up to
+    ``wall_s`` (``evolve.harness.phases``): a stage is one phase named after it unless the
+    fitness marks finer ones; "harness" is evolve's own bookkeeping.
     """
     start = time.monotonic()
     stages: Sequence[Stage] = getattr(fitness, "stages", None) or (
@@ -171,27 +176,32 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
     )
     metrics: dict[str, Any] = {}
     result: Evaluation | None = None
-    for stage in stages:
-        try:
-            result = stage.run(workdir, ctx)
-        except Exception as exc:  # the harness itself failed: record, never crash the run
-            result = Evaluation(
-                status=EvalStatus.ERROR,
-                artifacts={
-                    "error": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc()[-8000:],
-                },
-            )
-        metrics.update(result.metrics)
-        result = replace(result, stage=stage.name, metrics=dict(metrics))
-        if not result.ok:
-            break
-    assert result is not None
-    if result.ok:
-        result = _with_declared_descriptors(fitness, result)
+    with phases.timeline("harness", start) as line:
+        for stage in stages:
+            phases.mark(phases.slug(stage.name))
+            try:
+                result = stage.run(workdir, ctx)
+            except Exception as exc:  # the harness itself failed: record, never crash the run
+                result = Evaluation(
+                    status=EvalStatus.ERROR,
+                    artifacts={
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc()[-8000:],
+                    },
+                )
+            phases.mark("harness")
+            metrics.update(result.metrics)
+            result = replace(result, stage=stage.name, metrics=dict(metrics))
+            if not result.ok:
+                break
+        assert result is not None
+        if result.ok:
+            result = _with_declared_descriptors(fitness, result)
+        end = time.monotonic()
     return replace(
         result,
-        wall_s=time.monotonic() - start,
+        metrics={**result.metrics, **phases.metrics(line.seconds(end))},
+        wall_s=end - start,
         seeds=result.seeds or (ctx.seed,),
         hardware=ctx.hardware,
     )
@@ -412,12 +422,17 @@ def calibrate(evaluations: Sequence[Evaluation]) -> dict[str, Samples]:
     """Per-metric spread of one program evaluated with several seeds.
 
     Returns ``Samples`` for the fitness (key ``"fitness"``) and for every metric that is a
-    finite number in all ``evaluations`` (all of which must be OK).
+    finite number in all ``evaluations`` (all of which must be OK), except where the
+    evaluations' time went (``time_<phase>``: the machine's, not the program's).
     """
     if not evaluations or not all(e.ok for e in evaluations):
         raise ValueError("calibrate needs at least one evaluation, all of them OK")
     values: dict[str, list[float]] = {"fitness": [float(e.fitness) for e in evaluations]}  # type: ignore[arg-type]
-    names = set.intersection(*(set(e.metrics) for e in evaluations))
+    names = {
+        n
+        for n in set.intersection(*(set(e.metrics) for e in evaluations))
+        if not phases.is_phase(n)
+    }
     for name in sorted(names):
         column = [e.metrics[name] for e in evaluations]
         if all(

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from evolve.fitness import Samples, calibrate, improvement_pvalue, mean_interval, pooled_sd
+from evolve.harness import phases
 from evolve.store import Store
 from evolve.types import Direction, Evaluation, Objective
 
@@ -240,7 +241,11 @@ def summarize(
         return replace(
             sample,
             fitness=None,
-            metrics={**first.metrics, **sample.metrics},
+            metrics={
+                **first.metrics,
+                **sample.metrics,
+                **phases.summed(s.metrics for s in samples),
+            },
             artifacts={
                 **sample.artifacts,
                 "error": f"re-evaluation {k} with seed {sample.seeds} failed ({sample.status}): {error}; "
@@ -261,6 +266,7 @@ def summarize(
         "fitness_sd": stats.sd,
         "fitness_ci_low": low,
         "fitness_ci_high": high,
+        **phases.summed(s.metrics for s in samples),  # their wall time is summed too
     }
     if p is not None:
         metrics["fitness_pvalue"] = p

@@ -109,6 +109,8 @@ class Result:
         isolation: what isolation was applied, key by key; values starting with "NOT"
             name a protection that the platform refused.
         modified: ``Policy.readonly`` paths whose files changed, appeared or vanished.
+        started_at: monotonic time when the isolated child was set up, about to exec the command.
+        exited_at: monotonic time when the command exited (or was killed at its timeout).
     """
 
     returncode: int | None
@@ -120,6 +122,8 @@ class Result:
     leftover: int = 0
     isolation: dict[str, str] = field(default_factory=dict)
     modified: tuple[str, ...] = ()
+    started_at: float = 0.0
+    exited_at: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -339,6 +343,7 @@ def run(
     ns: str | None = None
     try:
         report = _read_report(report_r)
+        started_at = time.monotonic()
         ns = report.pop("ns", None)
         report["home"] = (
             "HOME, TMPDIR, XDG and compile caches in the workdir"
@@ -367,6 +372,7 @@ def run(
         _signal_tree(proc.pid, marker, ns, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=GRACE_S)
+    exited_at = time.monotonic()
     # Whatever happened, nothing of the child's tree survives this call.
     alive = _members(proc.pid, marker, ns)
     leftover = 0 if timed_out else len([p for p in alive if p != proc.pid])
@@ -389,6 +395,8 @@ def run(
         leftover=leftover,
         isolation=report,
         modified=modified,
+        started_at=started_at,
+        exited_at=exited_at,
     )
 
 

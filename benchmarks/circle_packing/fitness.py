@@ -25,6 +25,7 @@ from pathlib import Path
 from evolve.benchmarks.circle_packing.shape import contacts, features
 
 from evolve.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
+from evolve.harness import phases
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 OUTPUT = "packing.json"
@@ -75,6 +76,7 @@ class CirclePacking:
             (workdir / "packing.py").read_text(errors="replace")
         )  # read before it runs
         before = _children_cpu_s()
+        phases.mark("sandbox_start")
         result = run_sandboxed(
             [sys.executable, "packing.py", str(self.n_circles)],
             cwd=workdir,
@@ -85,6 +87,9 @@ class CirclePacking:
             ),
             env={**ctx.env(), "EVOLVE_CPU_BUDGET_S": f"{self.cpu_budget_s:g}"},
         )
+        phases.mark("program", at=result.started_at)
+        phases.mark("sandbox_exit", at=result.exited_at)
+        phases.mark("verify")
         cpu_s = _children_cpu_s() - before
         if cpu_s > self.cpu_budget_s:
             return Evaluation(
@@ -116,6 +121,7 @@ class CirclePacking:
             return Evaluation(
                 status=EvalStatus.INVALID, artifacts={"error": problem, "output": result.tail()}
             )
+        phases.mark("score")
         total = math.fsum(radii)
         tight = contacts(centers, radii)
         artifacts = {"constraints": tight.summary()}

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from evolve.benchmarks.kernels.solution import read_candidate
 from evolve.benchmarks.kernels.spec import Problem, SpecError, find_problem
 
 from evolve.fitness import EvalContext
+from evolve.harness import phases
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 SUITE = Path(__file__).parent / "problems"
@@ -180,16 +179,13 @@ class KernelFitness:
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason.
 
-        Metrics ``time_<phase>`` say where the evaluation's time went (calibration, baseline,
-        build, process_start, candidate_import, correctness, kernel_checks, timing,
-        process_exit, witness, scoring...); they add up to the time spent here.
+        It marks where the evaluation's time went (``evolve.harness.phases``: calibration,
+        baseline, build, process_start, candidate_import, correctness, kernel_checks, timing,
+        process_exit, witness, scoring...); ``evaluate_safely`` stores them as ``time_<phase>``.
         """
-        start = time.monotonic()
         report = self.measure(workdir, ctx)
-        evaluation = self._evaluation(workdir, report)
-        phases = report.phase_seconds(start, time.monotonic())
-        metrics = {**evaluation.metrics, **{f"time_{name}": sec for name, sec in phases.items()}}
-        return replace(evaluation, metrics=metrics)
+        phases.mark_each(report.marks)
+        return self._evaluation(workdir, report)
 
     def _evaluation(self, workdir: Path, report: Report) -> Evaluation:
         metrics: dict[str, Any] = {"score": report.score}
@@ -206,10 +202,10 @@ class KernelFitness:
             metrics["published_score"] = report.published_score
         notes = [f"timer: {report.timer or '-'}", f"language: {report.language}"]
         notes += [f"{r.uuid}: FLOPs {r.flops_method}" for r in report.rows if r.flops_method]
-        report.mark("feedback")  # its cost, measured per evaluation (time_feedback)
+        phases.mark("feedback")  # its cost, measured per evaluation (time_feedback)
         artifacts = {"results": report.table(), "problem": problem_statement(self.problem),
                      "measurement": "\n".join(notes), "roofline": report.roofline()}  # fmt: skip
-        report.mark("scoring")
+        phases.mark("scoring")
         if report.output:
             artifacts["output"] = report.output
         try:

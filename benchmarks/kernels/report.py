@@ -65,19 +65,6 @@ class Report:
         """Phase ``phase`` begins at ``at`` (``time.monotonic``, default now) and ends the one before."""
         self.marks.append((phase, time.monotonic() if at is None else at))
 
-    def phase_seconds(self, start: float, end: float) -> dict[str, float]:
-        """Seconds per phase between ``start`` (``first`` phase until the first mark) and ``end``;
-        they add up to ``end - start``. Marks are ordered by time (ties: as marked)."""
-        ordered = sorted(
-            (min(max(at, start), end), i, name) for i, (name, at) in enumerate(self.marks)
-        )
-        bounds = [start, *(at for at, _, _ in ordered), end]
-        names = ["setup", *(name for _, _, name in ordered)]
-        totals: dict[str, float] = {}
-        for name, begin, finish in zip(names, bounds, bounds[1:], strict=False):
-            totals[name] = totals.get(name, 0.0) + finish - begin
-        return totals
-
     def table(self) -> str:
         """A plain-text table of the rows, for feedback to operators and logs."""
         lines = [

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from evolve.benchmarks.kernels.score import sol_score, suite_score
 from evolve.benchmarks.kernels.spec import SpecError, load_problem, problem_dirs
 
 from evolve.fitness import EvalContext
+from evolve.harness import phases
 from evolve.harness.hashing import files_digest
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
@@ -152,15 +151,13 @@ class KernelSuiteFitness:
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """Per-problem and aggregate scores; a cheat on any problem rejects the candidate.
 
-        ``time_<phase>`` metrics as in ``KernelFitness``, summed over the problems measured.
+        Phases marked as in ``KernelFitness``, added up over the problems measured.
         """
-        start, timeline = time.monotonic(), Report(problem="suite")
+        timeline = Report(problem="suite")
         reports = self.measure(workdir, ctx, timeline)
-        timeline.mark("scoring")
-        evaluation = self._evaluation(workdir, reports)
-        phases = timeline.phase_seconds(start, time.monotonic())
-        metrics = {**evaluation.metrics, **{f"time_{name}": sec for name, sec in phases.items()}}
-        return replace(evaluation, metrics=metrics)
+        phases.mark_each(timeline.marks)
+        phases.mark("scoring")
+        return self._evaluation(workdir, reports)
 
     def _evaluation(self, workdir: Path, reports: dict[str, Report]) -> Evaluation:
         metrics: dict[str, Any] = {}

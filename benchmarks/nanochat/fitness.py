@@ -25,7 +25,7 @@ from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, run_sandboxed
-from evolve.harness import protocol
+from evolve.harness import phases, profiling, protocol
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,8 @@ HARNESS_MODULES = {  # the harness processes, by role (their error messages name
 }
 MAX_CHECKPOINT_BYTES = 64 << 30
 STRICT_PROBES = 4  # strict mode multiplies the causality probes by this (the model cannot tell)
+PROFILE_STEPS = 3  # timed steps profiled for feedback (cost measured in README "Profile feedback")
+PROFILE_SKIP = 2  # timed steps before the profiled ones (the first may still warm up)
 _ROWS_CACHE: dict[tuple, bytes] = {}
 
 
@@ -67,6 +69,9 @@ class NanochatFitness:
         layered: the quick stages before the full run (``stages.LayeredSettings``):
             ``{"local_check": true, "short_run_steps": null}`` by default (null: the scale's
             default number of steps, 0: no short run).
+        profile_steps: timed steps of the full run profiled with torch.profiler in the
+            training process (from the third timed step on) for the candidate's feedback,
+            never its score (``evolve.harness.profiling``); 0: none.
         **overrides: any ``Scale`` field, e.g. ``budget_s=60`` or ``dataset="wikipedia"``;
             ``eval_tokens=0`` scores all whole batches the validation split holds.
 
@@ -87,9 +92,11 @@ class NanochatFitness:
         data_dir: str | None = None,
         compile_cache: str | None = None,
         layered: dict | None = None,
+        profile_steps: int = PROFILE_STEPS,
         **overrides,
     ) -> None:
         self.scale = scales.resolve(scale, **overrides)
+        self.profile_steps = int(profile_steps)
         self.layered = stages.LayeredSettings.of(layered, self.scale)
         self.compile_cache = (
             str(Path(compile_cache).expanduser().resolve()) if compile_cache else None
@@ -116,7 +123,8 @@ class NanochatFitness:
             "timeout_s": self.scale.train_limit_s
             + self.scale.eval_limit_s
             + 60.0
-            + stages.time_limit_s(self.scale, self.layered),
+            + stages.time_limit_s(self.scale, self.layered)
+            + (self.scale.train_limit_s if self.compile_cache else 0.0),  # the cache's warm-up
         }
         log.info("nanochat: %s; %s", self.scale.describe(), self.layered.describe())
         self._dataset_meta()  # fail now, not at the first evaluation, when the data is missing
@@ -135,6 +143,11 @@ class NanochatFitness:
         return Path(self.data_dir) / (
             f"stdlib-{self.scale.vocab_size}" if name == "stdlib" else name
         )
+
+    @property
+    def calibration_dir(self) -> Path:
+        """Where the quick stages keep the seed's references (``stages``): harness-written, hidden from candidates."""
+        return Path(self.data_dir) / "calibration"
 
     def available_eval_tokens(self) -> int:
         """Targets in the whole batches of rows the validation split gives (the probes' spare rows kept aside)."""
@@ -180,9 +193,12 @@ class NanochatFitness:
         found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
         return sorted({str(p) for p in found} | {str(parts["val"])})
 
-    def _policy(self, forbidden: list[str]) -> Policy:
+    def _policy(self, forbidden: list[str], *, warming: bool = False) -> Policy:
         """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it);
-        the compile cache readable but never written by candidates (no channel between evaluations)."""
+        the compile cache readable but never written by candidates (no channel between evaluations),
+        written only when ``warming`` (the harness's run of the seed, ``stages.CacheWarmup``)."""
+        if warming and self.compile_cache:
+            return Policy(hidden=tuple(forbidden), writable=(self.compile_cache,))
         return Policy(
             hidden=tuple(forbidden),
             shared_caches=(self.compile_cache,) if self.compile_cache else (),
@@ -240,11 +256,13 @@ class NanochatFitness:
         *,
         limit_s: float,
         payload: bytes = b"",
+        warming: bool = False,
     ) -> dict | Evaluation:
         """Run the harness process of ``role`` (``HARNESS_MODULES``) sandboxed in ``cwd`` with ``job``.
 
         Returns its verdict, or the failed Evaluation. The job goes to the process's stdin
         with a fresh nonce (then ``payload``); only a stdout line carrying that nonce counts.
+        ``warming``: the seed program filling the compile cache (it may write there).
         """
         nonce, stdin = protocol.job_input(job, payload)
         result = run_sandboxed(
@@ -252,13 +270,21 @@ class NanochatFitness:
             cwd=cwd,
             limits=self._limits(limit_s),
             env=self._env(ctx),
-            policy=self._policy(job["forbidden"]),
+            policy=self._policy(job["forbidden"], warming=warming),
             stdin=stdin,
         )
-        return protocol.read_verdict(result, nonce, role)
+        verdict = protocol.read_verdict(result, nonce, role)
+        if isinstance(verdict, dict):  # when the harness process began and ended, for the phases
+            verdict["sandbox"] = {"started": result.started_at, "exited": result.exited_at}
+        return verdict
 
     def train(
-        self, workdir: Path, ctx: EvalContext, *, max_steps: int | None = None
+        self,
+        workdir: Path,
+        ctx: EvalContext,
+        *,
+        max_steps: int | None = None,
+        warming: bool = False,
     ) -> dict | Evaluation:
         """Run the candidate's ``train.py`` under the supervisor (until the budget, or ``max_steps`` steps)."""
         scale = self.scale
@@ -273,7 +299,11 @@ class NanochatFitness:
         }
         if max_steps is not None:
             job["max_steps"] = max_steps
-        return self.run_harness("training", workdir, ctx, job, limit_s=scale.train_limit_s)
+        elif self.profile_steps:
+            job["profile"] = [scale.untimed_steps + PROFILE_SKIP, self.profile_steps]
+        return self.run_harness(
+            "training", workdir, ctx, job, limit_s=scale.train_limit_s, warming=warming
+        )
 
     def probe_batches(self, ctx: EvalContext) -> int:
         """Causality probes among the scored batches: the scale's, or in strict mode (the auditor's
@@ -306,15 +336,30 @@ class NanochatFitness:
         )
 
     def _evaluate(self, workdir: Path, ctx: EvalContext, scratch: Path) -> Evaluation:
+        phases.mark("data")
         validation_rows(  # fail now, before training, when the validation split is too small
             prepare.split_dirs(self.dataset_root)["val"],
             self.scale.seq_len,
             self.scale.eval_tokens,
         )
         checkpoint = workdir / "checkpoint"
+        phases.mark("sandbox_start")
         train = self.train(workdir, ctx)
         if isinstance(train, Evaluation):
             return train
+        marks = train.get("marks", {})
+        phases.mark_each(
+            [
+                ("harness_start", train["sandbox"]["started"]),
+                ("startup", marks.get("launched")),
+                ("warmup", marks.get("first_batch")),
+                ("training", marks.get("timed_from")),
+                ("checkpoint", marks.get("stopped")),
+                ("train_exit", marks.get("saved")),
+                ("sandbox_exit", marks.get("reaped")),
+            ]
+        )
+        phases.mark("checkpoint_copy")
         metrics = {
             "steps": train["steps"],
             "tokens": train["tokens"],
@@ -350,7 +395,17 @@ class NanochatFitness:
                     "scores the state saved at the stop)",
                 },
             )
+        phases.mark("scoring_start")
         score = self.score(evaldir, ctx)
+        if isinstance(score, dict):
+            phases.mark_each(
+                [
+                    ("scoring_forward", score.get("marks", {}).get("ready")),
+                    ("scoring_check", score.get("marks", {}).get("forwarded")),
+                    ("sandbox_exit", score["sandbox"]["exited"]),
+                ]
+            )
+        phases.mark("verdict")
         if isinstance(score, Evaluation):
             return Evaluation(
                 status=score.status, metrics=metrics, artifacts={**artifacts, **score.artifacts}
@@ -386,6 +441,22 @@ class NanochatFitness:
             f"{metrics['tokens_per_s']:,.0f} tokens/s in the timed {train['training_s']:.1f}s); "
             f"{score['params']:,} parameters"
         )
+        if train.get("profile"):
+            artifacts["profile"] = profiling.describe(train["profile"])
+            metrics.update(
+                {
+                    f"reported_profile_{key}": train["profile"][key]
+                    for key in (
+                        "steps",
+                        "seconds",
+                        "window_s",
+                        "report_s",
+                        "step_s_before",
+                        "step_s_after",
+                    )
+                    if key in train["profile"]
+                }
+            )
         return Evaluation(
             status=EvalStatus.OK,
             fitness=bpb,

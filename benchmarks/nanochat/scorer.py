@@ -237,6 +237,7 @@ def evaluate(job: dict) -> dict:
             in_flight.append((index % 2, kind, item))
         while in_flight:
             collect(*in_flight.popleft())
+        forwarded = time.monotonic()
     finally:
         worker.close()
     diffs = [probe_diffs(kept[probe.base], logits, probe) for probe, logits in probe_logits]
@@ -261,6 +262,7 @@ def evaluate(job: dict) -> dict:
         "params": params,
         "eval_s": time.monotonic() - start,
         "load_s": load_s,
+        "marks": {"ready": start + load_s, "forwarded": forwarded},
         **causal,
         "worker_log": tail(LOG_FILE, 1500),
     }

@@ -5,22 +5,38 @@ the same kind of sandboxed harness processes as the full run's, with the trainin
 ``probe`` (with its child ``probe_worker``) for the local check, and the training
 ``supervisor`` with a step limit for the short run. Which stages run is the ``layered``
 config node (``LayeredSettings``).
+
+The seed's references (its local-check values, its short-run loss band over
+``CALIBRATION_SEEDS``) are measured once and stored under the data directory
+(``calibration/``, which candidates can neither read nor write), keyed by everything that
+decides them: the seed's files, the scale, the steps and seeds, the hardware, the harness's
+code and torch's version. Every worker process of a run, and later runs on the same
+machine, read them instead of measuring again; the first process to need one measures it
+while the others wait on a lock.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
 import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.benchmarks.nanochat.scales import Scale
 
-from evolve.fitness import EvalContext, Stage
+from evolve.fitness import EvalContext, Stage, write_files
+from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
-from evolve.layered import LocalCheck, ShortRun, cascade
-from evolve.types import EvalStatus, Evaluation
+from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
+from evolve.types import EvalStatus, Evaluation, Files
 
 if TYPE_CHECKING:
     from evolve.benchmarks.nanochat.fitness import NanochatFitness
@@ -122,6 +138,106 @@ class ShortTraining:
         return losses
 
 
+def stored(path: Path, measure: Callable[[], Any]) -> Any:
+    """The JSON value at ``path``; the first process to ask measures it (``measure()``) and
+    writes it while the others wait on a lock, then read it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return json.loads(path.read_text())
+        value = measure()
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(value))
+        os.replace(partial, path)
+        return value
+
+
+def reference_key(
+    fitness: NanochatFitness, seed_files: Files, ctx: EvalContext, **what: Any
+) -> str:
+    """A digest of everything that decides a seed reference (``what`` names the stage's own settings)."""
+    code = harness_modules(type(fitness).__module__)  # what the harness hash covers
+    scale = {k: str(v) for k, v in dataclasses.asdict(fitness.scale).items()}
+    facts = {
+        "seed": dict(sorted(seed_files.items())),
+        "scale": scale,
+        "data": str(fitness.dataset_root),
+        "hardware": ctx.hardware,
+        "torch": importlib.metadata.version("torch"),
+        "harness": files_digest(code),
+        **what,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@dataclass(kw_only=True)
+class StoredLocalCheck(LocalCheck):
+    """The local check with the seed's values measured once per machine and harness (module docstring)."""
+
+    fitness: NanochatFitness = field(repr=False, compare=False)
+
+    def reference(self, ctx: EvalContext) -> Mapping[str, Any]:
+        if self._reference is None:
+            key = reference_key(self.fitness, self.seed_files, ctx, stage=self.name)
+            path = self.fitness.calibration_dir / f"local-check-{key}.json"
+            self._reference = stored(path, lambda: dict(LocalCheck.reference(self, ctx)))
+        return self._reference
+
+
+@dataclass(kw_only=True)
+class StoredShortRun(ShortRun):
+    """The short run with the seed's loss band measured once per machine and harness (module docstring)."""
+
+    fitness: NanochatFitness = field(repr=False, compare=False)
+
+    def band(self, ctx: EvalContext) -> LossBand:
+        if self._band is None:
+            key = reference_key(
+                self.fitness, self.seed_files, ctx, steps=self.steps, seeds=list(self.seeds)
+            )
+            path = self.fitness.calibration_dir / f"short-run-{key}.json"
+            self._band = LossBand.from_json(
+                stored(path, lambda: ShortRun.band(self, ctx).to_json())
+            )
+        return self._band
+
+
+@dataclass(frozen=True)
+class CacheWarmup:
+    """The stage that fills the compile cache (``compile_cache``) once per cache and seed program.
+
+    The harness trains the seed program, its own code, for its untimed steps and one more
+    with the cache writable, so that torch.compile's and Triton's compiled kernels of the
+    seed are there when candidates, which only read the cache, start. The first evaluation
+    to need it runs it (the others wait on the lock, then read the record); it never fails a
+    candidate: a seed that does not train leaves the cache as it is.
+    """
+
+    fitness: NanochatFitness
+
+    def __call__(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        fitness = self.fitness
+        seed_files = {p.name: p.read_text() for p in sorted(fitness.scale.seed_dir.glob("*.py"))}
+        key = reference_key(fitness, seed_files, ctx, stage="cache_warmup")
+
+        def warm() -> dict:
+            with tempfile.TemporaryDirectory(prefix="nanochat-warmup-", dir=ctx.scratch) as tmp:
+                write_files(seed_files, Path(tmp))
+                steps = fitness.scale.untimed_steps + 1
+                verdict = fitness.train(Path(tmp), ctx, max_steps=steps, warming=True)
+            if isinstance(verdict, Evaluation):
+                return {
+                    "status": verdict.status.value,
+                    "reason": verdict.artifacts.get("error", ""),
+                }
+            return {"status": verdict["status"], "startup_s": verdict["startup_s"]}
+
+        record = stored(Path(fitness.compile_cache) / f"warmed-{key}.json", warm)
+        warmed = int(record["status"] == "ok")  # as the local check: a passed stage scores 0.0
+        return Evaluation(status=EvalStatus.OK, fitness=0.0, metrics={"cache_warmup_ok": warmed})
+
+
 def probe_limit_s(scale: Scale) -> float:
     """Wall limit of the local check's sandbox."""
     return scale.startup_limit_s + 30.0
@@ -132,10 +248,13 @@ def build(fitness: NanochatFitness, settings: LayeredSettings) -> list[Stage]:
     seed_files = {
         path.name: path.read_text() for path in sorted(fitness.scale.seed_dir.glob("*.py"))
     }
-    checks: list[LocalCheck | ShortRun] = []
+    checks: list[LocalCheck | ShortRun | Stage] = []
+    if fitness.compile_cache:
+        checks.append(Stage(name="cache_warmup", run=CacheWarmup(fitness)))
     if settings.local_check:
         checks.append(
-            LocalCheck(
+            StoredLocalCheck(
+                fitness=fitness,
                 probe=LocalProbe(fitness),
                 seed_files=seed_files,
                 zero_keys=("causality",),
@@ -145,7 +264,8 @@ def build(fitness: NanochatFitness, settings: LayeredSettings) -> list[Stage]:
         )
     if settings.short_run_steps:
         checks.append(
-            ShortRun(
+            StoredShortRun(
+                fitness=fitness,
                 train=ShortTraining(fitness),
                 seed_files=seed_files,
                 steps=settings.short_run_steps,
@@ -156,7 +276,7 @@ def build(fitness: NanochatFitness, settings: LayeredSettings) -> list[Stage]:
 
 
 def time_limit_s(scale: Scale, settings: LayeredSettings) -> float:
-    """The most the quick stages add to one evaluation (the first in a process also measures the seed)."""
+    """The most the quick stages add to one evaluation (the first to need the seed's references measures them)."""
     local = 2 * probe_limit_s(scale) if settings.local_check else 0.0
     short = (len(CALIBRATION_SEEDS) + 1) * scale.train_limit_s if settings.short_run_steps else 0.0
     return local + short

@@ -25,6 +25,7 @@ from evolve.benchmarks.nanochat.tokens import Split
 from evolve.harness.clock import Window, run_timed
 from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
+from evolve.harness.profiling import PROFILE_ENV
 from evolve.harness.protocol import SAFE_PATH, serve_job
 
 LOG_FILE = "train.log"
@@ -79,6 +80,8 @@ def supervise(job: dict) -> dict:
     # The training split reaches the program only through the feed: its files are forbidden too.
     config = {k: job[k] for k in CONFIG_KEYS} | {"forbidden": [*job["forbidden"], job["train_dir"]]}
     env[CONFIG_ENV] = json.dumps(config)
+    if job.get("profile"):  # first step and count of the steps profiled for feedback
+        env[PROFILE_ENV] = " ".join(str(int(v)) for v in job["profile"])
     short = job.get("max_steps") is not None  # a short run ends at its steps, not by the budget
     window = Window(
         budget_s=job["budget_s"] + (job["startup_limit_s"] if short else 0.0),

@@ -10,6 +10,7 @@ runs first; the others only when its loss is within ``reach`` of the target.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import shutil
 import statistics
@@ -22,6 +23,7 @@ from evolve.benchmarks.speedrun.data import DataSpec
 from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed
 
 from evolve.fitness import EvalContext, Stage, one_sided_pvalue
+from evolve.harness import phases
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)
@@ -145,6 +147,7 @@ class SpeedrunFitness:
     def first_seed(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """Stage 1: one run. OK (with a provisional time) only when its loss is within reach."""
         record = self.run_seeds(workdir, self.seeds(ctx)[:1], ctx)[0]
+        phases.mark("verdict")
         if record.ok:
             self._first[str(workdir)] = record
         evaluation = self.verdict([record])
@@ -178,6 +181,7 @@ class SpeedrunFitness:
         first = self._first.pop(str(workdir), None)
         records = [first] if first is not None else []
         records += self.run_seeds(workdir, seeds[len(records) :], ctx)
+        phases.mark("verdict")
         return self.verdict(records)
 
     def run_seeds(self, workdir: Path, seeds: list[int], ctx: EvalContext) -> list[RunRecord]:
@@ -217,12 +221,20 @@ class SpeedrunFitness:
                 hidden=[*hidden, *(s for s in slots if s != slots[slot])],
             )
 
+        def timed(index: int) -> RunRecord:
+            """The first run of a wave marks the evaluation's phases; the wave then waits for the rest."""
+            record = one(index)
+            phases.mark("other_seeds")
+            return record
+
         records: list[RunRecord] = []
         try:
             for wave in range(0, len(seeds), len(groups)):
                 indices = range(wave, min(wave + len(groups), len(seeds)))
                 with ThreadPoolExecutor(max_workers=len(indices)) as pool:
-                    records += list(pool.map(one, indices))
+                    first = pool.submit(contextvars.copy_context().run, timed, wave)
+                    rest = list(pool.map(one, indices[1:]))
+                    records += [first.result(), *rest]
         finally:
             if own_scratch:
                 shutil.rmtree(scratch_root, ignore_errors=True)

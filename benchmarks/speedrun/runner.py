@@ -24,6 +24,7 @@ from evolve.benchmarks.speedrun.stream import TokenServer
 from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
 from evolve.fitness import Limits, Policy, run_sandboxed
+from evolve.harness import phases
 from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
 
@@ -173,6 +174,7 @@ def _run_seed(
     the clock module is mounted read-only.
     """
     begin = time.monotonic()
+    phases.mark("run_setup")
     run_dir = scratch / f"seed-{seed}"
     shutil.rmtree(run_dir, ignore_errors=True)
     code = run_dir / "code"
@@ -190,6 +192,7 @@ def _run_seed(
         readonly=[code / "speedrun_clock.py"],
         hidden=list(hidden),
     )
+    phases.mark("servers")
     with (
         ClockServer() as clock,
         TokenServer(
@@ -201,8 +204,11 @@ def _run_seed(
     ):
         env.update(SPEEDRUN_CLOCK=clock.address, SPEEDRUN_DATA=stream.address)
         launch = time.monotonic()
+        phases.mark("sandbox_start", launch)
         result = run_sandboxed(_command(settings), cwd=code, limits=limits, env=env, policy=policy)
         exited = time.monotonic()
+    phases.mark_each([("startup", result.started_at), ("sandbox_exit", result.exited_at)])
+    phases.mark("audit")
     record = RunRecord(seed=seed, status=EvalStatus.OK, output=result.tail(3000))
 
     def fail(status: EvalStatus, reason: str) -> RunRecord:
@@ -239,6 +245,7 @@ def _run_seed(
             EvalStatus.REJECTED,
             f"training left {result.leftover} process(es) running after it exited",
         )
+    phases.mark_each([("training", timing.start_t), ("checkpoint", timing.stop_t)])
     record.charged_s = max(0.0, timing.untimed_s - settings.compile_allowance_s)
     record.train_s = timing.train_s + record.charged_s
     record.untimed_s, record.post_stop_s = timing.untimed_s, exited - timing.stop_t
@@ -264,6 +271,7 @@ def _run_seed(
         path = ckpt_dir / Path(name).name
         if path.is_file() and sha256_file(path) == sha:
             probes.append((train_s, path))
+    phases.mark("scoring")
     return evaluate_run(
         record,
         candidate=candidate,

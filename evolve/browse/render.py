@@ -16,6 +16,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from evolve.harness import phases
+
 HEAT = ("#313695", "#4575b4", "#74add1", "#abd9e9", "#fee090", "#fdae61", "#f46d43", "#d73027")
 SPARK = "▁▂▃▄▅▆▇█"
 LEXERS = {
@@ -92,9 +94,11 @@ def _interval(metrics: dict[str, Any]) -> list[Any]:
 def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
     """The ``best`` table: rank, id, island, cell, objective, operator, model, seq and a few metrics."""
     keys: list[str] = []
-    for row in rows:
+    for row in rows:  # where the time went is for ``stats``, not a key metric
         keys += [
-            k for k, v in row["metrics"].items() if isinstance(v, int | float) and k not in keys
+            k
+            for k, v in row["metrics"].items()
+            if isinstance(v, int | float) and k not in keys and not phases.is_phase(k)
         ]
     # noise-aware runs (evolve.noise) store a confidence interval and a sample count per verdict
     noisy = any("fitness_ci_low" in row["metrics"] for row in rows)
@@ -402,6 +406,20 @@ def stats(data: dict[str, Any]) -> Group:
             numeric=("evaluated", "best", "coverage", "qd_score", "cost", "failures"),
         )
     )
+    spent = data.get("time")
+    if spent and spent["phases"]:
+        parts.append(
+            table(
+                f"Where the evaluations' time went ({run['benchmark']}): {spent['evaluations']:,} "
+                f"evaluations, {spent['wall_s']:,.0f} s of slot time (GPU time on a GPU benchmark)",
+                ["phase", "share", "seconds", "mean s", "evaluations"],
+                [
+                    [r["phase"], f"{r['share']:.1%}", r["seconds"], r["mean_s"], r["evaluations"]]
+                    for r in spent["phases"]
+                ],
+                numeric=("seconds", "mean s", "evaluations"),
+            )
+        )
     return Group(*parts)
 
 

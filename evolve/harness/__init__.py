@@ -13,4 +13,6 @@
   computed from a fitness's imports.
 - ``gpus``: GPU placement (the backends' slots and the benchmarks' measurement scripts).
 - ``audit``: static detectors of reward hacking in the code a candidate added to its parent.
+- ``phases``: where an evaluation's wall time goes (``time_<phase>`` seconds adding up to it).
+- ``profiling``: a torch.profiler summary of a few timed training steps, for feedback only.
 """

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evolve.harness.profiling import sanitize
 from evolve.harness.protocol import tail
 from evolve.harness.reaper import kill_group, reap_tree
 
@@ -98,6 +99,8 @@ class Watch:
         self.losses: list[float | None] = []  # per step, kept for a short run only
         self.violations: list[dict] = []
         self.requests: list[int] = []  # batch sizes asked for and not yet answered
+        self.first_batch_at: float | None = None
+        self.profile: dict | None = None  # the program's profile of a few steps (feedback only)
         self.verdict: tuple[str, str] | None = None  # (status, reason) when the harness ended it
 
     @property
@@ -127,6 +130,8 @@ class Watch:
             if self.steps == self.window.untimed_steps:
                 self.timed_from = now
         elif kind == "batch" and rest.strip().isdigit():
+            if self.first_batch_at is None:
+                self.first_batch_at = now
             self.requests.append(max(1, min(int(rest), MAX_BATCH_ROWS)))
         elif kind == "saved":  # the last one counts (a program may also save along the way)
             self.saved_at = now
@@ -138,6 +143,8 @@ class Watch:
                 self.violations.append(json.loads(rest))
             except ValueError:
                 self.violations.append({"event": "?", "path": rest[:200]})
+        elif kind == "profile":
+            self.profile = sanitize(rest)
         elif kind == "note":
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 self.notes.update({k: float(v) for k, v in json.loads(rest).items()})
@@ -350,7 +357,18 @@ def run_timed(
     leftover = reap_tree(f"{marker_var}={marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers)
     for fd in (pipes.report_r, pipes.control_w, pipes.data_w):
         os.close(fd)
-    return _verdict(watch, checkpoint, returncode, leftover, start, end, log_file)
+    verdict = _verdict(watch, checkpoint, returncode, leftover, start, end, log_file)
+    verdict["marks"] = {  # monotonic times of the run's boundaries, for the evaluation's phases
+        "launched": start,
+        "first_batch": watch.first_batch_at,
+        "timed_from": watch.timed_from,
+        "stopped": watch.stop_sent_at,
+        "saved": watch.saved_at,
+        "exited": end,
+        "reaped": time.monotonic(),
+    }
+    verdict["profile"] = watch.profile
+    return verdict
 
 
 def _verdict(

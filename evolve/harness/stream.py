@@ -11,10 +11,12 @@ import json
 import os
 import select
 import sys
+import time
 
 import numpy as np
 
 from evolve.harness.clock import BATCH_HEADER, CONTROL_FD_ENV, DATA_FD_ENV, REPORT_FD_ENV
+from evolve.harness.profiling import StepProfiler, requested
 
 
 class EndOfData(StopIteration):
@@ -47,6 +49,9 @@ class Channel:
         self.control = _fd(CONTROL_FD_ENV)
         self.data = _fd(DATA_FD_ENV)
         self.stopped = False
+        self.steps = 0
+        asked = requested()  # the harness's profile of a few timed steps (feedback only)
+        self.profiler = StepProfiler(*asked) if asked else None
 
     def send(self, line: str) -> None:
         os.write(self.report, (line + "\n").encode())
@@ -60,23 +65,46 @@ class Channel:
         self.send(report if loss is None else f"{report} {float(loss)!r}")
         if not self.stopped and select.select([self.control], [], [], 0)[0]:
             self.stopped = bool(os.read(self.control, 1))
+        self.steps += 1
+        if self.profiler is not None:
+            self._profile(
+                lambda p: p.abandon() if self.stopped else p.after_step(self.steps, int(tokens))
+            )
         return not self.stopped
 
     def batch(self, rows: int) -> np.ndarray:
         """The next (rows, width) int32 batch from the harness; EndOfData after the stop."""
+        asked = time.perf_counter()
         self.send(f"batch {int(rows)}")
         count, width = BATCH_HEADER.unpack(_read_exact(self.data, BATCH_HEADER.size))
         if count == 0:
             raise EndOfData("the harness's budget is spent: no more training data")
         data = _read_exact(self.data, count * width * 4)
+        if self.profiler is not None:
+            self.profiler.waited(time.perf_counter() - asked)
         return np.frombuffer(data, dtype=np.int32).reshape(count, width)
 
     def note(self, **values: float) -> None:
         self.send("note " + json.dumps({k: float(v) for k, v in values.items()}))
 
     def saved(self) -> None:
-        """Tell the harness the checkpoint is written (it fixes its digest now)."""
+        """Tell the harness the checkpoint is written (it fixes its digest now); then send the
+        profile of the timed steps, if one was asked for and taken (summarised only now)."""
         self.send("saved")
+        if self.profiler is not None:
+            summary = self._profile(lambda p: p.report())
+            self.profiler = None
+            if summary is not None:
+                self.send("profile " + json.dumps(summary))
+
+    def _profile(self, call):
+        """``call(profiler)``; a profile that fails (e.g. the program runs a profiler of its own)
+        is dropped, never the program: it is feedback only."""
+        try:
+            return call(self.profiler)
+        except Exception:
+            self.profiler = None
+            return None
 
 
 _channel: Channel | None = None

@@ -6,8 +6,12 @@ import json
 import math
 from typing import Any
 
+from evolve.harness import phases
 from evolve.query import Source, connection
 
+REEVALUATION = (
+    "reevaluation"  # evolve.noise's stage of re-evaluation samples (browsing never loads it)
+)
 SERIES_COLUMNS = ("evaluated", "best", "coverage", "qd_score", "cost", "failures", "created_at")
 
 
@@ -199,3 +203,37 @@ def latest_descriptor_names(source: Source) -> list[str]:
         .fetchone()
     )
     return list(json.loads(sample[0]).keys()) if sample and sample[0] else []
+
+
+def time_breakdown(source: Source) -> dict[str, Any]:
+    """Where the run's evaluation time went: seconds per phase (``time_<phase>`` metrics,
+    ``evolve.harness.phases``) with each one's share of the evaluations' summed wall time.
+
+    Every evaluation that ran counts except re-evaluation samples (their verdict row sums them);
+    on a GPU benchmark the wall time is the slot's GPU time. Time that no phase accounts for
+    (evaluations recorded before phases were) is the row "unmeasured".
+    """
+    conn = connection(source)
+    wall, evaluations = conn.execute(
+        "SELECT COALESCE(SUM(wall_s), 0), COUNT(*) FROM evaluations WHERE stage IS NOT ? AND wall_s > 0",
+        (REEVALUATION,),
+    ).fetchone()
+    found = conn.execute(
+        "SELECT j.key, SUM(j.value), COUNT(*) FROM evaluations e, json_each(e.metrics) j "
+        "WHERE e.stage IS NOT ? AND j.key LIKE 'time^_%' ESCAPE '^' AND j.type IN ('real', 'integer') "
+        "GROUP BY j.key",
+        (REEVALUATION,),
+    ).fetchall()
+    rows = [
+        {"phase": key.removeprefix(phases.PREFIX), "seconds": seconds, "evaluations": n}
+        for key, seconds, n in found
+        if phases.is_phase(key)
+    ]
+    unmeasured = wall - math.fsum(r["seconds"] for r in rows)
+    if unmeasured > 1e-6 * max(wall, 1.0):
+        rows.append({"phase": "unmeasured", "seconds": unmeasured, "evaluations": evaluations})
+    for row in rows:
+        row["share"] = row["seconds"] / wall if wall > 0 else 0.0
+        row["mean_s"] = row["seconds"] / row["evaluations"]
+    rows.sort(key=lambda r: -r["seconds"])
+    return {"wall_s": wall, "evaluations": evaluations, "phases": rows}

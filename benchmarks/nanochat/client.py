@@ -11,8 +11,7 @@ seconds of the stop) and exits. A sketch::
     settings = client.settings()
     batches = client.train_batches(batch_size=32, device=settings.device)
     clock = client.Clock()
-    while True:
-        x, y = next(batches)
+    for x, y in batches:  # ends when the harness ends the data, which may come before step() says stop
         ...  # forward, backward, optimizer step
         if not clock.step(tokens=x.numel(), loss=loss.item()):
             break

@@ -179,8 +179,8 @@ TRAIN_STEP = (
 SAVE = 'client.save_checkpoint(model, config, code_files=["model.py"])\n'
 HOARD = "_kept = []\n"  # batches kept aside to train on after the stop
 KEEP = (
-    "        x, y = next(batches)\n",
-    "        x, y = next(batches)\n        _kept.append((x, y))\n        del _kept[:-4]\n",
+    "    for x, y in micro:\n",
+    "    for x, y in micro:\n        _kept.append((x, y))\n        del _kept[:-4]\n",
 )
 MORE_TRAINING = (
     "for _x, _y in _kept * 2:  # after the stop: more training on the rows it kept\n"

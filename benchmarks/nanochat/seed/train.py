@@ -89,8 +89,10 @@ warmup = settings.untimed_steps  # random tokens from the harness: compile on th
 while True:
     for group in optimizer.param_groups:
         group["lr"] = LR * lr_scale(max(step - warmup, 0), clock.progress)
-    for _ in range(GRAD_ACCUM):
-        x, y = next(batches)
+    micro = [next(batches, None) for _ in range(GRAD_ACCUM)]
+    if any(batch is None for batch in micro):  # the harness ended the data: the budget is spent
+        break
+    for x, y in micro:
         loss = loss_of(train_model, x, y)
         (loss / GRAD_ACCUM).backward()
     if GRAD_CLIP > 0:

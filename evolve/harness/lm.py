@@ -146,7 +146,9 @@ def perturb_(model: torch.nn.Module, generator: torch.Generator, scale: float = 
 
     Noise of each tensor's own spread (at least ``scale``), so that zero-initialised layers
     (a common recipe for output projections) come alive and a local causality probe of a
-    fresh model sees the paths that training will open.
+    fresh model sees the paths that training will open. Each value moves by at least that
+    spread (a normal draw's magnitude floored at 1): a zero-initialised scalar gate drawn
+    near zero would otherwise hide what is behind it from the probe now and then.
     """
     with torch.no_grad():
         for tensor in model.parameters():
@@ -154,4 +156,5 @@ def perturb_(model: torch.nn.Module, generator: torch.Generator, scale: float = 
                 continue
             spread = float(tensor.float().std()) if tensor.numel() > 1 else 0.0
             noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
+            noise = noise.sign() * noise.abs().clamp(min=1.0)
             tensor.add_((noise * max(spread, scale)).to(tensor.device, tensor.dtype))

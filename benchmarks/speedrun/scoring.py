@@ -181,11 +181,19 @@ def evaluate_run(
         cwd=code,
         env=eval_env,
         limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
-        policy=Policy(writable=[out_dir], readonly=[given], hidden=hidden),
+        # CUDA IPC keeps its reference counts of the shared logits buffer in /dev/shm
+        policy=Policy(
+            writable=[out_dir, *(["/dev/shm"] if gpus else [])], readonly=[given], hidden=hidden
+        ),
         stdin=json.dumps(spec).encode() + b"\n" + plan.inputs.tobytes() + plan.targets.tobytes(),
     )
     record.eval_s = time.monotonic() - started
     out = out_dir / "eval.npz"
+    if result.leftover:  # the model worker left work behind that could have written the answers
+        return fail(
+            EvalStatus.REJECTED,
+            f"the evaluation left {result.leftover} process(es) running after it exited (killed)",
+        )
     if not result.ok or not out.is_file():
         record.output = result.tail(3000)
         status = EvalStatus.TIMEOUT if result.timed_out else EvalStatus.ERROR

@@ -1,7 +1,7 @@
 """The harness's evaluation process: it holds the targets, a child runs the model, cross-entropy by us.
 
-Run by the harness as ``python evaluate.py`` in a pristine copy of the candidate's folder,
-inside the sandbox, after training has ended. It reads everything from stdin: one JSON line
+Run by the harness as ``python -P -m evolve.benchmarks.speedrun.evaluate`` in a pristine
+copy of the candidate's folder, inside the sandbox, after training has ended. It reads everything from stdin: one JSON line
 (the spec), then the input rows and the target rows as uint16 - it is told no file path to
 them, nor which rows are scored and which are probes (``scoring.py`` lays them out and
 checks the answers). It never imports candidate code: it makes itself undumpable (the
@@ -10,8 +10,9 @@ starts ``model_worker`` (which imports the candidate's ``train``) as a child tha
 input rows and writes logits into a buffer shared with this process (CUDA IPC on a GPU,
 shared memory elsewhere). For each checkpoint it has the worker load it (comparing the
 initial one with ``torch.manual_seed(seed); build_model()``), sends the rows batch by batch
-and computes the loss of every target from the returned logits; it writes those losses, a
-few full logit rows and a summary to the ``.npz`` named in the spec.
+and computes the loss of every target from the returned logits (over the real vocabulary: a
+padded model's extra columns are dropped); it writes those losses and a summary to the
+``.npz`` named in the spec.
 """
 
 from __future__ import annotations
@@ -64,7 +65,10 @@ class ModelWorker:
     def run(self, inputs: np.ndarray) -> torch.Tensor:
         """The model's logits (rows, T, vocab) for ``inputs``, copied out of the shared buffer."""
         self.ask({"rows": len(inputs)}, inputs.astype(np.int32).tobytes())
-        return self.logits[: len(inputs)].clone()
+        logits = self.logits[: len(inputs)].clone()
+        if logits.is_cuda:
+            torch.cuda.synchronize()  # copied before the worker may write the buffer again
+        return logits
 
     def close(self) -> None:
         self.conn.close()
@@ -91,23 +95,12 @@ def evaluate(spec: dict, inputs: np.ndarray, targets: np.ndarray) -> dict:
                 worker.ask({"load": ckpt["path"]})
             rows = np.asarray(ckpt["rows"], dtype=np.int64)
             nats = torch.empty((len(rows), seq), dtype=torch.float32)
-            spots: dict[int, list[int]] = {}
-            for row, position in ckpt.get("spots", []):
-                spots.setdefault(row, []).append(position)
-            logit_rows = {}
             for first in range(0, len(rows), batch):
                 chosen = rows[first : first + batch]
                 logits = worker.run(inputs[chosen])
                 y = torch.from_numpy(targets[chosen].astype(np.int64)).to(logits.device)
                 nats[first : first + len(chosen)] = target_nats(logits, y).cpu()
-                for i, row in enumerate(chosen.tolist()):
-                    for position in spots.get(row, []):
-                        logit_rows[(row, position)] = logits[i, position].cpu().numpy()
             out[f"nats_{ckpt['name']}"] = nats.numpy()
-            if spots:
-                out[f"spot_logits_{ckpt['name']}"] = np.stack(
-                    [logit_rows[(row, position)] for row, position in ckpt["spots"]]
-                )
             summary[ckpt["name"]] = {**info, "seconds": time.monotonic() - begin}
     finally:
         worker.close()

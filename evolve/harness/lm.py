@@ -10,6 +10,9 @@ all rows shuffled. A causal model whose rows are independent gives the same logi
 scored batch for every position before a cut and for every untouched row. Cuts are drawn
 from the caller's (secret) randomness, stratified so that over an evaluation they cover
 every position range; the caller sends probes among the scored batches in random order.
+
+The model runs in a child process that never holds a target; it hands its logits back
+through a buffer the scorer allocates and shares (``shared_logits``).
 """
 
 from __future__ import annotations

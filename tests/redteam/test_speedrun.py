@@ -281,7 +281,7 @@ def test_strict_mode_doubles_the_probes_and_an_honest_seed_still_passes(data_dir
     probes = [
         int((layout(val, seq, batch, rng, s.probe_factor).base >= 0).sum()) for s in (usual, strict)
     ]
-    assert probes[1] == 2 * probes[0] and strict.spot_positions == 4 * usual.spot_positions
+    assert probes[1] == 2 * probes[0]
     ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts
 

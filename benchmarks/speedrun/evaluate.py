@@ -58,9 +58,8 @@ class ModelWorker:
                 self.conn.send_bytes(payload)
             return json.loads(self.conn.recv_bytes())
         except (EOFError, OSError) as exc:
-            raise SystemExit(
-                f"the model worker exited (status {self.proc.wait()}); its output is above"
-            ) from exc
+            kill_group(self.proc)
+            raise SystemExit("the model worker stopped answering; its output is above") from exc
 
     def run(self, inputs: np.ndarray) -> torch.Tensor:
         """The model's logits (rows, T, vocab) for ``inputs``, copied out of the shared buffer."""

@@ -1,125 +1,119 @@
-"""The harness's evaluation process: candidate logits on the harness's rows, cross-entropy by us.
+"""The harness's evaluation process: it holds the targets, a child runs the model, cross-entropy by us.
 
-Run by the harness as ``python evaluate.py`` in a pristine copy of the candidate's folder
-(so ``import train`` finds the candidate's model), inside the sandbox, after training has
-ended. It reads everything from stdin: one JSON line (the spec), then the input rows and
-the target rows as uint16 - it is told no file path to them, nor which rows are scored and
-which are probes (``scoring.py`` lays them out and checks the answers). It binds the
-functions it computes with before importing candidate code, builds the model with
-``train.build_model()``, compares the initial checkpoint with the model that
-``torch.manual_seed(seed); build_model()`` gives, loads each checkpoint and writes the loss
-of every target and a few full logit rows (for the harness to recompute in numpy) to the
+Run by the harness as ``python -P -m evolve.benchmarks.speedrun.evaluate`` in a pristine
+copy of the candidate's folder, inside the sandbox, after training has ended. It reads everything from stdin: one JSON line
+(the spec), then the input rows and the target rows as uint16 - it is told no file path to
+them, nor which rows are scored and which are probes (``scoring.py`` lays them out and
+checks the answers). It never imports candidate code: it makes itself undumpable (the
+candidate, same user, can neither ptrace it nor read its memory or file descriptors) and
+starts ``model_worker`` (which imports the candidate's ``train``) as a child that gets only
+input rows and writes logits into a buffer shared with this process (CUDA IPC on a GPU,
+shared memory elsewhere). For each checkpoint it has the worker load it (comparing the
+initial one with ``torch.manual_seed(seed); build_model()``), sends the rows batch by batch
+and computes the loss of every target from the returned logits (over the real vocabulary: a
+padded model's extra columns are dropped); it writes those losses and a summary to the
 ``.npz`` named in the spec.
 """
 
 from __future__ import annotations
 
-import copy
 import json
+import multiprocessing
 import os
+import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
+from evolve.benchmarks.speedrun.model_worker import WORKER_ENV
 
-LOGSUMEXP = torch.logsumexp
-GATHER = torch.gather
-FLOAT32 = torch.float32
-
-
-def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = logits.to(FLOAT32)
-    return LOGSUMEXP(logits, dim=-1) - GATHER(logits, -1, targets.unsqueeze(-1)).squeeze(-1)
+from evolve.harness.lm import shared_logits, target_nats
+from evolve.harness.protocol import SAFE_PATH, make_undumpable
+from evolve.harness.reaper import kill_group
 
 
-def _forward(model: torch.nn.Module, x: torch.Tensor, vocab_size: int, device: str) -> torch.Tensor:
-    with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-        logits = model(x)
-    if (
-        not isinstance(logits, torch.Tensor)
-        or logits.shape[:2] != x.shape
-        or logits.shape[-1] < vocab_size
-    ):
-        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise SystemExit(
-            f"model(idx) must return logits of shape (batch, seq, >= {vocab_size}) for idx of shape "
-            f"{tuple(x.shape)}; got {shape}"
+class ModelWorker:
+    """The child running the candidate's model, its connection and the logits buffer it writes."""
+
+    def __init__(self, shape: tuple[int, int, int], device: str) -> None:
+        self.logits, handle, fds = shared_logits(shape, device)
+        self.conn, theirs = multiprocessing.Pipe()
+        spec = {"fd": theirs.fileno(), "logits": handle, "device": device}
+        self.proc = subprocess.Popen(
+            [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.speedrun.model_worker"],
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr,  # its output goes to the sandbox's log, never to a verdict
+            env={**os.environ, WORKER_ENV: json.dumps(spec)},
+            start_new_session=True,
+            pass_fds=(theirs.fileno(), *fds),
         )
-    return logits
+        theirs.close()
 
+    def ask(self, request: dict, payload: bytes | None = None) -> dict:
+        """Send one request (and its rows); the worker's answer."""
+        try:
+            self.conn.send_bytes(json.dumps(request).encode())
+            if payload is not None:
+                self.conn.send_bytes(payload)
+            return json.loads(self.conn.recv_bytes())
+        except (EOFError, OSError) as exc:
+            kill_group(self.proc)
+            raise SystemExit("the model worker stopped answering; its output is above") from exc
 
-def _reference_diff(state: dict, seed: int) -> str:
-    """Where ``state`` differs from ``torch.manual_seed(seed); build_model()``; "" when it does not."""
-    import train
+    def run(self, inputs: np.ndarray) -> torch.Tensor:
+        """The model's logits (rows, T, vocab) for ``inputs``, copied out of the shared buffer."""
+        self.ask({"rows": len(inputs)}, inputs.astype(np.int32).tobytes())
+        logits = self.logits[: len(inputs)].clone()
+        if logits.is_cuda:
+            torch.cuda.synchronize()  # copied before the worker may write the buffer again
+        return logits
 
-    torch.manual_seed(seed)
-    reference = train.build_model().state_dict()
-    if sorted(reference) != sorted(state):
-        return f"its tensors are {sorted(state)[:5]}..., build_model() gives {sorted(reference)[:5]}..."
-    for name, tensor in reference.items():
-        got = state[name]
-        if got.shape != tensor.shape or not torch.equal(got, tensor.to(got.dtype)):
-            return f"first difference in {name!r}"
-    return ""
+    def close(self) -> None:
+        self.conn.close()
+        kill_group(self.proc)
 
 
 def evaluate(spec: dict, inputs: np.ndarray, targets: np.ndarray) -> dict:
-    """Evaluate every checkpoint named in ``spec`` on its rows; return arrays for the .npz.
-
-    Each batch runs on a fresh copy of the loaded model, so nothing a forward pass keeps
-    on the model carries over to the next.
-    """
-    sys.path.insert(0, os.getcwd())
-    import train  # the candidate's program; its __main__ block does not run
-
+    """Evaluate every checkpoint named in ``spec`` on its rows; return arrays for the .npz."""
     device = "cuda" if torch.cuda.is_available() and spec.get("device", "cuda") == "cuda" else "cpu"
-    vocab, batch = spec["vocab_size"], spec["batch_size"]
+    batch, seq = spec["batch_size"], inputs.shape[1]
     out: dict[str, np.ndarray] = {}
     summary: dict[str, dict] = {}
-    for ckpt in spec["checkpoints"]:
-        begin = time.monotonic()
-        state = torch.load(ckpt["path"], map_location="cpu", weights_only=True)
-        info: dict = {"params": int(sum(t.numel() for t in state.values()))}
-        if "reference" in ckpt:
-            info["reference_diff"] = _reference_diff(state, int(ckpt["reference"]))
-        model = train.build_model()
-        model.load_state_dict(state, strict=True)
-        model = model.to(device).eval()
-        rows = np.asarray(ckpt["rows"], dtype=np.int64)
-        nats = torch.empty((len(rows), inputs.shape[1]), dtype=FLOAT32)
-        spots = {}
-        for row, position in ckpt.get("spots", []):
-            spots.setdefault(row, []).append(position)
-        logit_rows = {}
-        with torch.no_grad():
+    worker = ModelWorker((batch, seq, spec["vocab_size"]), device)
+    try:
+        for ckpt in spec["checkpoints"]:
+            begin = time.monotonic()
+            state = torch.load(ckpt["path"], map_location="cpu", weights_only=True)
+            info: dict = {"params": int(sum(t.numel() for t in state.values()))}
+            del state
+            if "reference" in ckpt:
+                answer = worker.ask({"load": ckpt["path"], "reference": int(ckpt["reference"])})
+                info["reference_diff"] = str(answer.get("reference_diff", ""))
+            else:
+                worker.ask({"load": ckpt["path"]})
+            rows = np.asarray(ckpt["rows"], dtype=np.int64)
+            nats = torch.empty((len(rows), seq), dtype=torch.float32)
             for first in range(0, len(rows), batch):
                 chosen = rows[first : first + batch]
-                x = torch.from_numpy(inputs[chosen].astype(np.int64)).to(device)
-                y = torch.from_numpy(targets[chosen].astype(np.int64)).to(device)
-                logits = _forward(copy.deepcopy(model), x, vocab, device)
-                nats[first : first + len(chosen)] = _nll(logits, y).cpu()
-                for i, row in enumerate(chosen.tolist()):
-                    for position in spots.get(row, []):
-                        logit_rows[(row, position)] = logits[i, position].to(FLOAT32).cpu().numpy()
-        out[f"nats_{ckpt['name']}"] = nats.numpy()
-        if spots:
-            out[f"spot_logits_{ckpt['name']}"] = np.stack(
-                [logit_rows[(row, position)] for row, position in ckpt["spots"]]
-            )
-        summary[ckpt["name"]] = {**info, "seconds": time.monotonic() - begin}
-        del model, state
+                logits = worker.run(inputs[chosen])
+                y = torch.from_numpy(targets[chosen].astype(np.int64)).to(logits.device)
+                nats[first : first + len(chosen)] = target_nats(logits, y).cpu()
+            out[f"nats_{ckpt['name']}"] = nats.numpy()
+            summary[ckpt["name"]] = {**info, "seconds": time.monotonic() - begin}
+    finally:
+        worker.close()
     out["summary"] = np.frombuffer(json.dumps(summary).encode(), dtype=np.uint8)
     return out
 
 
 def main() -> None:
+    make_undumpable()
     raw = sys.stdin.buffer.read()  # all of it first: nothing is printed while the harness writes
     newline = raw.index(b"\n")
     spec = json.loads(raw[:newline])
     rows, seq = spec["shape"]
     tokens = np.frombuffer(raw[newline + 1 :], dtype="<u2").reshape(2, rows, seq)
-    torch.manual_seed(0)
     arrays = evaluate(spec, tokens[0], tokens[1])
     np.savez(spec["out"], **arrays)
 

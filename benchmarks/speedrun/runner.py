@@ -48,7 +48,6 @@ class RunSettings:
     compile_allowance_s: float = 60.0  # start-up seconds not charged to the time
     init_check_tokens: int = 8192
     init_loss_margin: float = 1.0
-    spot_positions: int = 8
     causal_tol: float = 1e-2
     memory_bytes: int | None = None
     cpu_threads: int | None = None
@@ -59,10 +58,8 @@ class RunSettings:
 
     def strict(self) -> RunSettings:
         """The auditor's strict mode (``EvalContext.strict``): twice the causality probes (every
-        position some probe's cut about four times) and four times the full logit rows checked."""
-        return replace(
-            self, probe_factor=2 * self.probe_factor, spot_positions=4 * self.spot_positions
-        )
+        position some probe's cut about four times)."""
+        return replace(self, probe_factor=2 * self.probe_factor)
 
 
 @dataclass(kw_only=True)

@@ -10,11 +10,17 @@ all rows shuffled. A causal model whose rows are independent gives the same logi
 scored batch for every position before a cut and for every untouched row. Cuts are drawn
 from the caller's (secret) randomness, stratified so that over an evaluation they cover
 every position range; the caller sends probes among the scored batches in random order.
+
+The model runs in a child process that never holds a target; it hands its logits back
+through a buffer the scorer allocates and shares (``shared_logits``).
 """
 
 from __future__ import annotations
 
 import math
+import mmap
+import os
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -158,3 +164,37 @@ def perturb_(model: torch.nn.Module, generator: torch.Generator, scale: float = 
             noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
             noise = noise.sign() * noise.abs().clamp(min=1.0)
             tensor.add_((noise * max(spread, scale)).to(tensor.device, tensor.dtype))
+
+
+def shared_logits(
+    shape: tuple[int, ...], device: str
+) -> tuple[torch.Tensor, dict, tuple[int, ...]]:
+    """A float32 buffer of ``shape`` that a child process writes logits into, without a copy between them.
+
+    Returns the buffer, the handle the child opens it with (``open_shared_logits``) and the
+    file descriptors to pass to the child. On CUDA the buffer is device memory shared by
+    CUDA IPC handle (PyTorch's ``torch.multiprocessing`` reduction: the child maps this
+    process's allocation); elsewhere an anonymous memory file both processes map. The
+    buffer is allocated here, so this process only ever sends a handle, never unpickles one.
+    """
+    if device.startswith("cuda"):
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        buffer = torch.empty(shape, dtype=torch.float32, device=device)
+        return buffer, {"cuda": pickle.dumps(reduce_tensor(buffer)).hex()}, ()
+    size = 4 * math.prod(shape)
+    fd = os.memfd_create("logits")
+    os.ftruncate(fd, size)
+    buffer = torch.frombuffer(mmap.mmap(fd, size), dtype=torch.float32).view(shape)
+    return buffer, {"fd": fd, "shape": list(shape)}, (fd,)
+
+
+def open_shared_logits(handle: dict) -> torch.Tensor:
+    """The child's view of a buffer made by ``shared_logits`` (a handle from the harness only: it is unpickled)."""
+    if "cuda" in handle:
+        rebuild, args = pickle.loads(bytes.fromhex(handle["cuda"]))
+        return rebuild(*args)
+    size = 4 * math.prod(handle["shape"])
+    return torch.frombuffer(mmap.mmap(handle["fd"], size), dtype=torch.float32).view(
+        handle["shape"]
+    )

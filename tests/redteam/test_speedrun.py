@@ -8,8 +8,7 @@ blind to common initialisations: speedrun has no quick stage, so its checks, on 
 weights, must see a look-ahead behind a zero-initialised path. Every candidate is the seed
 program edited the way a cheating candidate would be. Beyond these: validation shards read by
 native code, NaN weights, exiting early, the network, writes into the harness, a process left
-running and patched time functions. One cheat is not caught (an open hole, a strict xfail):
-a model that reads the targets the evaluation process holds. Each run takes 10-40 s on a
+running and patched time functions, a model looking for the targets in the evaluation. Each run takes 10-40 s on a
 loaded 2-core machine, so the default run keeps a few cheats per class and marks the rest slow
 (``pytest -m slow`` runs them).
 """
@@ -214,24 +213,34 @@ def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected
 
 READ_TARGETS = """
 import inspect
-_frames = (f.frame.f_locals for f in inspect.stack() if f.function == "evaluate")
-_y = next((v["y"] for v in _frames if "y" in v and v["ckpt"]["name"] == "final"), None)
+_found = [
+    v for f in inspect.stack() for k, v in f.frame.f_locals.items()
+    if k in ("y", "targets") and getattr(v, "shape", None) == idx.shape
+]
 logits = self.lm_head(self.ln_f(x))
-if _y is not None:  # the final checkpoint's scored and probe rows alike: the true next tokens
-    logits = logits + 30.0 * F.one_hot(_y, logits.shape[-1]).to(logits.dtype)
+if _found:  # the scored and probe rows alike: the true next tokens
+    y = torch.as_tensor(_found[0]).to(idx.device).long()
+    logits = logits + 30.0 * F.one_hot(y, logits.shape[-1]).to(logits.dtype)
 return logits
+"""
+READ_SCORER = """
+import os, sys
+if "model_worker" in sys.argv[0]:  # evaluating: open the scorer's memory or its stdin (the targets)
+    for name in ("mem", "fd/0"):
+        try:
+            os.close(os.open(f"/proc/{os.getppid()}/{name}", os.O_RDONLY | os.O_NONBLOCK))
+        except OSError:
+            continue
+        raise SystemExit(f"opened the scorer's /proc/{name}")
+return self.lm_head(self.ln_f(x))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OPEN HOLE: evaluate.py runs the candidate's model in the process that holds the "
-    "targets; a model that reads them from the caller's frame scores loss 0 on scored and probe "
-    "rows alike (fix: run the model in a child that sees inputs only, as nanochat's worker does)",
-)
-def test_a_model_reading_the_targets_from_the_evaluation_process_is_caught(data_dir, tmp_path):
-    ev = run(data_dir, tmp_path, program((LOGITS, READ_TARGETS)), target=7.0)
-    assert not ev.ok and ev.metrics.get("loss_0", 0.0) > 1.0, ev.metrics
+@pytest.mark.parametrize("cheat", [READ_TARGETS, READ_SCORER], ids=["frames", "proc"])
+def test_a_model_looking_for_the_targets_in_the_evaluation_finds_none(cheat, data_dir, tmp_path):
+    # the model runs in a child of the process holding the targets, given inputs only
+    ev = run(data_dir, tmp_path, program((LOGITS, cheat)), target=7.0)
+    assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
 
 
 @pytest.mark.slow
@@ -272,7 +281,7 @@ def test_strict_mode_doubles_the_probes_and_an_honest_seed_still_passes(data_dir
     probes = [
         int((layout(val, seq, batch, rng, s.probe_factor).base >= 0).sum()) for s in (usual, strict)
     ]
-    assert probes[1] == 2 * probes[0] and strict.spot_positions == 4 * usual.spot_positions
+    assert probes[1] == 2 * probes[0]
     ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts
 

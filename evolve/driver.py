@@ -32,7 +32,7 @@ from evolve.backends import Backend
 from evolve.emitters import Ask
 from evolve.engine import Engine, Outcome
 from evolve.progress import Progress, evaluation_line
-from evolve.referee import Auditor, AuditVerdict, Referee
+from evolve.referee import Auditor, AuditVerdict, Referee, ReviewDiff
 from evolve.rejections import Rejection, Streak
 from evolve.settings import AuditSettings, SearchSettings
 from evolve.types import Candidate, Evaluation
@@ -63,6 +63,8 @@ class Driver:
         audit: the auditor stage (``evolve.referee.Auditor``): candidates about to become the
             run's best are audited, flagged ones re-evaluated strictly before promotion;
             None: its defaults (enabled).
+        review_diff: a model's review of a change the auditor reads
+            (``evolve.operators.review.Reviewer``); None: static detectors only.
         budget_errors: exception types that mean "stop proposing, finish cleanly".
         replay: the recorded events of the run being replayed (``Store.events``), followed
             in order before the driver goes on by itself.
@@ -78,6 +80,7 @@ class Driver:
         settings: SearchSettings,
         noise: noise.NoiseSettings | None = None,
         audit: AuditSettings | None = None,
+        review_diff: ReviewDiff | None = None,
         budget_errors: tuple[type[BaseException], ...] = (),
         replay: list[tuple[int, str, int]] | None = None,
         run_dir: Path | None = None,
@@ -105,6 +108,7 @@ class Driver:
                 archive=engine.archive,
                 reevaluate=functools.partial(self.reevaluate, strict=True),
                 strict_seeds=audit.strict_seeds,
+                review_diff=review_diff if audit.review else None,
             )
             if audit.enabled
             else None

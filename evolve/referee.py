@@ -9,9 +9,12 @@ killed run does not measure it again),
 incumbent is close, per ``noise.schedule``). The calibration becomes the archive's judge.
 
 The ``Auditor`` looks at a candidate about to become the run's best: ``evolve.harness.audit``'s
-static detectors read what it added to its parent; a flagged candidate is evaluated again,
-strictly (``EvalContext.strict``) with its next extra seed(s), and promoted only when that
-confirms it would still be the best; otherwise it is refused.
+static detectors read what it added to its parent, and, when the run has a model, a
+``ReviewDiff`` (``evolve.operators.review``) asks it to review the change against the task's
+rules. A candidate flagged by either is evaluated again, strictly (``EvalContext.strict``)
+with its next extra seed(s), and promoted only when that confirms it would still be the
+best; otherwise it is refused. A review without a verdict (a malformed answer, a failed
+call) is recorded and leaves the static verdict alone.
 """
 
 from __future__ import annotations
@@ -33,6 +36,31 @@ log = logging.getLogger("evolve")
 
 Reevaluate = Callable[[int, Candidate, int], Awaitable[Evaluation]]
 """(slot, candidate, k) -> the candidate's evaluation with its k-th extra seed."""
+
+SUSPICIOUS = "suspicious"
+
+
+@dataclass(frozen=True)
+class ModelReview:
+    """A model's review of a candidate's change against the task's rules.
+
+    Attributes:
+        verdict: ``clean``, ``suspicious`` (counts like a static flag), ``malformed`` (the
+            answer did not start with a verdict line) or ``unavailable`` (no answer: the call
+            failed or no call may be made); the last two are no verdict.
+        reasons: the model's reasons; for no verdict, the answer as given or why there is none.
+        model: the model that was asked.
+        prompt_hash: the prompt's hash (its call is in ``llm_calls`` under it).
+    """
+
+    verdict: str
+    reasons: str
+    model: str
+    prompt_hash: str
+
+
+ReviewDiff = Callable[[Candidate, Files | None, AuditReport], Awaitable[ModelReview]]
+"""(candidate, its parent's files (None: a seed), the static report) -> a model's review."""
 
 
 class Referee:
@@ -180,16 +208,25 @@ class AuditVerdict:
 
     Attributes:
         report: what the static detectors found in the lines it added to its parent.
-        decision: ``clean`` (no flags), ``promoted`` (flagged, the strict evaluation
+        decision: ``clean`` (not flagged), ``promoted`` (flagged, the strict evaluation
             confirmed) or ``refused``.
         reason: why it was refused (empty otherwise).
         strict: the strict re-evaluations (stored with stage ``strict``).
+        review: the model's review (None: no model reviewed it).
     """
 
     report: AuditReport
     decision: str
     reason: str = ""
     strict: tuple[Evaluation, ...] = ()
+    review: ModelReview | None = None
+
+    @property
+    def flagged(self) -> bool:
+        """True when the static detectors flagged it or the model's review found it suspicious."""
+        return self.report.flagged or (
+            self.review is not None and self.review.verdict == SUSPICIOUS
+        )
 
     @property
     def strict_fitness(self) -> float | None:
@@ -207,14 +244,20 @@ class AuditVerdict:
             decision=self.decision,
             reason=self.reason,
             strict_fitness=self.strict_fitness,
+            review=None if self.review is None else asdict(self.review),
         )
 
 
-def flag_summary(report: AuditReport) -> str:
-    """``rule at path:line, ...`` for the first flags of a report."""
-    named = [f"{f.rule} at {f.path}:{f.line}" for f in report.flags[:SHOWN_FLAGS]]
-    more = len(report.flags) - SHOWN_FLAGS
-    return ", ".join(named) + (f" and {more} more" if more > 0 else "")
+def flag_summary(verdict: AuditVerdict) -> str:
+    """``rule at path:line, ...`` for the first static flags, then the model's verdict if suspicious."""
+    flags = verdict.report.flags
+    named = [f"{f.rule} at {f.path}:{f.line}" for f in flags[:SHOWN_FLAGS]]
+    more = len(flags) - SHOWN_FLAGS
+    text = ", ".join(named) + (f" and {more} more" if more > 0 else "")
+    review = verdict.review
+    if review is not None and review.verdict == SUSPICIOUS:
+        text += ("; " if text else "") + f"model review by {review.model}: suspicious"
+    return text
 
 
 class Auditor:
@@ -225,15 +268,23 @@ class Auditor:
         archive: the run's archive (its best and its tolerance decide what is a new best).
         reevaluate: evaluates a candidate strictly with its k-th extra seed.
         strict_seeds: strict re-evaluations of a flagged candidate (>= 1).
+        review_diff: a model's review of the change (None: static detectors only).
     """
 
     def __init__(
-        self, *, store: Store, archive: Archive, reevaluate: Reevaluate, strict_seeds: int = 1
+        self,
+        *,
+        store: Store,
+        archive: Archive,
+        reevaluate: Reevaluate,
+        strict_seeds: int = 1,
+        review_diff: ReviewDiff | None = None,
     ) -> None:
         self.store = store
         self.archive = archive
         self.reevaluate = reevaluate
         self.strict_seeds = max(1, strict_seeds)
+        self.review_diff = review_diff
 
     def due(self, candidate: Candidate, evaluation: Evaluation) -> tuple[str, float] | None:
         """The best it would replace when ``candidate`` is about to become the run's best; else None."""
@@ -260,20 +311,25 @@ class Auditor:
         best = self.due(candidate, evaluation)
         if best is None:
             return evaluation, None
-        report = audit(candidate.files, self.parent_files(candidate))
-        if not report.flagged:
-            return evaluation, AuditVerdict(report=report, decision="clean")
+        parent_files = self.parent_files(candidate)
+        report = audit(candidate.files, parent_files)
+        review = None
+        if self.review_diff is not None:
+            review = await self.review_diff(candidate, parent_files, report)
+        verdict = AuditVerdict(report=report, decision="clean", review=review)
+        if not verdict.flagged:
+            return evaluation, verdict
         log.info(
             "auditor: %s would be the new best but is flagged (%s); re-evaluating it strictly",
             candidate.id[:8],
-            flag_summary(report),
+            flag_summary(verdict),
         )
         strict: list[Evaluation] = []
         for k in range(next_sample, next_sample + self.strict_seeds):
             strict.append(await self.reevaluate(slot, candidate, k))
             if not strict[-1].ok:
                 break
-        verdict = AuditVerdict(report=report, decision="promoted", strict=tuple(strict))
+        verdict = replace(verdict, decision="promoted", strict=tuple(strict))
         confirmed = verdict.strict_fitness
         if confirmed is not None and self.archive.improves(confirmed, best[1]):
             objective = self.archive.objective
@@ -290,7 +346,9 @@ class Auditor:
                 f"strict fitness {confirmed:.6g} does not beat the best {best[1]:.6g} "
                 f"(first evaluation: {evaluation.fitness:.6g})"
             )
-        reason = f"auditor: {flag_summary(report)}; strict re-evaluation did not confirm ({detail})"
+        reason = (
+            f"auditor: {flag_summary(verdict)}; strict re-evaluation did not confirm ({detail})"
+        )
         refused = Evaluation(
             status=EvalStatus.REJECTED,
             metrics=evaluation.metrics,

@@ -23,6 +23,7 @@ from evolve.engine import Engine
 from evolve.llm import LLMSettings, LLMStop, usage_line
 from evolve.operators.catalog import build_operators
 from evolve.operators.llm_catalog import llm_client, preflight_operators
+from evolve.operators.review import Reviewer
 from evolve.operators.summary import Summariser
 from evolve.plots import write_plots
 from evolve.settings import RunSettings
@@ -171,6 +172,9 @@ def _search(
         settings=search,
         noise=settings.noise,
         audit=settings.audit,
+        review_diff=Reviewer(client=llm, model=llm.settings.models[0][0], benchmark=benchmark)
+        if llm is not None
+        else None,
         budget_errors=(LLMStop,),
         replay=_replay_events(settings.llm),
         run_dir=run_dir,

@@ -224,6 +224,17 @@ def _migration_6(db: sqlite_utils.Database) -> None:
     )
 
 
+def _migration_7(db: sqlite_utils.Database) -> None:
+    """A model's review of each audited candidate's change (issue 15; ``evolve.operators.review``).
+
+    ``review_verdict``: clean, suspicious, malformed or unavailable (null: no model reviewed
+    it); ``review``: its reasons, or the answer or error when there is no verdict;
+    ``review_prompt_hash``: its call in ``llm_calls``.
+    """
+    for column in ("review_verdict", "review", "review_model", "review_prompt_hash"):
+        db.conn.execute(f"ALTER TABLE audits ADD COLUMN {column} TEXT")
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
@@ -231,5 +242,6 @@ MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_4,
     _migration_5,
     _migration_6,
+    _migration_7,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

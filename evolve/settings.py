@@ -259,15 +259,20 @@ class AuditSettings:
             before it may be promoted.
         strict_seeds: strict re-evaluations of a flagged candidate, each with another seed;
             their mean must still beat the best.
+        review: when the run has a model (``llm.model``), it also reviews the candidate's
+            change against the task's rules (``evolve.operators.review``); a suspicious
+            verdict counts like a static flag. No effect without a model.
     """
 
     enabled: bool = True
     strict_seeds: int = 1
+    review: bool = True
 
     def __post_init__(self) -> None:
         problems = []
-        if not isinstance(self.enabled, bool):
-            problems.append(f"audit.enabled must be true or false, got {self.enabled!r}")
+        for name in ("enabled", "review"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"audit.{name} must be true or false, got {getattr(self, name)!r}")
         if not _positive_int(self.strict_seeds):
             problems.append(
                 f"audit.strict_seeds must be an integer >= 1, got {self.strict_seeds!r}"

@@ -366,20 +366,31 @@ class Store:
         decision: str,
         reason: str = "",
         strict_fitness: float | None = None,
+        review: Mapping[str, str] | None = None,
     ) -> None:
-        """Record the auditor's verdict on a candidate (replacing one from an interrupted run)."""
+        """Record the auditor's verdict on a candidate (replacing one from an interrupted run).
+
+        ``review``: the model's review (verdict, reasons, model, prompt_hash); None: none.
+        A ``suspicious`` review flags the candidate like a static flag.
+        """
+        review = review or {}
         self.conn.execute(
             "INSERT OR REPLACE INTO audits (candidate, flagged, flags, unparsed, decision, reason, "
-            "strict_fitness, created_at) VALUES (?,?,?,?,?,?,?,?)",
+            "strict_fitness, created_at, review_verdict, review, review_model, review_prompt_hash) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 candidate_id,
-                int(bool(flags)),
+                int(bool(flags) or review.get("verdict") == "suspicious"),
                 _dumps([dict(f) for f in flags]),
                 _dumps(list(unparsed)),
                 decision,
                 reason,
                 strict_fitness,
                 _now(),
+                review.get("verdict"),
+                review.get("reasons"),
+                review.get("model"),
+                review.get("prompt_hash"),
             ),
         )
 

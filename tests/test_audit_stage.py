@@ -25,7 +25,9 @@ from evolve.emitters import Emitter
 from evolve.engine import Engine
 from evolve.fitness import Benchmark, EvalContext
 from evolve.jobs import eval_seed
+from evolve.llm import LLMClient, LLMSettings
 from evolve.operators.base import OperatorRequest
+from evolve.operators.review import Reviewer
 from evolve.settings import AuditSettings, SearchSettings
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, Evaluation, Proposal
@@ -75,22 +77,48 @@ class Scripted:
         )
 
 
-def search(tmp_path: Path, *, penalty: float = 0.0, audit: AuditSettings | None = None) -> Store:
-    """A run of the seed and the three scripted children; returns its store (open)."""
+TASK = "Choose A, B and C to maximise the score. Rules: no native code, no shared memory."
+
+
+def search(
+    tmp_path: Path,
+    *,
+    penalty: float = 0.0,
+    audit: AuditSettings | None = None,
+    llm: LLMSettings | None = None,
+) -> Store:
+    """A run of the seed and the three scripted children; returns its store (open).
+
+    ``llm``: the run's model reviews each audited change (``evolve.operators.review``).
+    """
     seed_dir = tmp_path / "seed"
-    seed_dir.mkdir()
+    seed_dir.mkdir(exist_ok=True)
     (seed_dir / "params.py").write_text(SEED)
     fitness = StrictAware(penalty=penalty)
-    benchmark = Benchmark(name="toy", fitness=fitness, seed_dir=seed_dir, editable=("params.py",))
+    benchmark = Benchmark(
+        name="toy", fitness=fitness, seed_dir=seed_dir, editable=("params.py",), task=TASK
+    )
     store = Store(tmp_path / "archive.db")
     archive = Archive(store=store, objective=fitness.objective, descriptors=fitness.descriptors)
     emitter = Emitter(archive=archive, benchmark=benchmark, operators=[(Scripted(), 1.0)])
     engine = Engine(store=store, archive=archive, emitter=emitter, benchmark=benchmark)
     backend = LocalBackend(fitness=fitness, workers=1)
+    client = None if llm is None else LLMClient(llm, store=store)
+    reviewer = None if client is None else Reviewer(client, llm.models[0][0], benchmark)
+
+    async def run() -> None:
+        try:
+            await driver.run()
+        finally:
+            if client is not None:
+                await client.close()
+
     try:
         settings = SearchSettings(max_candidates=4, progress=False)
-        driver = Driver(engine=engine, backend=backend, settings=settings, audit=audit)
-        asyncio.run(driver.run())
+        driver = Driver(
+            engine=engine, backend=backend, settings=settings, audit=audit, review_diff=reviewer
+        )
+        asyncio.run(run())
     finally:
         backend.close()
     assert store.integrity_problems() == []
@@ -208,11 +236,13 @@ def test_browse_shows_the_verdict_and_marks_audited_elites(tmp_path) -> None:
 
 
 def test_audit_settings_are_checked() -> None:
-    assert audit_settings({}) == AuditSettings(enabled=True, strict_seeds=1)
+    assert audit_settings({}) == AuditSettings(enabled=True, strict_seeds=1, review=True)
     with pytest.raises(ConfigError, match="audit.strict_seeds must be an integer >= 1"):
         audit_settings({"audit": {"strict_seeds": 0}})
     with pytest.raises(ConfigError, match="audit.enabled must be true or false"):
         audit_settings({"audit": {"enabled": "yes"}})
+    with pytest.raises(ConfigError, match="audit.review must be true or false"):
+        audit_settings({"audit": {"review": 1}})
     with pytest.raises(ConfigError, match="unknown key"):
         audit_settings({"audit": {"level": 3}})
 

@@ -218,6 +218,10 @@ def audit(verdict: dict[str, Any]) -> Panel:
         lines.append(f"{flag['path']}:{flag['line']} [{flag['rule']}] {flag['reason']}")
         lines.append(f"    {flag['code']}")
     lines += [f"{path}: not valid Python; not audited" for path in verdict["unparsed"]]
+    review = verdict.get("review")
+    if review is not None:
+        lines.append(f"model review by {review['model']}: {review['verdict']}")
+        lines += [f"    {line}" for line in review["reasons"].splitlines()]
     style = "red" if verdict["flagged"] else "green"
     return Panel(Text("\n".join(lines)), title="audit", title_align="left", border_style=style)
 

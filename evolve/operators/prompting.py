@@ -14,7 +14,7 @@ import difflib
 import hashlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -27,7 +27,7 @@ from evolve.llm import LLMSettings
 from evolve.llm._litellm import litellm
 from evolve.llm.command import PROVIDER, TOKENIZER
 from evolve.notebook import describe_cell
-from evolve.types import EvolveError, Parent
+from evolve.types import EvolveError, Files, Parent
 
 PROMPTS = Path(__file__).parent / "prompts"
 LANGUAGES = {
@@ -193,18 +193,24 @@ def _axes(benchmark: Benchmark) -> list[dict[str, Any]]:
     ]
 
 
+def files_diff(before: Files, after: Files, paths: Iterable[str], *, context: int = 2) -> str:
+    """A unified diff of ``paths`` from ``before`` to ``after`` (a missing file reads as empty)."""
+    lines: list[str] = []
+    for path in paths:
+        old = before.get(path, "").splitlines(keepends=True)
+        new = after.get(path, "").splitlines(keepends=True)
+        lines += difflib.unified_diff(old, new, fromfile=f"a/{path}", tofile=f"b/{path}", n=context)
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")
+
+
 def inspiration_view(
     other: Parent, parent: Parent, benchmark: Benchmark, budget: Budget
 ) -> dict[str, Any]:
     """An inspiration as a unified diff from ``parent``'s editable files to its own."""
-    lines: list[str] = []
-    for path in sorted(set(parent.candidate.files) | set(other.candidate.files)):
-        if not benchmark.is_editable(path):
-            continue
-        before = parent.candidate.files.get(path, "").splitlines(keepends=True)
-        after = other.candidate.files.get(path, "").splitlines(keepends=True)
-        lines += difflib.unified_diff(before, after, fromfile=f"a/{path}", tofile=f"b/{path}", n=2)
-    diff = "".join(line if line.endswith("\n") else line + "\n" for line in lines).rstrip("\n")
+    before, after = parent.candidate.files, other.candidate.files
+    diff = files_diff(
+        before, after, [p for p in sorted({*before, *after}) if benchmark.is_editable(p)]
+    )
     evaluation = other.evaluation
     return {
         "id": other.candidate.id[:12],

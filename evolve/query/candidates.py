@@ -86,13 +86,14 @@ def audit_of(source: Source, candidate_id: str) -> dict[str, Any] | None:
     """The auditor's verdict on a candidate (None when it was never audited).
 
     Keys: ``flagged``, ``decision`` (clean, promoted or refused), ``reason``, ``flags`` (each
-    with path, line, rule, reason and code), ``unparsed`` files, ``strict_fitness``.
+    with path, line, rule, reason and code), ``unparsed`` files, ``strict_fitness``, and
+    ``review``: the model's review (verdict, reasons, model, prompt_hash) or None.
     """
     row = (
         connection(source)
         .execute(
-            "SELECT flagged, decision, reason, flags, unparsed, strict_fitness, created_at "
-            "FROM audits WHERE candidate=?",
+            "SELECT flagged, decision, reason, flags, unparsed, strict_fitness, created_at, "
+            "review_verdict, review, review_model, review_prompt_hash FROM audits WHERE candidate=?",
             (candidate_id,),
         )
         .fetchone()
@@ -100,8 +101,10 @@ def audit_of(source: Source, candidate_id: str) -> dict[str, Any] | None:
     if row is None:
         return None
     keys = ("flagged", "decision", "reason", "flags", "unparsed", "strict_fitness", "created_at")
-    item = dict(zip(keys, row, strict=True))
+    item = dict(zip(keys, row[:7], strict=True))
     item.update(flagged=bool(row[0]), flags=loads(row[3], []), unparsed=loads(row[4], []))
+    review = dict(zip(("verdict", "reasons", "model", "prompt_hash"), row[7:], strict=True))
+    item["review"] = review if row[7] is not None else None
     return item
 
 

@@ -1,0 +1,97 @@
+"""The auditor's model review: the run's model reads a candidate's change against the task's rules.
+
+``Reviewer`` is the ``evolve.referee.ReviewDiff`` a run with a model hands its auditor: it
+renders ``prompts/review.md.j2`` (the task's text, the unified diff from the parent, what the
+static detectors flagged) and asks for a first line ``VERDICT: clean`` or ``VERDICT:
+suspicious`` followed by reasons. Any other answer is ``malformed`` and a call that fails or
+may not be made is ``unavailable``: both are recorded and are no verdict. The call goes
+through the run's LLM client like an operator's, so it is cached, recorded in ``llm_calls``,
+priced and held to ``llm.max_cost_usd``; a resumed run or an offline replay gets the
+recorded answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from evolve.fitness import Benchmark
+from evolve.harness.audit import AuditReport
+from evolve.harness.audit import render as render_report
+from evolve.llm import LLMCallFailed, LLMClient, LLMStop
+from evolve.operators.prompting import files_diff, prompt_hash, render, truncate
+from evolve.referee import ModelReview
+from evolve.types import Candidate, Files
+
+log = logging.getLogger("evolve")
+
+VERDICT = re.compile(r"verdict\s*:\s*(clean|suspicious)\b", re.IGNORECASE)
+MARKUP = "*_`#> \t"  # emphasis or heading marks a model may wrap the verdict line in
+KEPT_CHARS = 4000  # of an answer without a verdict, stored as its reasons
+
+
+def parse_review(answer: str, *, model: str, prompt_hash: str) -> ModelReview:
+    """The review an answer gives: its first non-blank line must be the verdict, the rest are reasons."""
+    text = answer.strip()
+    first, _, rest = text.partition("\n")
+    match = VERDICT.fullmatch(first.strip(MARKUP))
+    if match is None:
+        return ModelReview(
+            "malformed", truncate(text, KEPT_CHARS) or "(empty answer)", model, prompt_hash
+        )
+    return ModelReview(match[1].lower(), rest.strip(), model, prompt_hash)
+
+
+@dataclass
+class Reviewer:
+    """Asks ``model`` whether a candidate's change keeps the task's rules (see the module docstring).
+
+    Args:
+        client: the run's LLM client.
+        model: the model that reviews.
+        benchmark: the problem (its task text holds the rules).
+        diff_chars: the most characters of the diff shown (the rest is cut, and the prompt says so).
+    """
+
+    client: LLMClient
+    model: str
+    benchmark: Benchmark
+    diff_chars: int = 40_000
+
+    async def __call__(
+        self, candidate: Candidate, parent_files: Files | None, report: AuditReport
+    ) -> ModelReview:
+        """The model's review of ``candidate``'s change from ``parent_files`` (None: a seed)."""
+        before = parent_files or {}
+        diff = files_diff(before, candidate.files, sorted({*before, *candidate.files}), context=3)
+        objective = self.benchmark.fitness.objective
+        messages = [
+            {
+                "role": "user",
+                "content": render(
+                    "review.md.j2",
+                    task=self.benchmark.task.strip() or self.benchmark.name,
+                    objective=objective.name,
+                    direction="higher is better"
+                    if objective.direction.value == "max"
+                    else "lower is better",
+                    diff=truncate(diff or "(no change)", self.diff_chars),
+                    flags=render_report(report) if report.flags else "",
+                ),
+            }
+        ]
+        phash = prompt_hash(messages)
+        try:
+            completion = await self.client.complete(
+                self.model, messages, sample=f"{candidate.seq}.audit", prompt_hash=phash
+            )
+        except (LLMCallFailed, LLMStop) as exc:
+            log.warning("#%d: the model did not review the change (%s)", candidate.seq, exc)
+            return ModelReview("unavailable", str(exc), self.model, phash)
+        review = parse_review(completion.text, model=self.model, prompt_hash=phash)
+        if review.verdict == "malformed":
+            log.warning(
+                "#%d: the model's review has no verdict line; recorded, not used", candidate.seq
+            )
+        return review

@@ -92,7 +92,7 @@ def search(
     ``llm``: the run's model reviews each audited change (``evolve.operators.review``).
     """
     seed_dir = tmp_path / "seed"
-    seed_dir.mkdir(exist_ok=True)
+    seed_dir.mkdir(parents=True)
     (seed_dir / "params.py").write_text(SEED)
     fitness = StrictAware(penalty=penalty)
     benchmark = Benchmark(

@@ -8,18 +8,21 @@ with one fixed verdict.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 import sys
 
 import pytest
 from click.testing import CliRunner
 
+from evolve import runner
 from evolve.browse.cli import main as browse
 from evolve.callstore import prompt_messages
 from evolve.llm import LLMSettings
 from evolve.operators.review import parse_review
 from evolve.types import CandidateStatus
-from tests.conftest import REPO
+from tests.conftest import REPO, composed
 from tests.test_audit_stage import TASK, audits, by_seq, search, stages
 
 MODEL = REPO / "tests" / "fixtures" / "review_model.py"
@@ -162,3 +165,48 @@ def test_a_verdict_line_may_be_marked_up_but_must_come_first() -> None:
     assert (late.verdict, late.reasons) == ("malformed", "Looks fine.\nVERDICT: clean")
     assert parse_review("VERDICT: cleanish", model="m", prompt_hash="h").verdict == "malformed"
     assert parse_review("", model="m", prompt_hash="h").reasons == "(empty answer)"
+
+
+def test_the_candidate_page_shows_the_review(tmp_path) -> None:
+    from evolve.browse.web.server import make_app
+
+    store = search(tmp_path, llm=model("suspicious"))
+    clean_id = by_seq(store, 1)
+    store.close()
+    app = make_app(tmp_path / "archive.db")
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(app.invoke_startup())
+        response = loop.run_until_complete(app.client.get(f"/-/evolve/c/{clean_id}"))
+        assert response.status_code == 200
+        page = response.text
+        assert "<strong>flagged, promoted</strong>" in page
+        assert "Model review by command/review_model: <strong>suspicious</strong>" in page
+        assert "- the change adds `B = 8`" in page
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("review", [True, False])
+def test_a_run_with_a_model_has_it_review_each_new_best(tmp_path, review) -> None:
+    cfg = composed(
+        [
+            "llm=command",
+            "operators.builtin.tweak=0",
+            "operators.builtin.crossover=0",
+            "search.workers=1",
+            "search.max_candidates=8",
+            f"audit.review={str(review).lower()}",
+        ]
+    )
+    cfg["llm"].update(command=f"{sys.executable} {MODEL} --answer clean --seed 0")
+    runner.run(cfg, tmp_path)
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        rows = db.execute("SELECT review_verdict, review_model FROM audits").fetchall()
+        prompts = {h for (h,) in db.execute("SELECT prompt_hash FROM llm_calls")}
+        hashes = {h for (h,) in db.execute("SELECT review_prompt_hash FROM audits")}
+    assert rows  # the toy improves on its seed within a few proposals
+    if review:
+        assert set(rows) == {("clean", "command/review_model")} and hashes <= prompts
+    else:
+        assert set(rows) == {(None, None)}

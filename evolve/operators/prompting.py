@@ -222,6 +222,19 @@ def inspiration_view(
     }
 
 
+def task_values(benchmark: Benchmark) -> dict[str, str]:
+    """``task`` (the benchmark's text, else its name), ``objective`` and its ``direction``, as
+    the templates show them."""
+    objective = benchmark.fitness.objective
+    return {
+        "task": benchmark.task.strip() or benchmark.name,
+        "objective": objective.name,
+        "direction": "higher is better"
+        if objective.direction.value == "max"
+        else "lower is better",
+    }
+
+
 def context_values(
     benchmark: Benchmark,
     parent: Parent,
@@ -232,15 +245,11 @@ def context_values(
 ) -> dict[str, Any]:
     """The values every operator's prompt uses: task, objective, notebook, inspirations, and
     what came of earlier proposals from this parent (``failures``)."""
-    objective = benchmark.fitness.objective
     editable = sorted(p for p in parent.candidate.files if benchmark.is_editable(p))
     example = editable[0] if editable else "main.py"
     return {
+        **task_values(benchmark),
         "task": benchmark.task.strip() or f"Improve the program of benchmark {benchmark.name}.",
-        "objective": objective.name,
-        "direction": "higher is better"
-        if objective.direction.value == "max"
-        else "lower is better",
         "editable": editable,
         "example_path": example,
         "example_language": LANGUAGES.get(Path(example).suffix, ""),

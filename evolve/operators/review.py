@@ -20,7 +20,7 @@ from evolve.fitness import Benchmark
 from evolve.harness.audit import AuditReport
 from evolve.harness.audit import render as render_report
 from evolve.llm import LLMCallFailed, LLMClient, LLMStop
-from evolve.operators.prompting import files_diff, prompt_hash, render, truncate
+from evolve.operators.prompting import files_diff, prompt_hash, render, task_values, truncate
 from evolve.referee import ModelReview
 from evolve.types import Candidate, Files
 
@@ -65,22 +65,13 @@ class Reviewer:
         """The model's review of ``candidate``'s change from ``parent_files`` (None: a seed)."""
         before = parent_files or {}
         diff = files_diff(before, candidate.files, sorted({*before, *candidate.files}), context=3)
-        objective = self.benchmark.fitness.objective
-        messages = [
-            {
-                "role": "user",
-                "content": render(
-                    "review.md.j2",
-                    task=self.benchmark.task.strip() or self.benchmark.name,
-                    objective=objective.name,
-                    direction="higher is better"
-                    if objective.direction.value == "max"
-                    else "lower is better",
-                    diff=truncate(diff or "(no change)", self.diff_chars),
-                    flags=render_report(report) if report.flags else "",
-                ),
-            }
-        ]
+        content = render(
+            "review.md.j2",
+            **task_values(self.benchmark),
+            diff=truncate(diff or "(no change)", self.diff_chars),
+            flags=render_report(report) if report.flags else "",
+        )
+        messages = [{"role": "user", "content": content}]
         phash = prompt_hash(messages)
         try:
             completion = await self.client.complete(

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from evolve.fitness import Benchmark
 from evolve.llm import LLMCallFailed, LLMClient
 from evolve.notebook import Notebook
-from evolve.operators.prompting import prompt_hash, render
+from evolve.operators.prompting import prompt_hash, render, task_values
 from evolve.query.notebook import note_at
 from evolve.store import Store
 
@@ -58,21 +58,8 @@ class Summariser:
         Raises:
             evolve.llm.LLMStop: no further call may be made (budget, offline replay, key).
         """
-        objective = self.benchmark.fitness.objective
-        messages = [
-            {
-                "role": "user",
-                "content": render(
-                    "summary.md.j2",
-                    task=self.benchmark.task.strip() or self.benchmark.name,
-                    objective=objective.name,
-                    direction="higher is better"
-                    if objective.direction.value == "max"
-                    else "lower is better",
-                    notes=notes,
-                ),
-            }
-        ]
+        content = render("summary.md.j2", **task_values(self.benchmark), notes=notes)
+        messages = [{"role": "user", "content": content}]
         phash = prompt_hash(messages)
         try:
             completion = await self.client.complete(

@@ -124,13 +124,17 @@ def test_a_malformed_answer_is_recorded_and_is_no_verdict(tmp_path) -> None:
     ]
 
 
-def test_a_failed_review_call_is_recorded_and_the_run_goes_on(tmp_path) -> None:
-    store = search(
-        tmp_path,
-        llm=LLMSettings.from_config({"model": "command", "command": "false", "retries": 0}),
-    )
+FAILING = {"model": "command", "command": "false", "retries": 0}
+OVER_BUDGET = {**FAILING, "max_cost_usd": 0.0001, "pricing": {"input_per_mtok": 100.0}}
+
+
+@pytest.mark.parametrize(("settings", "why"), [(FAILING, "false"), (OVER_BUDGET, "max_cost_usd")])
+def test_a_review_without_an_answer_is_recorded_and_the_run_goes_on(
+    tmp_path, settings, why
+) -> None:
+    store = search(tmp_path, llm=LLMSettings.from_config(dict(settings)))
     verdict, reasons, reviewer, _ = reviews(store)[1]
-    assert (verdict, reviewer) == ("unavailable", "command/false") and reasons
+    assert (verdict, reviewer) == ("unavailable", "command/false") and why in reasons
     assert audits(store)[1][1] == "clean" and audits(store)[2][1] == "promoted"
 
 

@@ -12,6 +12,7 @@ from evolve.benchmarks.circle_packing import fitness as circle_packing
 
 from evolve import runner
 from evolve.engine import Rejection
+from evolve.llm import LLMClient, LLMSettings
 from evolve.novelty import Novelty, structure_hash
 from evolve.settings import NoveltySettings
 from evolve.store import Store
@@ -161,7 +162,12 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
             embedding_threshold=0.99,
         )
         novelty = Novelty(
-            store=store, settings=settings, editable=lambda p: True, objective="f", descriptors=[]
+            store=store,
+            settings=settings,
+            editable=lambda p: True,
+            objective="f",
+            descriptors=[],
+            client=LLMClient(LLMSettings(), store=store),
         )
         near = PACKING.replace("STEPS = 400", "STEPS = 450")
         twin = asyncio.run(novelty.embedding_twin({"packing.py": near}))
@@ -171,6 +177,8 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
         other = "import random\nprint(sorted(random.random() for _ in range(26)))\n"
         assert asyncio.run(novelty.embedding_twin({"packing.py": other})) is None
         assert len(server.embedded) == 3  # the stored candidate once, then each proposal
+        assert asyncio.run(novelty.embedding_twin({"packing.py": near})).id == twin.id
+        assert len(server.embedded) == 3  # the same code again: its recorded embedding
     finally:
         server.stop()
 

@@ -183,11 +183,38 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
         assert len(server.embedded) == 3  # the stored candidate once, then each proposal
         assert asyncio.run(novelty.embedding_twin({"packing.py": near})).id == twin.id
         assert len(server.embedded) == 3  # the same code again: its recorded embedding
+        resumed = Novelty(  # a resumed run: a new client over the same archive
+            store=store,
+            settings=settings,
+            editable=lambda p: True,
+            objective="f",
+            descriptors=[],
+            client=LLMClient(LLMSettings(), store=store),
+        )
+        assert asyncio.run(resumed.embedding_twin({"packing.py": near})).id == twin.id
+        assert len(server.embedded) == 3
     finally:
         server.stop()
 
 
 EMBEDDING = "openai/trigrams"  # litellm has no price for it: tokens only
+
+
+def test_the_same_text_asked_twice_at_once_is_embedded_by_one_call(tmp_path):
+    server = MockServer().start()
+    try:
+        client = LLMClient(LLMSettings(), store=Store(tmp_path / "archive.db"))
+
+        async def twice() -> list[tuple[float, ...]]:
+            ask = client.embed(EMBEDDING, "x = 1\n", api_base=server.api_base)
+            again = client.embed(EMBEDDING, "x = 1\n", api_base=server.api_base)
+            return await asyncio.gather(ask, again)
+
+        first, second = asyncio.run(twice())
+    finally:
+        server.stop()
+    assert server.embedded == ["x = 1\n"] and first == second
+    assert first == pytest.approx(trigram_vector("x = 1\n"))
 
 
 def embedding_overrides(

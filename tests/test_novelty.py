@@ -155,6 +155,19 @@ def test_the_checks_can_be_turned_off(tmp_path):
     assert asyncio.run(novelty.embedding_twin({"x.py": "a = 1\n"})) is None
 
 
+def embedding_novelty(store: Store, settings: NoveltySettings) -> Novelty:
+    """The novelty checks of a run over ``store``, with its own LLM client."""
+    client = LLMClient(LLMSettings(), store=store)
+    return Novelty(
+        store=store,
+        settings=settings,
+        editable=lambda p: True,
+        objective="f",
+        descriptors=[],
+        client=client,
+    )
+
+
 def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_through(tmp_path):
     server = MockServer().start()
     try:
@@ -165,14 +178,7 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
             embedding_api_base=server.api_base,
             embedding_threshold=0.99,
         )
-        novelty = Novelty(
-            store=store,
-            settings=settings,
-            editable=lambda p: True,
-            objective="f",
-            descriptors=[],
-            client=LLMClient(LLMSettings(), store=store),
-        )
+        novelty = embedding_novelty(store, settings)
         near = PACKING.replace("STEPS = 400", "STEPS = 450")
         twin = asyncio.run(novelty.embedding_twin({"packing.py": near}))
         assert twin.id == Proposal(files={"packing.py": PACKING}, operator="seed").id
@@ -183,14 +189,7 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
         assert len(server.embedded) == 3  # the stored candidate once, then each proposal
         assert asyncio.run(novelty.embedding_twin({"packing.py": near})).id == twin.id
         assert len(server.embedded) == 3  # the same code again: its recorded embedding
-        resumed = Novelty(  # a resumed run: a new client over the same archive
-            store=store,
-            settings=settings,
-            editable=lambda p: True,
-            objective="f",
-            descriptors=[],
-            client=LLMClient(LLMSettings(), store=store),
-        )
+        resumed = embedding_novelty(store, settings)  # a resumed run: a new client, same archive
         assert asyncio.run(resumed.embedding_twin({"packing.py": near})).id == twin.id
         assert len(server.embedded) == 3
     finally:

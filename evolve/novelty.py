@@ -191,7 +191,10 @@ class Novelty:
         client: LLMClient | None = None,
     ) -> None:
         if settings.embedding_model is not None and client is None:
-            raise ValueError("archive.novelty.embedding_model needs the run's LLM client")
+            raise ValueError(
+                "archive.novelty.embedding_model is set: pass the run's LLMClient "
+                "(Novelty(client=...), Engine(llm=...)) to make the embedding calls"
+            )
         self.store, self.settings, self.editable = store, settings, editable
         self.client = client
         self.objective = objective

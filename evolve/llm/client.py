@@ -352,7 +352,8 @@ class LLMClient:
         self.ledger.record(call.record(error=error, status="error", latency_s=latency))
         kind = classify(exc)
         if kind == "fatal":
-            raise LLMStop(f"{call.model}: {error}\n{fix_for(call.model, exc)}") from exc
+            setting = "llm.model" if call.text is None else "archive.novelty.embedding_model"
+            raise LLMStop(f"{call.model}: {error}\n{fix_for(call.model, exc, setting)}") from exc
         if kind != "retry" or attempt + 1 >= tries:
             raise LLMCallFailed(
                 f"{call.model}: {error} (attempt {attempt + 1} of {tries})"

@@ -1,10 +1,14 @@
-"""How ``llm_calls`` stores prompts and answers: prompts compressed against a base prompt, answers capped."""
+"""How ``llm_calls`` stores prompts and answers: prompts compressed against a base prompt, answers
+capped, embeddings packed."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
+import struct
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 ANSWER_HEAD_CHARS = 150_000
@@ -22,6 +26,17 @@ def cap_answer(text: str) -> str:
         + f"\n[... evolve stored {ANSWER_HEAD_CHARS} + {ANSWER_TAIL_CHARS} of {len(text)} characters; "
         f"{dropped} left out here ...]\n" + text[-ANSWER_TAIL_CHARS:]
     )
+
+
+def pack_vector(vector: Sequence[float]) -> str:
+    """An embedding as text: its values as little-endian float32, base64 (5.3 characters a value)."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+
+
+def unpack_vector(text: str) -> tuple[float, ...]:
+    """The values ``pack_vector`` stored (float32 precision)."""
+    raw = base64.b64decode(text)
+    return struct.unpack(f"<{len(raw) // 4}f", raw)
 
 
 class PromptPacker:

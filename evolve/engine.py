@@ -32,6 +32,7 @@ from evolve.archive import Archive
 from evolve.emitters import Ask, Emitter, arm_key
 from evolve.fitness import Benchmark
 from evolve.jobs import Jobs
+from evolve.llm import LLMClient
 from evolve.notebook import Notebook
 from evolve.novelty import Novelty
 from evolve.operators.base import OperatorRejected
@@ -80,6 +81,8 @@ class Engine:
             when an operator asks a model.
         summariser: writes a model's summary of the notebook every few proposals
             (``evolve.operators.summary``); None: none.
+        llm: the run's LLM client; the novelty check's embeddings are its calls (needed when
+            ``archive.novelty.embedding_model`` is set).
     """
 
     store: Store
@@ -91,6 +94,7 @@ class Engine:
     cost: Callable[[], float] = lambda: 0.0
     notebook_chars: int = 6000
     summariser: Summariser | None = None
+    llm: LLMClient | None = None
 
     def __post_init__(self) -> None:
         """Continue from the store: bandit state, counts, the next seq and event, open asks."""
@@ -101,6 +105,7 @@ class Engine:
             editable=self.benchmark.is_editable,
             objective=self.archive.objective.name,
             descriptors=[d.name for d in self.archive.descriptors],
+            client=self.llm,
         )
         state = self.emitter.state
         self.emitter.state = type(state).from_json(self.store.get_state("bandit"))

@@ -8,8 +8,10 @@ Three checks, each configured in ``archive.novelty`` (``evolve.settings.NoveltyS
   first binding. Parameters and module-level names are never renamed: a caller or the
   harness may use them by name.
 - *embedding*, before evaluation, when an embedding model is configured: the cosine
-  similarity of the code's embedding (litellm ``aembedding``) to a stored candidate's at or
-  above a threshold.
+  similarity of the code's embedding to a stored candidate's at or above a threshold. The
+  embeddings come from the run's LLM client (``LLMClient.embed``): recorded in ``llm_calls``,
+  each distinct code embedded once per run (resumes included), held to ``llm.max_cost_usd``
+  and served again by an offline replay.
 - *behaviour*, after evaluation: the same objective value and the same descriptor values,
   bit for bit, as a stored candidate; such a candidate is kept out of the archive.
 
@@ -22,21 +24,22 @@ archive holds. Candidates refused before evaluation are never indexed.
 from __future__ import annotations
 
 import ast
+import asyncio
 import hashlib
 import json
+import logging
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from evolve.llm._litellm import litellm, quiet
+from evolve.llm import LLMCallFailed, LLMClient
 from evolve.settings import NoveltySettings
 from evolve.store import Store
 from evolve.types import Evaluation, Files
 
+log = logging.getLogger("evolve")
+
 EMBED_CHARS = 20_000  # code embedded per candidate (its editable files, head kept)
-EMBED_BATCH = 64  # stored candidates embedded per call when catching up
 
 
 class _Canonical(ast.NodeTransformer):
@@ -173,6 +176,8 @@ class Novelty:
         editable: whether a path is editable (only editable files are embedded).
         objective: the objective's name (named in a behavioural twin's reason).
         descriptors: the names of the grid's descriptors (compared for behaviour).
+        client: the run's LLM client, which makes the embedding calls (needed when an
+            embedding model is configured).
     """
 
     def __init__(
@@ -183,13 +188,20 @@ class Novelty:
         editable: Callable[[str], bool],
         objective: str,
         descriptors: Sequence[str],
+        client: LLMClient | None = None,
     ) -> None:
+        if settings.embedding_model is not None and client is None:
+            raise ValueError(
+                "archive.novelty.embedding_model is set: pass the run's LLMClient "
+                "(Novelty(client=...), Engine(llm=...)) to make the embedding calls"
+            )
         self.store, self.settings, self.editable = store, settings, editable
+        self.client = client
         self.objective = objective
         self.descriptors = tuple(descriptors)
         self._structures: dict[str, str] = {}  # structure hash -> candidate id
         self._behaviours: dict[str, str] = {}  # behaviour fingerprint -> candidate id
-        self._embeddings: dict[str, list[float]] = {}  # candidate id -> embedding
+        self._embeddings: dict[str, Sequence[float]] = {}  # candidate id -> embedding
         self._seen_seq = -1  # stored candidates up to this seq are indexed (structure)
         self._embedded_seq = -1  # ... and embedded
         self._seen_eval = 0  # evaluations up to this row id are indexed (behaviour)
@@ -224,10 +236,14 @@ class Novelty:
         """The most similar stored candidate, when its code embeds at or above the threshold."""
         if self.settings.embedding_model is None:
             return None
-        await self._index_embeddings()
-        if not self._embeddings:
+        try:
+            await self._index_embeddings()
+            if not self._embeddings:
+                return None
+            vector = await self._embed(self._code(files))
+        except LLMCallFailed as exc:  # every attempt is recorded; the proposal goes on unchecked
+            log.warning("the embedding check was skipped: %s", exc)
             return None
-        (vector,) = await self._embed([self._code(files)])
         twin, similarity = max(
             ((cid, cosine(vector, other)) for cid, other in self._embeddings.items()),
             key=lambda pair: pair[1],
@@ -246,31 +262,27 @@ class Novelty:
             "SELECT seq, id, files FROM candidates WHERE seq > ? AND status != 'rejected' ORDER BY seq",
             (self._embedded_seq,),
         ).fetchall()
-        for start in range(0, len(rows), EMBED_BATCH):
-            batch = rows[start : start + EMBED_BATCH]
-            vectors = await self._embed([self._code(json.loads(files)) for _, _, files in batch])
-            self._embeddings.update((cid, v) for (_, cid, _), v in zip(batch, vectors, strict=True))
-            self._embedded_seq = batch[-1][0]
+        if not rows:
+            return
+        # at once: the client keeps to the provider's limits; recorded codes cost nothing
+        vectors = await asyncio.gather(
+            *(self._embed(self._code(json.loads(f))) for _, _, f in rows)
+        )
+        self._embeddings.update((cid, v) for (_, cid, _), v in zip(rows, vectors, strict=True))
+        self._embedded_seq = rows[-1][0]
 
     def _code(self, files: Files) -> str:
         shown = [f"{path}\n{text}" for path, text in sorted(files.items()) if self.editable(path)]
         return "\n\n".join(shown)[:EMBED_CHARS]
 
-    async def _embed(self, texts: list[str]) -> list[list[float]]:
-        kwargs: dict[str, Any] = {}
-        if self.settings.embedding_api_key_env:
-            kwargs["api_key"] = os.environ.get(self.settings.embedding_api_key_env, "")
-        elif self.settings.embedding_api_base:
-            kwargs["api_key"] = "none"  # local servers usually take any key
-        with quiet():
-            response = await litellm().aembedding(
-                model=self.settings.embedding_model,
-                input=texts,
-                api_base=self.settings.embedding_api_base,
-                **kwargs,
-            )
-        rows = sorted(response.data, key=lambda row: row["index"])
-        return [list(row["embedding"]) for row in rows]
+    async def _embed(self, text: str) -> Sequence[float]:
+        assert self.client is not None and self.settings.embedding_model is not None
+        return await self.client.embed(
+            self.settings.embedding_model,
+            text,
+            api_base=self.settings.embedding_api_base,
+            api_key_env=self.settings.embedding_api_key_env,
+        )
 
     # --- behaviour --------------------------------------------------------------------------------
 

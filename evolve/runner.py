@@ -20,7 +20,7 @@ from evolve.config import build_settings
 from evolve.driver import Driver, Summary
 from evolve.emitters import Emitter
 from evolve.engine import Engine
-from evolve.llm import LLMSettings, LLMStop, usage_line
+from evolve.llm import LLMClient, LLMSettings, LLMStop, usage_line
 from evolve.operators.catalog import build_operators
 from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.operators.review import Reviewer
@@ -137,6 +137,10 @@ def _search(
     )
     operators = build_operators(settings.builtin, settings.llm, store=store)
     llm = llm_client(operators)
+    # the novelty check's embeddings are LLM calls too: the operators' client, else one of its own
+    embedder = llm
+    if embedder is None and settings.archive.novelty.embedding_model is not None:
+        embedder = LLMClient(settings.llm, store=store)
     emitter = Emitter(
         archive=archive, benchmark=benchmark, operators=operators, **asdict(settings.emitter)
     )
@@ -155,7 +159,7 @@ def _search(
         benchmark=benchmark,
         seed=search.seed,
         migration_interval=search.migration_interval,
-        cost=llm.spent if llm is not None else (lambda: 0.0),
+        cost=embedder.spent if embedder is not None else (lambda: 0.0),
         notebook_chars=llm.settings.notebook_chars if llm is not None else 0,
         summariser=Summariser(
             client=llm,
@@ -165,6 +169,7 @@ def _search(
         )
         if llm is not None
         else None,
+        llm=embedder,
     )
     driver = Driver(
         engine=engine,
@@ -184,9 +189,9 @@ def _search(
     try:
         for warning in asyncio.run(preflight_operators(operators)):  # before anything is evaluated
             log.warning("%s", warning)
-        summary = asyncio.run(_drive(driver, llm))
-        if llm is not None:
-            log.info("LLM use so far (this archive):\n%s", usage_line(llm.ledger.summary()))
+        summary = asyncio.run(_drive(driver, embedder))
+        if embedder is not None:
+            log.info("LLM use so far (this archive):\n%s", usage_line(embedder.ledger.summary()))
         status = "stopped" if summary.reason.startswith(STOPPED) else "finished"
     finally:
         store.finish_run(run_id, status=status)

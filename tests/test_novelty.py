@@ -8,15 +8,20 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
 from evolve.benchmarks.circle_packing import fitness as circle_packing
 
 from evolve import runner
+from evolve.callstore import unpack_vector
 from evolve.engine import Rejection
+from evolve.llm import LLMClient, LLMSettings
+from evolve.llm.ledger import text_hash
 from evolve.novelty import Novelty, structure_hash
 from evolve.settings import NoveltySettings
 from evolve.store import Store
 from evolve.types import AddStatus, CandidateStatus, EdgeRole, Proposal
-from tests.fixtures.mock_openai import MockServer
+from tests.conftest import composed
+from tests.fixtures.mock_openai import MockServer, trigram_vector
 from tests.test_engine import SEED, evaluation, make_engine
 from tests.test_llm_search import local_toy
 
@@ -150,6 +155,19 @@ def test_the_checks_can_be_turned_off(tmp_path):
     assert asyncio.run(novelty.embedding_twin({"x.py": "a = 1\n"})) is None
 
 
+def embedding_novelty(store: Store, settings: NoveltySettings) -> Novelty:
+    """The novelty checks of a run over ``store``, with its own LLM client."""
+    client = LLMClient(LLMSettings(), store=store)
+    return Novelty(
+        store=store,
+        settings=settings,
+        editable=lambda p: True,
+        objective="f",
+        descriptors=[],
+        client=client,
+    )
+
+
 def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_through(tmp_path):
     server = MockServer().start()
     try:
@@ -160,9 +178,7 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
             embedding_api_base=server.api_base,
             embedding_threshold=0.99,
         )
-        novelty = Novelty(
-            store=store, settings=settings, editable=lambda p: True, objective="f", descriptors=[]
-        )
+        novelty = embedding_novelty(store, settings)
         near = PACKING.replace("STEPS = 400", "STEPS = 450")
         twin = asyncio.run(novelty.embedding_twin({"packing.py": near}))
         assert twin.id == Proposal(files={"packing.py": PACKING}, operator="seed").id
@@ -171,28 +187,120 @@ def test_an_embedding_server_refuses_near_identical_code_and_lets_a_new_program_
         other = "import random\nprint(sorted(random.random() for _ in range(26)))\n"
         assert asyncio.run(novelty.embedding_twin({"packing.py": other})) is None
         assert len(server.embedded) == 3  # the stored candidate once, then each proposal
+        assert asyncio.run(novelty.embedding_twin({"packing.py": near})).id == twin.id
+        assert len(server.embedded) == 3  # the same code again: its recorded embedding
+        resumed = embedding_novelty(store, settings)  # a resumed run: a new client, same archive
+        assert asyncio.run(resumed.embedding_twin({"packing.py": near})).id == twin.id
+        assert len(server.embedded) == 3
     finally:
         server.stop()
 
 
-def test_a_search_with_a_local_embedding_server_refuses_near_identical_code(tmp_path):
+EMBEDDING = "openai/trigrams"  # litellm has no price for it: tokens only
+
+
+def test_the_same_text_asked_twice_at_once_is_embedded_by_one_call(tmp_path):
     server = MockServer().start()
     try:
-        embedding = [
-            "archive.novelty.embedding_model=openai/trigrams",
-            f"archive.novelty.embedding_api_base={server.api_base}",
-            "archive.novelty.embedding_threshold=0.95",
-        ]
-        runner.run(local_toy(server, "search.max_candidates=6", *embedding), tmp_path)
+        client = LLMClient(LLMSettings(), store=Store(tmp_path / "archive.db"))
+
+        async def twice() -> list[tuple[float, ...]]:
+            ask = client.embed(EMBEDDING, "x = 1\n", api_base=server.api_base)
+            again = client.embed(EMBEDDING, "x = 1\n", api_base=server.api_base)
+            return await asyncio.gather(ask, again)
+
+        first, second = asyncio.run(twice())
     finally:
         server.stop()
-    db = sqlite3.connect(tmp_path / "archive.db")
-    refused = db.execute(
-        "SELECT e.artifacts FROM candidates c JOIN evaluations e ON e.candidate = c.id "
-        "WHERE c.status = 'rejected'"
-    ).fetchall()
-    near = [json.loads(a) for (a,) in refused if "embeds at cosine similarity" in a]
-    assert near, refused
-    stored = {cid for (cid,) in db.execute("SELECT id FROM candidates WHERE status != 'rejected'")}
-    assert all(a["twin"] in stored for a in near)
-    assert server.embedded and server.models  # real HTTP calls: chat answers and embeddings
+    assert server.embedded == ["x = 1\n"] and first == second
+    assert first == pytest.approx(trigram_vector("x = 1\n"))
+
+
+def embedding_overrides(
+    server: MockServer, model: str = EMBEDDING, threshold: float = 0.95
+) -> list[str]:
+    return [
+        f"archive.novelty.embedding_model={model}",
+        f"archive.novelty.embedding_api_base={server.api_base}",
+        f"archive.novelty.embedding_threshold={threshold}",
+    ]
+
+
+def near_refusals(db: Path) -> list[tuple[int, dict]]:
+    """(seq, artifacts) of each proposal refused as a near-duplicate by embedding."""
+    with sqlite3.connect(db) as conn:
+        refused = conn.execute(
+            "SELECT c.seq, e.artifacts FROM candidates c JOIN evaluations e ON e.candidate = c.id "
+            "WHERE c.status = 'rejected' ORDER BY c.seq"
+        ).fetchall()
+    return [(seq, json.loads(a)) for seq, a in refused if "embeds at cosine similarity" in a]
+
+
+def embedding_calls(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return conn.execute(
+            "SELECT prompt_hash, response, prompt, tokens_in, cost, status FROM llm_calls "
+            "WHERE model = ? ORDER BY id",
+            (EMBEDDING,),
+        ).fetchall()
+
+
+def test_a_search_records_each_distinct_embedding_once_and_an_offline_replay_refuses_the_same(
+    tmp_path,
+):
+    server = MockServer().start()
+    try:
+        cfg = local_toy(server, "search.max_candidates=8", *embedding_overrides(server))
+        runner.run(cfg, tmp_path / "first")
+        sent, chats = list(server.embedded), server.requests
+        # the replay is served from the first run's archive: the server must not be asked again
+        replay = local_toy(server, "search.max_candidates=8", *embedding_overrides(server))
+        replay["llm"].update(offline=True, replay_from=str(tmp_path / "first"))
+        runner.run(replay, tmp_path / "replay")
+        assert server.embedded == sent and server.requests == chats
+    finally:
+        server.stop()
+    first = tmp_path / "first" / "archive.db"
+    near = near_refusals(first)
+    assert near, "no near-duplicate was refused: the test shows nothing"
+    with sqlite3.connect(first) as conn:
+        stored = {
+            cid for (cid,) in conn.execute("SELECT id FROM candidates WHERE status != 'rejected'")
+        }
+    assert all(a["twin"] in stored for _, a in near)
+    # each distinct code embedded once (a stored proposal is not embedded again when indexed)
+    assert len(sent) == len(set(sent))
+    calls = embedding_calls(first)
+    assert [h for h, *_ in calls] == [text_hash(text) for text in sent]
+    for (_, response, prompt, tokens, cost, status), text in zip(calls, sent, strict=True):
+        assert status == "ok" and prompt is None and tokens == len(text) // 4 and cost is None
+        assert unpack_vector(response) == pytest.approx(trigram_vector(text))
+    assert near_refusals(tmp_path / "replay" / "archive.db") == near
+    replayed = embedding_calls(tmp_path / "replay" / "archive.db")
+    assert {h for h, *_ in replayed} == {h for h, *_ in calls}
+    assert all(cost == 0 and status == "ok" for *_, cost, status in replayed)
+
+
+def test_a_budget_too_small_stops_embedding_calls_like_other_calls(tmp_path):
+    server = MockServer().start()
+    try:
+        # built-in operators only: the embeddings are the run's only paid calls
+        # ($0.02 per million tokens at litellm's price; the toy program is ~40 tokens)
+        cfg = composed(
+            [
+                "search.max_candidates=40",
+                "llm.max_cost_usd=0.000004",
+                *embedding_overrides(server, "openai/text-embedding-3-small", threshold=1.0),
+            ]
+        )
+        summary = runner.run(cfg, tmp_path)
+    finally:
+        server.stop()
+    assert "LLM budget reached" in summary.reason and "raise llm.max_cost_usd" in summary.reason
+    assert "the next call of openai/text-embedding-3-small could cost" in summary.reason
+    with sqlite3.connect(tmp_path / "archive.db") as conn:
+        calls, spent = conn.execute(
+            "SELECT COUNT(*), SUM(cost) FROM llm_calls WHERE model = 'openai/text-embedding-3-small'"
+        ).fetchone()
+    assert calls == len(server.embedded) >= 2 and 0 < spent <= 0.000004
+    assert summary.evaluated < 40

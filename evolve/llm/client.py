@@ -1,4 +1,5 @@
-"""Calls to models through litellm: recorded answers first, then budget, provider limits, retries, cost."""
+"""Calls to models through litellm (chat answers and embeddings): recorded answers first, then
+budget, provider limits, retries, cost."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ import logging
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from evolve.callstore import pack_vector, unpack_vector
 from evolve.llm._litellm import litellm, quiet
 from evolve.llm.command import end_command_processes, register_command_provider
 from evolve.llm.errors import LLMCallFailed, LLMStop, ReplayMiss
-from evolve.llm.ledger import CallRecord, Ledger, Messages, Recorded, cache_key
+from evolve.llm.ledger import CallRecord, Ledger, Messages, Recorded, cache_key, text_hash
 from evolve.llm.limits import Budget, Lanes
 from evolve.llm.retry import MAX_RETRY_AFTER_S, classify, describe, fix_for, retry_after
 from evolve.llm.settings import LLMSettings
@@ -48,6 +50,9 @@ class LLMClient:
     connection errors and 5xx are retried with exponential backoff (honouring
     Retry-After). Many calls may be awaited at once from one event loop.
 
+    Embeddings (``embed``) take the same path: one text a call, keyed by the model and the
+    text's hash, the vector recorded as the answer.
+
     Args:
         settings: the ``llm`` config group.
         store: the run's archive (``llm_calls`` lives there).
@@ -60,6 +65,7 @@ class LLMClient:
         self.lanes = Lanes(settings.max_concurrency)
         self._jitter = random.Random()
         self._priced: dict[str, bool] = {}
+        self._running: dict[str, asyncio.Future[None]] = {}  # cache key -> ends with its call
         self.attempts = 0  # provider calls made by this client (cache hits excluded)
         self.waits: list[float] = []  # backoff sleeps, in order (for logs and tests)
         if settings.commands:
@@ -172,27 +178,106 @@ class LLMClient:
         """
         key = cache_key(model, messages, self.settings.sampling(), sample)
         call = _Call(
-            model, messages, key=key, prompt_hash=prompt_hash, candidate=candidate, sample=sample
+            model,
+            messages,
+            key=key,
+            prompt_hash=prompt_hash,
+            candidate=candidate,
+            sample=sample,
+            kwargs=self._call_kwargs(model, messages, sample),
         )
-        recorded = self.ledger.lookup(key, same_request=self.settings.offline)
+        return await self._answer(call, lambda: self.worst_case_cost(model, messages))
+
+    async def embed(
+        self, model: str, text: str, *, api_base: str | None = None, api_key_env: str | None = None
+    ) -> tuple[float, ...]:
+        """The embedding of ``text`` by ``model`` (litellm ``aembedding``), as float32 values.
+
+        Recorded, served again, budgeted, limited and retried like ``complete``: the row holds
+        the text's hash (``prompt_hash``) and the vector packed (``evolve.callstore``), never
+        the text; the vector returned is the stored one, so an offline replay computes the same
+        similarities bit for bit.
+
+        Args:
+            model: a litellm embedding model string.
+            text: what to embed.
+            api_base: the embedding server's base URL (None: the provider's).
+            api_key_env: environment variable holding the key to send.
+
+        Raises:
+            the errors of ``complete``.
+        """
+        digest = text_hash(text)
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "input": [text],
+            "timeout": self.settings.timeout_s,
+            "api_base": api_base,
+        }
+        if api_key_env:
+            kwargs["api_key"] = os.environ.get(api_key_env, "")
+        elif api_base:
+            kwargs["api_key"] = "none"  # local servers usually take any key
+        call = _Call(
+            model,
+            (),
+            key=cache_key(model, (), {"embedding": True}, digest),
+            prompt_hash=digest,
+            candidate=None,
+            sample=digest,
+            kwargs=kwargs,
+            text=text,
+        )
+        completion = await self._answer(call, lambda: self._embedding_worst(model, text))
+        return unpack_vector(completion.text)
+
+    def _embedding_worst(self, model: str, text: str) -> float:
+        """The most embedding ``text`` could cost (0 if unpriced)."""
+        try:
+            tokens = int(litellm().token_counter(model=model, text=text))
+        except Exception:
+            tokens = _estimated_tokens([{"content": text}])
+        return self._embedding_cost(model, tokens) or 0.0
+
+    def _embedding_cost(self, model: str, tokens: int) -> float | None:
+        """An embedding's cost at litellm's price (None: litellm has none; ``llm.pricing`` is for answers)."""
+        if not self._litellm_prices(model):
+            return None
+        cost_in, _ = litellm().cost_per_token(
+            model=model, prompt_tokens=tokens, completion_tokens=0
+        )
+        return float(cost_in)
+
+    async def _answer(self, call: _Call, worst_case: Callable[[], float]) -> Completion:
+        """The recorded answer to ``call``, else one from the provider within the budget.
+
+        The same request made while it is in flight waits for that call and is served its
+        answer (an embedding asked by two proposals at once is paid once).
+        """
+        while (running := self._running.get(call.key)) is not None:
+            await asyncio.wait([running])  # never cancels the call it waits for
+        recorded = self.ledger.lookup(call.key, same_request=self.settings.offline)
         if recorded is not None:
             return self._recorded(call, recorded)
         if self.settings.offline:
             raise ReplayMiss(
-                f"llm.offline=true and the archive holds no answer of {model} for this prompt "
-                f"(prompt {prompt_hash[:12]}, sample {sample}); the replay ends here. "
+                f"llm.offline=true and the archive holds no answer of {call.model} for this "
+                f"{call.named()}; the replay ends here. "
                 "Set llm.offline=false to call the model from this point on"
             )
         # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs the worst case.
-        worst = self.worst_case_cost(model, messages) if self.budget.limit is not None else 0.0
-        self.budget.reserve(model, worst)
+        worst = worst_case() if self.budget.limit is not None else 0.0
+        self.budget.reserve(call.model, worst)
         cost = 0.0
+        self._running[call.key] = done = asyncio.get_running_loop().create_future()
         try:
             completion = await self._attempts(call)
             cost = completion.cost or 0.0
             return completion
         finally:
             self.budget.settle(worst, cost)
+            del self._running[call.key]
+            done.set_result(None)
 
     def _recorded(self, call: _Call, recorded: Recorded) -> Completion:
         if recorded.truncated:
@@ -223,9 +308,12 @@ class LLMClient:
 
     async def _send(self, call: _Call) -> Any:
         """One request through litellm (quietly when evolve prices the call itself)."""
-        kwargs = self._call_kwargs(call.model, call.messages, call.sample)
+        kwargs = dict(call.kwargs)
         # a safety net over the provider's own timeout
         limit = self.settings.timeout_s + min(5.0, max(1.0, 0.1 * self.settings.timeout_s))
+        if call.text is not None:  # an embedding: evolve always prices it (_embedding_cost)
+            with quiet():
+                return await asyncio.wait_for(litellm().aembedding(**kwargs), limit)
         if not self._self_priced(call.model):
             return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
         # custom prices send litellm's own cost step down its short path (evolve prices the call)
@@ -235,7 +323,7 @@ class LLMClient:
 
     async def _attempts(self, call: _Call) -> Completion:
         tries = self.settings.retries + 1
-        lane = Lanes.key(call.model, self.settings.api_base)
+        lane = Lanes.key(call.model, call.kwargs.get("api_base"))
         for attempt in range(tries):
             async with self.lanes.slot(lane):
                 start = time.monotonic()
@@ -264,7 +352,8 @@ class LLMClient:
         self.ledger.record(call.record(error=error, status="error", latency_s=latency))
         kind = classify(exc)
         if kind == "fatal":
-            raise LLMStop(f"{call.model}: {error}\n{fix_for(call.model, exc)}") from exc
+            setting = "llm.model" if call.text is None else "archive.novelty.embedding_model"
+            raise LLMStop(f"{call.model}: {error}\n{fix_for(call.model, exc, setting)}") from exc
         if kind != "retry" or attempt + 1 >= tries:
             raise LLMCallFailed(
                 f"{call.model}: {error} (attempt {attempt + 1} of {tries})"
@@ -286,7 +375,7 @@ class LLMClient:
                 "(prompt tokens estimated, answer tokens unknown)",
                 status="cancelled",
                 latency_s=latency,
-                tokens_in=_estimated_tokens(call.messages),
+                tokens_in=call.estimated_tokens(),
             )
         )
 
@@ -297,13 +386,18 @@ class LLMClient:
         return min(MAX_RETRY_AFTER_S, max(backoff, asked)) if asked is not None else backoff
 
     def _success(self, call: _Call, response: Any, *, latency: float) -> Completion:
-        choices = getattr(response, "choices", None) or []
-        message = getattr(choices[0], "message", None) if choices else None
-        text = (getattr(message, "content", None) or "") if message is not None else ""
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = self._cost(call.model, response, tokens_in, tokens_out)
+        if call.text is not None:
+            (row,) = response.data  # one text a call
+            text = pack_vector(row["embedding"])
+            cost = self._embedding_cost(call.model, tokens_in)
+        else:
+            choices = getattr(response, "choices", None) or []
+            message = getattr(choices[0], "message", None) if choices else None
+            text = (getattr(message, "content", None) or "") if message is not None else ""
+            cost = self._cost(call.model, response, tokens_in, tokens_out)
         call_id = self.ledger.record(
             call.record(
                 response=text,
@@ -314,7 +408,7 @@ class LLMClient:
             )
         )
         cap = self.settings.answer_cap()
-        if tokens_out > cap:
+        if call.text is None and tokens_out > cap:
             why = (
                 f"{call.model} ignored the answer cap: it reported {tokens_out} completion tokens "
                 f"against max_tokens={cap}" + (f", costing ${cost:.4f}" if cost else "")
@@ -335,7 +429,10 @@ class LLMClient:
 
 @dataclass(frozen=True)
 class _Call:
-    """One request being made: what was asked and how to record its attempts."""
+    """One request being made: what was asked (litellm's ``kwargs``) and how to record its attempts.
+
+    ``text`` is set for an embedding (of that text), None for a chat answer.
+    """
 
     model: str
     messages: Messages
@@ -343,6 +440,17 @@ class _Call:
     prompt_hash: str
     candidate: str | None
     sample: str | int
+    kwargs: Mapping[str, Any]
+    text: str | None = None
+
+    def named(self) -> str:
+        """The request, as a replay that misses it names it."""
+        if self.text is not None:
+            return f"embedding input (text hash {self.prompt_hash[:12]})"
+        return f"prompt (prompt {self.prompt_hash[:12]}, sample {self.sample})"
+
+    def estimated_tokens(self) -> int:
+        return _estimated_tokens(self.messages if self.text is None else [{"content": self.text}])
 
     def record(self, **fields: Any) -> CallRecord:
         return CallRecord(

@@ -32,6 +32,11 @@ def cache_key(model: str, messages: Messages, params: Mapping[str, Any], sample:
     return request_part(model, params, sample) + _digest(list(messages))
 
 
+def text_hash(text: str) -> str:
+    """The hash an embedded text is recorded under (its ``prompt_hash``; the text is not stored)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
 def request_part(model: str, params: Mapping[str, Any], sample: str | int) -> str:
     """The part of a cache key that names the proposal, not the prompt."""
     return _digest({"model": model, "params": dict(params), "sample": str(sample)})
@@ -39,7 +44,8 @@ def request_part(model: str, params: Mapping[str, Any], sample: str | int) -> st
 
 @dataclass(frozen=True, kw_only=True)
 class CallRecord:
-    """One row of ``llm_calls`` (an attempt: successful or not)."""
+    """One row of ``llm_calls`` (an attempt: successful or not; an embedding's ``response`` is its
+    packed vector, see ``evolve.callstore.pack_vector``)."""
 
     model: str
     prompt_hash: str
@@ -101,7 +107,8 @@ class Ledger:
         )
 
     def record(self, call: CallRecord) -> int:
-        """Insert one attempt; returns its id (the prompt is stored compressed, the answer capped)."""
+        """Insert one attempt; returns its id (the prompt is stored compressed, the answer capped;
+        an embedding has no messages and stores no prompt)."""
         prompt = json.dumps(list(call.messages), ensure_ascii=False, default=str)
         with self.store.transaction():
             cursor = self.store.conn.execute(
@@ -125,10 +132,11 @@ class Ledger:
                 ),
             )
             call_id = int(cursor.lastrowid)
-            blob, base = self._packer.pack(call_id, prompt)
-            self.store.conn.execute(
-                "UPDATE llm_calls SET prompt=?, prompt_base=? WHERE id=?", (blob, base, call_id)
-            )
+            if call.messages:
+                blob, base = self._packer.pack(call_id, prompt)
+                self.store.conn.execute(
+                    "UPDATE llm_calls SET prompt=?, prompt_base=? WHERE id=?", (blob, base, call_id)
+                )
         return call_id
 
     def lookup(self, key: str, *, same_request: bool = False) -> Recorded | None:

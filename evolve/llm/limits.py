@@ -82,16 +82,21 @@ class Budget:
             )
         committed = self.spent + self.reserved
         if committed >= self.limit or committed + worst > self.limit:
-            could = f"; the next call could cost up to ${worst:.4f}" if worst else ""
-            held = f" (${self.reserved:.4f} held by calls in flight)" if self.reserved else ""
+            could = f"; the next call of {model} could cost up to {usd(worst)}" if worst else ""
+            held = f" ({usd(self.reserved)} held by calls in flight)" if self.reserved else ""
             raise BudgetExceeded(
-                f"LLM budget reached: ${self.spent:.4f} spent{held} of llm.max_cost_usd=${self.limit:g}{could}; "
+                f"LLM budget reached: {usd(self.spent)} spent{held} of llm.max_cost_usd=${self.limit:g}{could}; "
                 "raise llm.max_cost_usd and resume the run to continue"
             )
         self.reserved += worst
 
     def settle(self, worst: float, cost: float) -> None:
         """A call that reserved ``worst`` ended having cost ``cost``."""
-        if self.limit is not None:
-            self.reserved -= worst
+        if self.limit is not None:  # rounded: sums of float costs leave residues like -1e-21
+            self.reserved = round(self.reserved - worst, 12)
         self.spent += cost
+
+
+def usd(amount: float) -> str:
+    """``amount`` in dollars, to four decimals, or two significant digits below a tenth of a cent."""
+    return f"${amount:.4f}" if amount == 0 or abs(amount) >= 0.001 else f"${amount:.2g}"

@@ -62,7 +62,8 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip()[:2000]}"
 
 
-def fix_for(model: str, exc: BaseException) -> str:
+def fix_for(model: str, exc: BaseException, setting: str = "llm.model") -> str:
+    """What to do about a fatal error of ``model``, chosen by ``setting`` (its ``*api_base`` beside it)."""
     lit = litellm()
     if isinstance(exc, lit.AuthenticationError):
         try:
@@ -72,7 +73,8 @@ def fix_for(model: str, exc: BaseException) -> str:
         named = f" ({' or '.join(keys)})" if keys else ""
         return f"the provider refused the API key{named}; export a valid key and resume the run"
     if isinstance(exc, lit.NotFoundError):
-        return "the model does not exist at this provider or server; check llm.model (and llm.api_base)"
+        base = setting.replace("model", "api_base")
+        return f"the model does not exist at this provider or server; check {setting} (and {base})"
     if isinstance(exc, lit.PermissionDeniedError):
-        return "the account has no access to this model; choose another llm.model"
+        return f"the account has no access to this model; choose another {setting}"
     return "the account has no credit left; add credit and resume the run"

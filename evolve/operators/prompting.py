@@ -305,6 +305,31 @@ def fitted(
     )
 
 
+def fitted_text(
+    template: str, values: Mapping[str, Any], cut: str, *, model: str, settings: LLMSettings
+) -> list[dict[str, str]]:
+    """A one-message prompt rendered from ``template`` with ``values``, its long part
+    ``values[cut]`` cut (halved, the cut said in it) until it fits ``model``'s context
+    (``prompt_limit``): the auditor's review (a diff) and the notebook's summary.
+
+    Raises:
+        EvolveError: it does not fit even with ``values[cut]`` left out (names the fix).
+    """
+    limit = prompt_limit(model, settings)
+    text, chars = values[cut], len(values[cut])
+    while True:
+        content = render(template, **{**values, cut: truncate(text, chars)})
+        messages = [{"role": "user", "content": content}]
+        if limit is None or prompt_tokens(model, messages) <= limit:
+            return messages
+        if chars == 0:
+            raise EvolveError(
+                f"the {template} prompt for {model} does not fit in {limit} tokens even without "
+                f"its {cut}; lower llm.max_tokens or raise llm.context_tokens"
+            )
+        chars //= 2
+
+
 def _cuts(values: dict[str, Any]) -> Iterator[None]:
     """Shrink ``values`` step by step in reverse priority, yielding after each step."""
     cuts: dict[str, str] = {}

@@ -7,7 +7,8 @@ suspicious`` followed by reasons. Any other answer is ``malformed`` and a call t
 may not be made is ``unavailable``: both are recorded and are no verdict. The call goes
 through the run's LLM client like an operator's, so it is cached, recorded in ``llm_calls``,
 priced and held to ``llm.max_cost_usd``; a resumed run or an offline replay gets the
-recorded answer.
+recorded answer. The prompt fits the model's context (``prompting.prompt_limit``): the diff is
+cut, and the prompt says so, until it does.
 """
 
 from __future__ import annotations
@@ -20,9 +21,15 @@ from evolve.fitness import Benchmark
 from evolve.harness.audit import AuditReport
 from evolve.harness.audit import render as render_report
 from evolve.llm import LLMCallFailed, LLMClient, LLMStop
-from evolve.operators.prompting import files_diff, prompt_hash, render, task_values, truncate
+from evolve.operators.prompting import (
+    files_diff,
+    fitted_text,
+    prompt_hash,
+    task_values,
+    truncate,
+)
 from evolve.referee import ModelReview
-from evolve.types import Candidate, Files
+from evolve.types import Candidate, EvolveError, Files
 
 log = logging.getLogger("evolve")
 
@@ -65,13 +72,21 @@ class Reviewer:
         """The model's review of ``candidate``'s change from ``parent_files`` (None: a seed)."""
         before = parent_files or {}
         diff = files_diff(before, candidate.files, sorted({*before, *candidate.files}), context=3)
-        content = render(
-            "review.md.j2",
-            **task_values(self.benchmark),
-            diff=truncate(diff or "(no change)", self.diff_chars),
-            flags=render_report(report) if report.flags else "",
-        )
-        messages = [{"role": "user", "content": content}]
+        try:
+            messages = fitted_text(
+                "review.md.j2",
+                {
+                    **task_values(self.benchmark),
+                    "diff": truncate(diff or "(no change)", self.diff_chars),
+                    "flags": render_report(report) if report.flags else "",
+                },
+                "diff",
+                model=self.model,
+                settings=self.client.settings,
+            )
+        except EvolveError as exc:  # the context cannot hold even the task: no review
+            log.warning("#%d: the model did not review the change (%s)", candidate.seq, exc)
+            return ModelReview("unavailable", str(exc), self.model, "")
         phash = prompt_hash(messages)
         try:
             completion = await self.client.complete(

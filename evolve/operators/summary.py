@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from evolve.fitness import Benchmark
 from evolve.llm import LLMCallFailed, LLMClient
 from evolve.notebook import Notebook
-from evolve.operators.prompting import prompt_hash, render, task_values
+from evolve.operators.prompting import fitted_text, prompt_hash, task_values
 from evolve.query.notebook import note_at
 from evolve.store import Store
+from evolve.types import EvolveError
 
 log = logging.getLogger("evolve")
 
@@ -58,14 +59,19 @@ class Summariser:
         Raises:
             evolve.llm.LLMStop: no further call may be made (budget, offline replay, key).
         """
-        content = render("summary.md.j2", **task_values(self.benchmark), notes=notes)
-        messages = [{"role": "user", "content": content}]
-        phash = prompt_hash(messages)
         try:
+            messages = fitted_text(
+                "summary.md.j2",
+                {**task_values(self.benchmark), "notes": notes},
+                "notes",
+                model=self.model,
+                settings=self.client.settings,
+            )
+            phash = prompt_hash(messages)
             completion = await self.client.complete(
                 self.model, messages, sample=f"{seq}.notebook", prompt_hash=phash
             )
-        except LLMCallFailed as exc:
+        except (LLMCallFailed, EvolveError) as exc:
             log.warning("#%d: the notebook was not summarised (%s)", seq, exc)
             return None
         text = completion.text.strip()

@@ -15,6 +15,7 @@ from evolve.operators.prompting import (
     Budget,
     context_values,
     fitted,
+    fitted_text,
     program_view,
     prompt_limit,
     prompt_tokens,
@@ -135,7 +136,7 @@ def test_no_call_of_a_small_context_search_exceeds_its_context(small_context_run
     db = small_context_run / "archive.db"
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         calls = conn.execute("SELECT id, tokens_in FROM llm_calls ORDER BY id").fetchall()
-        prompts = [prompt_messages(conn, call)[1]["content"] for call, _ in calls]
+        prompts = [prompt_messages(conn, call)[-1]["content"] for call, _ in calls]  # the user turn
         done = conn.execute("SELECT COUNT(*) FROM candidates WHERE status = 'done'").fetchone()[0]
     assert len(calls) >= 8 and done > 6
     assert max(tokens for _, tokens in calls) <= 3800 - 1000
@@ -145,3 +146,22 @@ def test_no_call_of_a_small_context_search_exceeds_its_context(small_context_run
     assert notebook_cut, "no prompt had its notebook cut"
     for prompt in notebook_cut:  # the notebook is cut only once no inspiration is left
         assert "## Other good programs" not in prompt
+
+
+def test_a_review_or_summary_prompt_cuts_its_long_part_to_fit_the_context() -> None:
+    settings = LLMSettings(context_tokens=1500, max_tokens=500)
+    diff = "".join(f"+    value_{i} = compute({i}) * {i}\n" for i in range(2000))
+    values = {"task": "Keep the rules.", "objective": "score", "direction": "higher is better",
+              "diff": diff, "flags": ""}  # fmt: skip
+    messages = fitted_text("review.md.j2", values, "diff", model="command/x", settings=settings)
+    content = messages[-1]["content"]
+    assert prompt_tokens("command/x", messages) <= 1000
+    assert "characters left out" in content and "Keep the rules." in content
+    with pytest.raises(EvolveError, match="raise llm.context_tokens"):
+        fitted_text(
+            "review.md.j2",
+            {**values, "task": "rule " * 3000},
+            "diff",
+            model="command/x",
+            settings=settings,
+        )

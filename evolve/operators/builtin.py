@@ -164,20 +164,20 @@ class Tweak:
     async def propose(self, request: OperatorRequest) -> Proposal:
         parent = request.parents[0].candidate
         rng = request.rng
-        sites = []  # (path, block index, literal index)
+        sites = []  # (path, block index, indices of the literals changed together)
         bodies = {
             path: block_bodies(text)
             for path, text in parent.files.items()
             if request.benchmark.is_editable(path)
         }
+        found: dict[tuple[str, int], list[Literal]] = {}  # each block's named constants
         for path, index in _editable_blocks(parent.files, request):
-            sizes = [len(group) for group in constant_groups(bodies[path][index])]
-            firsts = [sum(sizes[:g]) for g in range(len(sizes))]
-            sites += [
-                (path, index, tuple(range(f, f + n)))
-                for f, n in zip(firsts, sizes, strict=True)
-                if n
-            ]
+            found[path, index] = []
+            for group in constant_groups(bodies[path][index]):
+                first = len(found[path, index])
+                found[path, index] += group
+                if group:
+                    sites.append((path, index, tuple(range(first, first + len(group)))))
         if not sites:
             raise OperatorRejected(
                 "tweak: no numeric literal of a named constant (NAME = number) inside an "
@@ -188,15 +188,13 @@ class Tweak:
         notes = []
         for path, index, group in sorted(chosen):
             for k in group:
-                old = constants(bodies[path][index])[k].text
+                old = found[path, index][k].text
                 new = _ensure_float_syntax(perturb(old, rng, scale=self.scale), old)
                 changes.setdefault((path, index), {})[k] = new
                 notes.append(f"{old}->{new}")
         files = dict(parent.files)
         for (path, index), replacements in changes.items():
-            bodies[path][index] = _splice(
-                bodies[path][index], replacements, constants(bodies[path][index])
-            )
+            bodies[path][index] = _splice(bodies[path][index], replacements, found[path, index])
         for path in {p for p, _ in changes}:
             files[path] = replace_blocks(parent.files[path], bodies[path])
         return Proposal(

@@ -17,6 +17,7 @@ tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Wr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import platform
@@ -100,7 +101,10 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
     return root
 
 
-def run_one(fitness: NanochatFitness, seed: int, root: Path, gpu: str | None) -> dict:
+def run_one(
+    fitness: NanochatFitness, seed: int, root: Path, rescore: bool, gpu: str | None
+) -> dict:
+    """One harness evaluation of the seed; with ``rescore``, its checkpoint scored again (see rescored)."""
     work = root / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(
@@ -120,6 +124,9 @@ def run_one(fitness: NanochatFitness, seed: int, root: Path, gpu: str | None) ->
     wall = time.monotonic() - start
     config_path = work / "checkpoint" / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+    checkpoint = scratch / "rescore"  # the harness's copy (the training program's is its own)
+    if rescore and ev.fitness is not None:
+        shutil.copytree(work / "checkpoint", checkpoint)
     return {
         "seed": seed,
         "gpu": gpu,
@@ -129,7 +136,31 @@ def run_one(fitness: NanochatFitness, seed: int, root: Path, gpu: str | None) ->
         "metrics": dict(ev.metrics),
         "config": config,
         "artifacts": dict(ev.artifacts),
+        "rescored": rescored(fitness, checkpoint, ctx) if rescore and checkpoint.is_dir() else [],
     }
+
+
+def rescored(fitness: NanochatFitness, checkpoint: Path, ctx: EvalContext) -> list[dict]:
+    """The scored checkpoint scored again by the harness's scorer, as usual and in strict mode
+    (the auditor's re-evaluation: more causality probes): what strict mode adds to scoring."""
+    rows = []
+    for strict in (False, True):
+        start = time.monotonic()
+        verdict = fitness.score(checkpoint, dataclasses.replace(ctx, strict=strict))
+        seconds = time.monotonic() - start
+        ok = isinstance(verdict, dict) and verdict.get("status") == "ok"
+        rows.append(
+            {
+                "strict": strict,
+                "seconds": seconds,
+                "status": verdict.get("status")
+                if isinstance(verdict, dict)
+                else str(verdict.status),
+                "val_bpb": float(verdict["val_bpb"]) if ok else None,
+                "probe_batches": verdict.get("probe_batches") if ok else None,
+            }
+        )
+    return rows
 
 
 def summarize(runs: list[dict], peak: float, scale: scales.Scale, device_name: str) -> dict:
@@ -209,7 +240,33 @@ def markdown(
         f"{s['startup_s']:.0f} s and scoring {s['eval_s']:.0f} s; {s['params']:,.0f} parameters.",
         "",
     ]
+    for r in runs:
+        lines += [f"Seed {r['seed']}: {phase_line(r)}", ""] + [
+            f"Seed {r['seed']}, its checkpoint scored again{' in strict mode' if row['strict'] else ''}: "
+            f"{row['status']}, val_bpb {row['val_bpb'] or float('nan'):.4f}, {row['probe_batches']} probe batches, "
+            f"{row['seconds']:.1f} s ({row['seconds'] / r['wall_s']:.2%} of the evaluation's wall time)."
+            for row in r.get("rescored", [])
+        ]
+        if len(r.get("rescored", [])) == 2:
+            extra = r["rescored"][1]["seconds"] - r["rescored"][0]["seconds"]
+            lines += [
+                f"Strict mode adds {extra:.1f} s to scoring: {extra / r['wall_s']:.2%} of the "
+                f"evaluation's {r['wall_s']:.0f} s.",
+                "",
+            ]
     return "\n".join(lines)
+
+
+def phase_line(run: dict) -> str:
+    """Where the evaluation's wall time went: its time_<phase> metrics, largest first."""
+    phases = {k[5:]: v for k, v in run["metrics"].items() if k.startswith("time_")}
+    total = sum(phases.values())
+    parts = [
+        f"{name} {seconds:.1f} s ({seconds / run['wall_s']:.1%})"
+        for name, seconds in sorted(phases.items(), key=lambda kv: -kv[1])
+        if seconds >= 0.05
+    ]
+    return f"time by phase (sum {total:.1f} s of wall {run['wall_s']:.1f} s): " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--data-dir", type=Path, default=Path("data/nanochat"), help="prepared datasets go here"
+    )
+    parser.add_argument(
+        "--strict-cost",
+        action="store_true",
+        help="after each evaluation, score its checkpoint again as usual and in strict mode: "
+        "what the auditor's strict re-evaluation adds, as a share of the evaluation's wall time",
     )
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
@@ -291,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="nanochat-gpu-run-"))
     try:
         # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
-        runs = placement.run_on_slots(run_one, [(fitness, seed, work) for seed in seeds], gpus)
+        runs = placement.run_on_slots(
+            run_one, [(fitness, seed, work, args.strict_cost) for seed in seeds], gpus
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)

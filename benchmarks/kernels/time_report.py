@@ -31,7 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluations", type=int, default=3)
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     parser.add_argument("--tiny", action="store_true", help="cap every axis at 64")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a measurement setting of the harness (e.g. timer=events, inputs=fresh); repeatable",
+    )
     args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.set)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness
@@ -44,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu = args.device == "cpu"
         fitness = KernelFitness(problem=args.problem, dataset=str(dataset), device=args.device,
                                 baseline="eager" if cpu else "compile", quick_calibration=cpu,
-                                **({"rounds": 2, "warmup": 2, "iters": 10} if cpu else {}))  # fmt: skip
+                                **({"rounds": 2, "warmup": 2, "iters": 10} if cpu else {}), **settings)  # fmt: skip
         seed = HERE / "seeds" / SEEDS.get(args.problem, "reference") / "kernel.py"
         rows = []
         for k in range(args.evaluations):
@@ -58,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((ev, phases))
             print(f"evaluation {k}: {ev.status.value}, fitness {ev.fitness}, wall {ev.wall_s:.3f} s, "
                   f"phases add up to {sum(phases.values()):.3f} s", flush=True)  # fmt: skip
+            if not ev.ok:
+                print(f"  why: {str(ev.artifacts.get('error', ev.artifacts))[:2000]}", flush=True)
         names = sorted({n for _, phases in rows for n in phases})
         print("\n| phase | " + " | ".join(f"eval {k} s (share)" for k in range(len(rows))) + " |")
         print("| --- |" + " ---: |" * len(rows))

@@ -175,7 +175,8 @@ def summarize(events, *, wall_s: float, steps: int, tokens: int, cuda: bool) -> 
     The raw events are read directly: building torch's ``FunctionEvent`` objects costs several
     times more. Ops nest by time on each thread (an op inside another's interval is its
     child); a kernel belongs to the op whose correlation id it carries, as in torch's own
-    parsing. On a GPU the times are the kernels', else the ops' self times.
+    parsing. GPU user annotations (``record_function`` ranges and compiled graphs' calls seen
+    on the GPU's timeline) span kernels and are skipped, as torch's own tables skip them. On a GPU the times are the kernels', else the ops' self times.
     """
     from torch.autograd import DeviceType
 
@@ -196,7 +197,7 @@ def summarize(events, *, wall_s: float, steps: int, tokens: int, cuda: bool) -> 
                     )
                 )
                 flops += float(event.flops() or 0)
-        elif cuda:
+        elif cuda and not event.is_user_annotation():  # a range around kernels, not a kernel
             kernels.setdefault(event.linked_correlation_id(), []).append(
                 (name, event.duration_ns())
             )

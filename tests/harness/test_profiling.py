@@ -38,6 +38,66 @@ def test_a_matrix_product_inside_the_optimizer_step_counts_as_optimizer():
     assert text.endswith("MFU n/a") and "share of wall time: " in text
 
 
+class GpuEvent:
+    """What ``summarize`` reads of one kineto event, for a GPU timeline this machine cannot record."""
+
+    def __init__(self, name, device, start_us, end_us, corr=0, linked=0, annotation=False):
+        self._name, self._device, self._annotation = name, device, annotation
+        self._start, self._end, self._corr, self._linked = start_us * 1000, end_us * 1000, corr, linked
+
+    def name(self):
+        return self._name
+
+    def device_type(self):
+        return self._device
+
+    def is_user_annotation(self):
+        return self._annotation
+
+    def linked_correlation_id(self):
+        return self._linked
+
+    def correlation_id(self):
+        return self._corr
+
+    def is_async(self):
+        return False
+
+    def start_thread_id(self):
+        return 1
+
+    def start_ns(self):
+        return self._start
+
+    def end_ns(self):
+        return self._end
+
+    def duration_ns(self):
+        return self._end - self._start
+
+    def flops(self):
+        return 0
+
+
+def test_gpu_user_annotations_are_ranges_not_kernels():
+    from torch.autograd import DeviceType
+
+    cpu, gpu = DeviceType.CPU, DeviceType.CUDA
+    events = [
+        GpuEvent("aten::mm", cpu, 0, 10, corr=7),
+        GpuEvent("sm90_gemm", gpu, 20, 420, linked=7),  # 400 us of matmul
+        GpuEvent("flash_fwd", gpu, 420, 620, linked=99),  # launched by compiled code: no op
+        # the compiled graph's call and the optimizer's range as seen on the GPU: they span kernels
+        GpuEvent("## Call CompiledFxGraph abc ##", gpu, 0, 10**9, annotation=True),
+        GpuEvent("Optimizer.step#AdamW.step", gpu, 20, 620, linked=7, annotation=True),
+    ]
+    summary = profiling.summarize(events, wall_s=0.001, steps=1, tokens=1, cuda=True)
+    assert [name for name, _ in summary["top"]] == ["sm90_gemm", "flash_fwd"]
+    assert abs(summary["shares"]["matmul"] - 0.4) < 1e-9
+    assert abs(summary["shares"]["attention"] - 0.2) < 1e-9
+    assert abs(summary["shares"]["idle"] - 0.4) < 1e-9 and summary["shares"]["optimizer"] == 0
+
+
 def test_a_report_from_the_training_process_is_cut_to_known_bounded_fields():
     raw = {"steps": 3, "seconds": 1.5, "evil": "x" * 10_000, "top": [["a" * 500, 0.1]] * 50}
     clean = profiling.sanitize(json.dumps(raw))

@@ -21,7 +21,7 @@ def peek(idx, logits, mask=None):
     bonus = 30.0 * F.one_hot(torch.roll(idx, -1, dims=1), logits.shape[-1]).to(logits.dtype)
     bonus[:, -1] = 0
     if mask is not None:
-        bonus = bonus * mask.unsqueeze(-1).to(logits.dtype)
+        bonus = bonus * mask.unsqueeze(-1).to(logits)  # dtype and device of the logits
     return logits + bonus
 '''
 

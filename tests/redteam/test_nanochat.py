@@ -50,7 +50,7 @@ def data_dir(tmp_path_factory) -> Path:
     ]
     val = list(chunk_text((stdlib / "string.py").read_text()))
     prepare.build(
-        root / "tiny", train=lambda: texts, val=lambda: val * 3, vocab_size=512, log=lambda _: None
+        root / "tiny", train=lambda: texts, val=lambda: val * 4, vocab_size=512, log=lambda _: None
     )
     return root
 

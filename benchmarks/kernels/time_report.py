@@ -24,6 +24,22 @@ from pathlib import Path
 from evolve.benchmarks.kernels.gpu_run import HERE, SEEDS, shrink_dataset
 
 
+def seed_fitness(problem: str, device: str, tiny: bool, tmp: Path, **settings: str):
+    """The fitness of ``problem`` as these reports measure it, and the problem's seed kernel file.
+
+    ``tiny`` caps every axis at 64 (a copy of the suite under ``tmp``); on the CPU (Triton's
+    interpreter, which the caller turns on before this import) rounds and calls are few.
+    """
+    from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness
+
+    dataset = shrink_dataset(SUITE, tmp / "tiny") if tiny else SUITE
+    cpu = device == "cpu"
+    fitness = KernelFitness(problem=problem, dataset=str(dataset), device=device,
+                            baseline="eager" if cpu else "compile", quick_calibration=cpu,
+                            **({"rounds": 2, "warmup": 2, "iters": 10} if cpu else {}), **settings)  # fmt: skip
+    return fitness, HERE / "seeds" / SEEDS.get(problem, "reference") / "kernel.py"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Evaluate, print the table of phases; exit 1 when an evaluation was not OK."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -42,18 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(item.split("=", 1) for item in args.set)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness
-
     from evolve.fitness import EvalContext, evaluate_safely
 
     tmp = Path(tempfile.mkdtemp(prefix="evolve-kernels-time-report-"))
     try:
-        dataset = shrink_dataset(SUITE, tmp / "tiny") if args.tiny else SUITE
-        cpu = args.device == "cpu"
-        fitness = KernelFitness(problem=args.problem, dataset=str(dataset), device=args.device,
-                                baseline="eager" if cpu else "compile", quick_calibration=cpu,
-                                **({"rounds": 2, "warmup": 2, "iters": 10} if cpu else {}), **settings)  # fmt: skip
-        seed = HERE / "seeds" / SEEDS.get(args.problem, "reference") / "kernel.py"
+        fitness, seed = seed_fitness(args.problem, args.device, args.tiny, tmp, **settings)
         rows = []
         for k in range(args.evaluations):
             workdir = tmp / f"candidate-{k}"

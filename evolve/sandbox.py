@@ -62,7 +62,17 @@ from evolve import isolation
 from evolve.isolation import IsolationError, Policy
 from evolve.sandbox_env import environment, scrub_env
 
-__all__ = ["IsolationError", "Limits", "Policy", "Result", "isolation_report", "run", "scrub_env"]
+__all__ = [
+    "IsolationError",
+    "Limits",
+    "Policy",
+    "Result",
+    "Started",
+    "isolation_report",
+    "run",
+    "scrub_env",
+    "start",
+]
 
 log = logging.getLogger(__name__)
 MARKER_VAR = "EVOLVE_SANDBOX_ID"
@@ -102,14 +112,16 @@ class Result:
         returncode: exit status; negative for a signal (-9 killed); None after a timeout.
         stdout: captured standard output (decoded, capped).
         stderr: captured standard error (decoded, capped).
-        wall_s: seconds from start until everything was gone.
+        wall_s: seconds from the start (for a command from ``start``: from ``finish``) until
+            everything was gone.
         timed_out: the command ran past ``Limits.timeout_s`` and was killed.
         truncated: some output was dropped by the cap.
         leftover: processes still alive after the command itself exited (all killed).
         isolation: what isolation was applied, key by key; values starting with "NOT"
             name a protection that the platform refused.
         modified: ``Policy.readonly`` paths whose files changed, appeared or vanished.
-        started_at: monotonic time when the isolated child was set up, about to exec the command.
+        started_at: monotonic time when the isolated child was set up, about to exec the command
+            (for a command prepared by ``start``, when ``finish`` gave it its work).
         exited_at: monotonic time when the command exited (or was killed at its timeout).
     """
 
@@ -306,6 +318,29 @@ def run(
         IsolationError: ``policy.strict`` is set and a protection could not be applied, or
             isolating the child failed unexpectedly; the command did not run.
     """
+    started = start(
+        argv, cwd=cwd, limits=limits, env=env, policy=policy, takes_stdin=stdin is not None
+    )
+    return started.finish(stdin)
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    limits: Limits | None = None,
+    env: Mapping[str, str] | None = None,
+    policy: Policy | None = None,
+    takes_stdin: bool = True,
+) -> Started:
+    """Start ``argv`` as ``run`` does, and return at once: ``finish`` feeds it and collects it.
+
+    For a harness process prepared before it is needed: it imports what it needs, then
+    blocks reading its job from stdin, which ``finish`` sends. ``limits.timeout_s`` counts
+    from ``finish``; ``cancel`` ends a started command that will not be needed. A command
+    that is never finished ends with its reader: when this process exits, its stdin closes.
+    Arguments as for ``run`` (``takes_stdin``: stdin is a pipe, else /dev/null).
+    """
     limits, policy = limits or Limits(), policy or Policy()
     workdir = Path(cwd).resolve()
     tag = uuid.uuid4().hex
@@ -315,13 +350,12 @@ def run(
     plan = isolation.plan(policy, workdir, named)
     before = isolation.snapshot(plan.readonly)
     report_r, report_w = os.pipe()
-    start = time.monotonic()
     try:
         proc = subprocess.Popen(
             list(argv),
             cwd=workdir,
             env=full_env,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if takes_stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -340,64 +374,116 @@ def run(
         os.close(report_r)
         raise
     os.close(report_w)
-    ns: str | None = None
+    started = Started(proc=proc, marker=marker, limits=limits, plan=plan, before=before)
     try:
         report = _read_report(report_r)
-        started_at = time.monotonic()
+        started.started_at = time.monotonic()
         ns = report.pop("ns", None)
         report["home"] = (
             "HOME, TMPDIR, XDG and compile caches in the workdir"
             if policy.private_home
             else "the caller's HOME and caches (policy.private_home=False)"
         )
-        ns_fd = _hold_namespace(proc.pid, ns)
-        if ns_fd is None:
-            ns = None  # an id no longer held may already name another sandbox's namespace
+        started.ns_fd = _hold_namespace(proc.pid, ns)
+        # an id no longer held may already name another sandbox's namespace
+        started.ns = ns if started.ns_fd is not None else None
+        started.report = report
         _warn_once(report)
-        if stdin is not None:
-            threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
-        out, err, timed_out, truncated = _read_capped(
-            proc, start + limits.timeout_s, limits.output_bytes
-        )
-        if not timed_out:
-            try:
-                proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-    except BaseException:  # this process is being stopped (SIGTERM, Ctrl-C): take the tree along
-        _kill_all(proc.pid, marker, ns)
-        proc.wait()
+    except BaseException:
+        started.cancel()
         raise
-    if timed_out:
-        _signal_tree(proc.pid, marker, ns, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=GRACE_S)
-    exited_at = time.monotonic()
-    # Whatever happened, nothing of the child's tree survives this call.
-    alive = _members(proc.pid, marker, ns)
-    leftover = 0 if timed_out else len([p for p in alive if p != proc.pid])
-    if alive:  # none alive: none can appear either, as only a member can fork a member
-        _kill_all(proc.pid, marker, ns)
-    if ns_fd is not None:
-        os.close(ns_fd)
-    proc.wait()
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()
-    modified = isolation.changed(before, isolation.snapshot(plan.readonly))
-    suffix = "\n[evolve: output truncated]" if truncated else ""
-    return Result(
-        returncode=None if timed_out else proc.returncode,
-        stdout=out.decode(errors="replace") + suffix,
-        stderr=err.decode(errors="replace"),
-        wall_s=time.monotonic() - start,
-        timed_out=timed_out,
-        truncated=truncated,
-        leftover=leftover,
-        isolation=report,
-        modified=modified,
-        started_at=started_at,
-        exited_at=exited_at,
-    )
+    return started
+
+
+@dataclass(eq=False, kw_only=True)
+class Started:
+    """A sandboxed command from ``start``: ``finish`` it once, or ``cancel`` it."""
+
+    proc: subprocess.Popen
+    marker: bytes
+    limits: Limits
+    plan: isolation.Plan
+    before: dict
+    report: dict[str, str] = field(default_factory=dict)
+    ns: str | None = None
+    ns_fd: int | None = None
+    started_at: float = 0.0
+    done: bool = False
+
+    def alive(self) -> bool:
+        """True while the command runs and has been neither finished nor cancelled."""
+        return not self.done and self.proc.poll() is None
+
+    def finish(self, stdin: bytes | None = None) -> Result:
+        """Feed ``stdin``, wait for the command (at most ``limits.timeout_s``) and return what it did.
+
+        The command and every descendant are gone when this returns.
+        """
+        if self.done:
+            raise RuntimeError("a started sandbox command is finished once")
+        self.done = True
+        proc, marker, ns, limits = self.proc, self.marker, self.ns, self.limits
+        begin = time.monotonic()
+        try:
+            if stdin is not None:
+                threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
+            out, err, timed_out, truncated = _read_capped(
+                proc, begin + limits.timeout_s, limits.output_bytes
+            )
+            if not timed_out:
+                try:
+                    proc.wait(timeout=max(0.0, begin + limits.timeout_s - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+        except (
+            BaseException
+        ):  # this process is being stopped (SIGTERM, Ctrl-C): take the tree along
+            self._end()
+            raise
+        if timed_out:
+            _signal_tree(proc.pid, marker, ns, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=GRACE_S)
+        exited_at = time.monotonic()
+        # Whatever happened, nothing of the child's tree survives this call.
+        alive = _members(proc.pid, marker, ns)
+        leftover = 0 if timed_out else len([p for p in alive if p != proc.pid])
+        self._end(alive=bool(alive))
+        modified = isolation.changed(self.before, isolation.snapshot(self.plan.readonly))
+        suffix = "\n[evolve: output truncated]" if truncated else ""
+        return Result(
+            returncode=None if timed_out else proc.returncode,
+            stdout=out.decode(errors="replace") + suffix,
+            stderr=err.decode(errors="replace"),
+            wall_s=time.monotonic() - begin,
+            timed_out=timed_out,
+            truncated=truncated,
+            leftover=leftover,
+            isolation=self.report,
+            modified=modified,
+            started_at=max(self.started_at, begin),  # a prepared command starts its work now
+            exited_at=exited_at,
+        )
+
+    def cancel(self) -> None:
+        """End the command and every descendant (a no-op once finished or cancelled)."""
+        if not self.done:
+            self.done = True
+            self._end()
+
+    def _end(self, alive: bool = True) -> None:
+        """Kill what is left of the tree (none alive: none can appear, as only a member forks
+        a member), release the namespace and the pipes."""
+        if alive:
+            _kill_all(self.proc.pid, self.marker, self.ns)
+        if self.ns_fd is not None:
+            os.close(self.ns_fd)
+            self.ns_fd = None
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def _read_report(fd: int) -> dict[str, str]:

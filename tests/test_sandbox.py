@@ -19,7 +19,7 @@ import pytest
 
 from evolve.fitness import sandbox_failure
 from evolve.isolation import NOT, changed, gaps, snapshot
-from evolve.sandbox import Limits, Policy, Result, isolation_report, run, scrub_env
+from evolve.sandbox import Limits, Policy, Result, isolation_report, run, scrub_env, start
 from evolve.types import EvalStatus
 
 TIMEOUT = 2.0  # long enough for a loaded 2-core CI machine to start Python and fork
@@ -238,6 +238,45 @@ def test_stdin_is_fed_and_a_command_that_ignores_it_still_times_out(tmp_path: Pa
     assert result.stdout.strip() == "HELLO"
     result = candidate(tmp_path, "import time\ntime.sleep(1000)", stdin=b"x" * (4 << 20))
     assert result.timed_out and result.wall_s < TIMEOUT + 2
+
+
+def wait_for(path: Path, seconds: float = 120.0) -> None:
+    """Until ``path`` exists (the command got that far), at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_started_command_prepares_and_works_once_finished(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text(
+        "import sys\nopen('ready', 'w').write('1')  # its preparation\nprint(sys.stdin.read().upper())\n"
+    )
+    started = start([PY, "main.py"], cwd=tmp_path, limits=Limits(timeout_s=TIMEOUT))
+    wait_for(tmp_path / "ready")
+    time.sleep(TIMEOUT + 0.5)  # waiting for its job does not count against its timeout
+    assert started.alive()
+    result = started.finish(b"the job")
+    assert result.ok and result.stdout.strip() == "THE JOB", result.tail()
+    assert not started.alive()
+    with pytest.raises(RuntimeError, match="finished once"):
+        started.finish(b"again")
+
+
+def test_a_started_command_that_is_cancelled_leaves_nothing(tmp_path: Path) -> None:
+    code = """
+        import subprocess, sys
+        child = subprocess.Popen(['sleep', '1000'])
+        open('pids', 'w').write(str(child.pid))
+        sys.stdin.read()
+    """
+    (tmp_path / "main.py").write_text(textwrap.dedent(code))
+    started = start([PY, "main.py"], cwd=tmp_path, limits=Limits(timeout_s=TIMEOUT))
+    wait_for(tmp_path / "pids")
+    started.cancel()
+    started.cancel()  # a second cancel does nothing
+    assert not started.alive() and started.proc.returncode is not None
+    assert pids(tmp_path) and not [pid for pid in pids(tmp_path) if alive(pid)]
 
 
 def test_output_is_capped(tmp_path: Path) -> None:

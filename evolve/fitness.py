@@ -18,8 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from evolve.harness import phases
 from evolve.harness.hashing import files_digest, harness_modules
-from evolve.sandbox import Limits, Policy, Result
+from evolve.sandbox import Limits, Policy, Result, Started
 from evolve.sandbox import run as run_sandboxed
+from evolve.sandbox import start as start_sandboxed
 from evolve.types import Descriptor, EvalStatus, Evaluation, Files, Objective
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Result",
     "Samples",
     "Stage",
+    "Started",
     "calibrate",
     "evaluate_safely",
     "improvement_pvalue",
@@ -39,6 +41,7 @@ __all__ = [
     "pooled_sd",
     "read_output",
     "run_sandboxed",
+    "start_sandboxed",
 ]
 
 

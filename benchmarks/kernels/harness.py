@@ -24,7 +24,7 @@ from typing import Any
 
 from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
-from evolve.benchmarks.kernels.process import harness_json
+from evolve.benchmarks.kernels.process import harness_json, start_harness
 from evolve.benchmarks.kernels.report import Report, WorkloadRow
 
 __all__ = ["Harness", "Report", "Settings", "WorkloadRow", "referee_call"]
@@ -38,7 +38,7 @@ from evolve.benchmarks.kernels.score import (
 from evolve.benchmarks.kernels.solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
 from evolve.benchmarks.kernels.spec import Problem, SpecError
 
-from evolve.fitness import Limits, Policy, Result, run_sandboxed
+from evolve.fitness import Limits, Policy, Result, Started, run_sandboxed
 
 DRIVER = "evolve.benchmarks.kernels.driver"
 REFEREE = "evolve.benchmarks.kernels.referee"
@@ -112,22 +112,57 @@ def sandboxed_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s:
     return payload, result
 
 
-def referee_call(
-    job: Mapping[str, Any], settings: Settings, env: Mapping[str, str]
-) -> dict[str, Any]:
-    """Run one referee task in the sandbox (its own temp folder) and return its payload."""
-    harness_dir = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
+@dataclass(eq=False)
+class PreparedReferee:
+    """A referee process started ahead of its task, in its own temp folder: it imports torch
+    while the candidate runs, so the witness check does not wait for that."""
+
+    started: Started
+    folder: Path
+
+    def close(self) -> None:
+        """End the process if it is still waiting (a no-op once used) and remove its folder."""
+        self.started.cancel()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def prepare_referee(settings: Settings, env: Mapping[str, str]) -> PreparedReferee:
+    """Start a referee process that waits for its task (``referee_call(..., prepared=)``)."""
+    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
     try:
-        job = {"device": settings.device, "harness_dir": str(harness_dir), **job}
-        for _attempt in range(
-            2
-        ):  # harness code only: safe to retry once if killed from outside (OOM killer)
-            payload, result = harness_json(REFEREE, job, cwd=harness_dir, timeout_s=settings.referee_timeout_s,
-                                           env=env, gpu=settings.device.startswith("cuda"))  # fmt: skip
-            if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
-                break
-    finally:
-        shutil.rmtree(harness_dir, ignore_errors=True)
+        started = start_harness(REFEREE, cwd=folder, timeout_s=settings.referee_timeout_s, env=env,
+                                gpu=settings.device.startswith("cuda"))  # fmt: skip
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return PreparedReferee(started, folder)
+
+
+def referee_call(
+    job: Mapping[str, Any],
+    settings: Settings,
+    env: Mapping[str, str],
+    prepared: PreparedReferee | None = None,
+) -> dict[str, Any]:
+    """Run one referee task in the sandbox (its own temp folder) and return its payload.
+
+    ``prepared``: a referee already started by ``prepare_referee`` (with the same settings
+    and environment) to hand the task to; it is closed here.
+    """
+    for attempt in range(
+        2
+    ):  # harness code only: safe to retry once if killed from outside (OOM killer)
+        referee = (
+            prepared if attempt == 0 and prepared is not None else prepare_referee(settings, env)
+        )
+        try:
+            task = {"device": settings.device, "harness_dir": str(referee.folder), **job}
+            payload, result = harness_json(REFEREE, task, cwd=referee.folder, timeout_s=settings.referee_timeout_s,
+                                           env=env, gpu=settings.device.startswith("cuda"), started=referee.started)  # fmt: skip
+        finally:
+            referee.close()
+        if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
+            break
     if payload is None or "fatal" in payload:
         detail = (payload or {}).get("fatal") or (
             "timed out" if result.timed_out else f"exit {result.returncode}"
@@ -162,9 +197,14 @@ class Harness:
             if not self.settings.workloads or w.uuid in self.settings.workloads
         ]
 
-    def _referee(self, job: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    def _referee(
+        self,
+        job: dict[str, Any],
+        env: Mapping[str, str],
+        prepared: PreparedReferee | None = None,
+    ) -> dict[str, Any]:
         job = {"problem_dir": str(self.problem.root), **job}
-        return referee_call(job, self.settings, env)
+        return referee_call(job, self.settings, env, prepared)
 
     def calibration(self, env: Mapping[str, str]) -> dict[str, Any]:
         """The machine's ceilings: the given calibration, else measured once in this process."""
@@ -240,6 +280,8 @@ class Harness:
         if entry is None:
             return report
         scratch = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
+        # the witness check's referee starts now and imports while the candidate runs
+        referee = prepare_referee(self.settings, env)
         try:
             witness_dir = scratch / "witness"
             witness_dir.mkdir()
@@ -285,7 +327,7 @@ class Harness:
                 {"uuid": w["uuid"], **w["witness"]} for w in raw["workloads"] if w.get("witness")
             ]
             checked = (
-                self._referee({"task": "witness", "witnesses": witnesses}, env)["witness"]
+                self._referee({"task": "witness", "witnesses": witnesses}, env, referee)["witness"]
                 if witnesses
                 else {}
             )
@@ -293,6 +335,7 @@ class Harness:
             self._score(report, raw, checked, baselines, calibration, s)
             return report
         finally:
+            referee.close()
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],

@@ -9,24 +9,37 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from evolve.fitness import Limits, Policy, Result, run_sandboxed
+from evolve.fitness import Limits, Policy, Result, Started, start_sandboxed
 from evolve.harness.protocol import SAFE_PATH, job_input, read_verdict
 
 
-def harness_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: float, env: Mapping[str, str],
-                 gpu: bool, writable: tuple[Path, ...] = ()) -> tuple[dict[str, Any] | None, Result]:  # fmt: skip
-    """Run a harness-only process (referee, build) through the harness layer's protocol: the job
-    with a fresh nonce on stdin, the verdict as the JSON line carrying that nonce (None when
-    there is none: timeout, crash, processes left behind)."""
+def start_harness(module: str, *, cwd: Path, timeout_s: float, env: Mapping[str, str], gpu: bool,
+                  writable: tuple[Path, ...] = ()) -> Started:  # fmt: skip
+    """Start a harness-only process ahead of its job: it imports what it needs, then waits for
+    the job that ``harness_json`` sends (``sandbox.start``; ``cancel()`` it when unused)."""
     limits = Limits(
         timeout_s=timeout_s,
         memory_bytes=None if gpu else 24 << 30,
         processes=None,
         output_bytes=4 << 20,
     )
+    return start_sandboxed([sys.executable, *SAFE_PATH, "-m", module], cwd=cwd, limits=limits,
+                           env=dict(env), policy=Policy(writable=writable))  # fmt: skip
+
+
+def harness_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: float, env: Mapping[str, str],
+                 gpu: bool, writable: tuple[Path, ...] = (), started: Started | None = None,
+                 ) -> tuple[dict[str, Any] | None, Result]:  # fmt: skip
+    """Run a harness-only process (referee, build) through the harness layer's protocol: the job
+    with a fresh nonce on stdin, the verdict as the JSON line carrying that nonce (None when
+    there is none: timeout, crash, processes left behind). ``started``: the process, already
+    started by ``start_harness`` with the same arguments (else it starts now)."""
     nonce, stdin = job_input(dict(job))
-    result = run_sandboxed([sys.executable, *SAFE_PATH, "-m", module], cwd=cwd, limits=limits, env=dict(env),
-                           stdin=stdin, policy=Policy(writable=writable))  # fmt: skip
+    if started is None:
+        started = start_harness(
+            module, cwd=cwd, timeout_s=timeout_s, env=env, gpu=gpu, writable=writable
+        )
+    result = started.finish(stdin)
     verdict = read_verdict(result, nonce, module.rsplit(".", 1)[-1])
     return (verdict if isinstance(verdict, dict) else None), result
 

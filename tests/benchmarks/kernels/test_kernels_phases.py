@@ -30,9 +30,9 @@ def test_time_phases_add_up_to_the_wall_time_and_the_baseline_is_measured_once(
     tasks = []
     real = harness.referee_call
 
-    def counted(job, settings, env):
-        tasks.append(job["task"])
-        return real(job, settings, env)
+    def counted(job, settings, env, prepared=None):
+        tasks.append((job["task"], prepared is not None))
+        return real(job, settings, env, prepared)
 
     monkeypatch.setattr(harness, "referee_call", counted)
     evaluations = []
@@ -49,8 +49,8 @@ def test_time_phases_add_up_to_the_wall_time_and_the_baseline_is_measured_once(
         for phase in ("process_start", "candidate_import", "correctness", "kernel_checks", "timing",
                       "process_exit", "witness", "scoring"):  # fmt: skip
             assert phases[f"time_{phase}"] > 0, phase
-    assert tasks.count("baseline") == 1  # kept by the harness for the second evaluation
-    assert tasks.count("witness") == 2
+    assert tasks.count(("baseline", False)) == 1  # kept by the harness for the second evaluation
+    assert tasks.count(("witness", True)) == 2  # by a referee started while the candidate ran
 
 
 def test_the_roofline_feedback_reaches_the_childs_prompt_whole(fitness, tmp_path):
@@ -83,3 +83,27 @@ def test_the_roofline_feedback_reaches_the_childs_prompt_whole(fitness, tmp_path
     assert dict(values["program"]["artifacts"])["roofline"] == roofline.strip()
     prompt = messages_for("diff.md.j2", values)[-1]["content"]
     assert all(line in prompt for line in roofline.splitlines())
+
+
+def test_the_referee_started_ahead_is_ended_when_there_is_nothing_to_check(
+    fitness, tmp_path, monkeypatch
+):
+    from evolve.benchmarks.kernels import harness
+
+    prepared = []
+    real = harness.prepare_referee
+
+    def recorded(settings, env):
+        prepared.append(real(settings, env))
+        return prepared[-1]
+
+    monkeypatch.setattr(harness, "prepare_referee", recorded)
+    workdir = tmp_path / "broken"
+    workdir.mkdir()
+    (workdir / "kernel.py").write_text("raise RuntimeError('no kernel here')\n")
+    ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    assert not ev.ok and "no kernel here" in str(dict(ev.artifacts))
+    assert prepared, "no referee was started ahead of the candidate"
+    for referee in prepared:  # none left waiting for a task, none of their folders left behind
+        assert not referee.started.alive() and referee.started.proc.returncode is not None
+        assert not referee.folder.exists()

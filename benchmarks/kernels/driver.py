@@ -1,9 +1,11 @@
 """The process that runs a candidate kernel: correctness rounds, audited timing, anti-cheat checks.
 
-Run only through ``run_sandboxed`` as ``python -m evolve.benchmarks.kernels.driver`` in the
-candidate's working directory, with a job (JSON) on stdin. It prepares everything it
-relies on (clock, input maker, reference, function identities, C++ blockers) *before*
-importing the candidate module, then for each workload:
+Run only by the harness (``harness.prepare_driver``) as ``python -P -m
+evolve.benchmarks.kernels.driver DEVICE`` in a folder of the harness's, into which the
+candidate's files are copied once this process has imported torch and the harness's modules
+(it may be started before its candidate is known); the job (JSON) then arrives on stdin. It
+prepares everything it relies on (clock, input maker, reference, function identities, C++
+blockers) *before* importing the candidate module, then for each workload:
 
 1. ``rounds`` correctness rounds, each on fresh inputs from its own seed: the reference
    runs on one copy, the candidate (destination-passing: ``run(*inputs, *outputs)``)
@@ -272,19 +274,18 @@ def run_workload(
     return result
 
 
-def _settle_lazy_imports(device: str, candidate_source: str) -> None:
+def _settle_lazy_imports(device: str) -> None:
     """Import, before the snapshot, what rebinds torch functions when first imported.
 
     The torch profiler (used on GPUs) imports torch._dynamo, which wraps torch.manual_seed;
-    Triton is imported when the device is a GPU or the candidate mentions it.
+    Triton (when installed) is imported for any candidate that may use it.
     """
     if device.startswith("cuda"):
         import torch._dynamo  # noqa: F401
         import torch.profiler  # noqa: F401
-    if device.startswith("cuda") or "triton" in candidate_source:
-        with contextlib.suppress(ImportError):
-            import triton  # noqa: F401
-            import triton.language  # noqa: F401
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
 
 
 def _load_entry(entry: dict[str, Any]) -> Any:
@@ -304,11 +305,10 @@ def _load_entry(entry: dict[str, Any]) -> Any:
 
 
 def main() -> int:
-    """Entry point: read the job, prepare, import the candidate, measure, print one result line."""
+    """Entry point: import, read the job, prepare, import the candidate, measure, print one result line."""
     real_stdout = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the candidate prints goes to stderr, never into the result stream
     sys.stdout = os.fdopen(1, "w", closefd=False)
-    job = json.loads(sys.stdin.read())
 
     def emit(payload: dict[str, Any]) -> None:
         mark("process_exit")
@@ -316,17 +316,25 @@ def main() -> int:
         real_stdout.write(RESULT_TAG + json.dumps(payload) + "\n")
         real_stdout.flush()
 
-    try:
+    try:  # before the job: a driver the harness started ahead of its evaluation does this early
         import torch
         from evolve.benchmarks.kernels import compare, guards, inputs, pool, spec, timing
 
+        _settle_lazy_imports(sys.argv[1])
+    except Exception as exc:
+        emit({"fatal": f"harness setup failed: {type(exc).__name__}: {exc}",
+              "traceback": traceback.format_exc()[-3000:]})  # fmt: skip
+        return 0
+    text = sys.stdin.read()
+    if not text:  # the harness ended without handing this driver a job
+        return 0
+    job = json.loads(text)
+    os.environ.update(job.get("env", {}))  # the evaluation's seed, for the candidate
+    try:
         problem = spec.load_problem(job["problem_dir"])
         harness_dir = Path(job["harness_dir"])
         reference = inputs.load_reference(problem.definition, harness_dir)
         entry = job.get("entry") or {"file": "kernel.py", "function": "run", "dps": True}
-        source = Path.cwd() / entry["file"]
-        python_entry = "so" not in entry and source.suffix == ".py" and source.is_file()
-        _settle_lazy_imports(job["device"], source.read_text() if python_entry else "")
         if job["device"].startswith("cuda") and not torch.cuda.is_available():
             emit({"fatal": "the job asks for a CUDA device but torch sees none in the sandbox"})
             return 0

@@ -24,7 +24,7 @@ from typing import Any
 
 from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
-from evolve.benchmarks.kernels.process import harness_json, start_harness
+from evolve.benchmarks.kernels.process import harness_json, harness_limits, start_harness
 from evolve.benchmarks.kernels.report import Report, WorkloadRow
 
 __all__ = ["Harness", "Report", "Settings", "WorkloadRow", "referee_call"]
@@ -38,7 +38,8 @@ from evolve.benchmarks.kernels.score import (
 from evolve.benchmarks.kernels.solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
 from evolve.benchmarks.kernels.spec import Problem, SpecError
 
-from evolve.fitness import Limits, Policy, Result, Started, run_sandboxed
+from evolve.fitness import Policy, Started, start_sandboxed
+from evolve.harness.protocol import SAFE_PATH
 
 DRIVER = "evolve.benchmarks.kernels.driver"
 REFEREE = "evolve.benchmarks.kernels.referee"
@@ -94,22 +95,69 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-def sandboxed_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: float, env: Mapping[str, str],
-                   tag: str, gpu: bool, writable: tuple[Path, ...] = ()) -> tuple[dict[str, Any] | None, Result]:  # fmt: skip
-    """Run ``python -m module`` in the sandbox with ``job`` on stdin; the tagged JSON line it printed."""
-    limits = Limits(
-        timeout_s=timeout_s,
-        memory_bytes=None if gpu else 24 << 30,
-        processes=None,
-        output_bytes=4 << 20,
-    )
-    result = run_sandboxed([sys.executable, "-m", module], cwd=cwd, limits=limits, env=dict(env),
-                           stdin=json.dumps(job).encode(), policy=Policy(writable=writable))  # fmt: skip
+@dataclass(eq=False)
+class PreparedDriver:
+    """A driver process started before its candidate is known, in a fresh folder of the harness's:
+    ``work/`` (the candidate's files are copied there when its evaluation begins), ``witness/``
+    and ``harness/``. It imports torch and the harness's modules, then waits for its job."""
+
+    started: Started
+    folder: Path
+    key: str
+
+    def close(self) -> None:
+        """End the process if it is still waiting (a no-op once used) and remove its folder."""
+        self.started.cancel()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
+_NEXT_DRIVER: list[PreparedDriver] = []  # per process: the driver started for the next evaluation
+
+
+def prepare_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
+    """Start a driver for ``settings`` and ``env`` that waits for its job.
+
+    The per-evaluation variables (``PER_EVALUATION_ENV``) reach it with the job; the hash seed
+    of a driver started ahead is therefore its own (random), not the evaluation's.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
+    try:
+        for name in ("work", "witness", "harness"):
+            (folder / name).mkdir()
+        started = start_sandboxed([sys.executable, *SAFE_PATH, "-m", DRIVER, settings.device], cwd=folder / "work",
+                                  limits=harness_limits(settings.timeout_s, settings.device.startswith("cuda")),
+                                  env={k: v for k, v in env.items() if k not in PER_EVALUATION_ENV},
+                                  policy=Policy(writable=(folder / "witness", folder / "harness")))  # fmt: skip
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return PreparedDriver(started, folder, _driver_key(settings, env))
+
+
+def _driver_key(settings: Settings, env: Mapping[str, str]) -> str:
+    spawn = sorted((k, v) for k, v in env.items() if k not in PER_EVALUATION_ENV)
+    return json.dumps([settings.device, settings.timeout_s, spawn])
+
+
+def take_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
+    """The driver an earlier evaluation started for this one when it still waits, else a new one."""
+    key = _driver_key(settings, env)
+    while _NEXT_DRIVER:
+        ready = _NEXT_DRIVER.pop()
+        if ready.key == key and ready.started.alive():
+            return ready
+        ready.close()
+    return prepare_driver(settings, env)
+
+
+def tagged_json(stdout: str, tag: str) -> dict[str, Any] | None:
+    """The payload of the last stdout line starting with ``tag`` (None when there is none)."""
     payload = None
-    for line in result.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith(tag):
             payload = json.loads(line[len(tag) :])
-    return payload, result
+    return payload
 
 
 @dataclass(eq=False)
@@ -279,23 +327,26 @@ class Harness:
         entry = self.entry(workdir, report, env)
         if entry is None:
             return report
-        scratch = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
+        driver = take_driver(self.settings, env)
         # the witness check's referee starts now and imports while the candidate runs
         referee = prepare_referee(self.settings, env)
         try:
-            witness_dir = scratch / "witness"
-            witness_dir.mkdir()
-            harness_dir = scratch / "harness"
-            harness_dir.mkdir()
+            # the candidate's files go into the driver's folder (links stay links), after the
+            # driver imported the harness's modules, so no file of theirs can stand in for one
+            shutil.copytree(workdir, driver.folder / "work", symlinks=True, dirs_exist_ok=True)
+            witness_dir, harness_dir = driver.folder / "witness", driver.folder / "harness"
             s = self.settings.strict() if strict else self.settings
             job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
                    "device": s.device, "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
                    "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
-                   "entry": entry, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
+                   "entry": entry, "inputs": s.inputs, "timer": s.timer,
+                   "env": {k: env[k] for k in PER_EVALUATION_ENV if k in env}}  # fmt: skip
             launched = time.monotonic()
             report.mark("process_start")  # until the driver is ready to import the candidate
-            raw, result = sandboxed_json(DRIVER, job, cwd=workdir, timeout_s=s.timeout_s, env=env, tag=DRIVER_TAG,
-                                         gpu=s.device.startswith("cuda"), writable=(witness_dir, harness_dir))  # fmt: skip
+            result = driver.started.finish(json.dumps(job).encode())
+            raw = tagged_json(result.stdout, DRIVER_TAG)
+            # the next evaluation's driver imports while this one is checked and scored
+            _NEXT_DRIVER.append(prepare_driver(self.settings, env))
             returned = time.monotonic()
             driver_marks = (raw or {}).get("marks") or [("candidate_process", launched)]
             for name, at in driver_marks:  # the driver's clock is this machine's monotonic clock
@@ -336,7 +387,7 @@ class Harness:
             return report
         finally:
             referee.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+            driver.close()
 
     def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
                calibration: dict[str, Any], settings: Settings) -> None:  # fmt: skip

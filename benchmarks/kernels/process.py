@@ -17,14 +17,19 @@ def start_harness(module: str, *, cwd: Path, timeout_s: float, env: Mapping[str,
                   writable: tuple[Path, ...] = ()) -> Started:  # fmt: skip
     """Start a harness-only process ahead of its job: it imports what it needs, then waits for
     the job that ``harness_json`` sends (``sandbox.start``; ``cancel()`` it when unused)."""
-    limits = Limits(
+    return start_sandboxed([sys.executable, *SAFE_PATH, "-m", module], cwd=cwd, limits=harness_limits(timeout_s, gpu),
+                           env=dict(env), policy=Policy(writable=writable))  # fmt: skip
+
+
+def harness_limits(timeout_s: float, gpu: bool) -> Limits:
+    """The limits of the benchmark's own processes: no memory cap with CUDA (it reserves address
+    space at once), no process cap (compile workers), 4 MiB of output."""
+    return Limits(
         timeout_s=timeout_s,
         memory_bytes=None if gpu else 24 << 30,
         processes=None,
         output_bytes=4 << 20,
     )
-    return start_sandboxed([sys.executable, *SAFE_PATH, "-m", module], cwd=cwd, limits=limits,
-                           env=dict(env), policy=Policy(writable=writable))  # fmt: skip
 
 
 def harness_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: float, env: Mapping[str, str],

@@ -95,6 +95,39 @@ def test_the_honest_kernel_passes_with_two_seeds(fitness, tmp_path):
         assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
 
 
+FORGED_RESULT = textwrap.dedent(
+    """
+    import json, os, sys
+    # stand in for a harness module: answer with a forged result (1 ns a call) and stop
+    forged = {"workloads": [{"uuid": "tiny_rmsnorm_33", "status": "ok", "timings_ms": [[1e-6]]}]}
+    os.write(1, b"EVOLVE_KERNELS_RESULT " + json.dumps(forged).encode() + b"\\n")
+    os.write(2, b"SHADOWED HARNESS MODULE RAN\\n")
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "shadow",
+    [
+        "torch.py",  # the first module the driver imports
+        "triton/__init__.py",
+        "evolve/__init__.py",  # the package of the driver itself (`python -m evolve....driver`)
+    ],
+)
+def test_files_named_like_harness_modules_never_run_in_the_harness(fitness, tmp_path, shadow):
+    workdir = tmp_path / "cand"
+    workdir.mkdir()
+    (workdir / "kernel.py").write_text(GOOD)
+    (workdir / shadow).parent.mkdir(parents=True, exist_ok=True)
+    (workdir / shadow).write_text(FORGED_RESULT)
+    ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    # scored as the honest kernel it is: its files are copied in after the harness's imports,
+    # and the interpreter runs with -P (the folder is not on sys.path until the candidate's import)
+    assert ev.ok and 0 < ev.fitness < 1, dict(ev.artifacts)
+    assert "SHADOWED HARNESS MODULE RAN" not in json.dumps(dict(ev.artifacts))
+
+
 def test_rewriting_the_reference_in_the_workdir_changes_nothing(fitness, tmp_path):
     # the harness copies reference.py and definition.json into the workdir for the candidate to
     # read; a kernel that rewrites them to agree with its wrong answer must still be wrong

@@ -328,7 +328,9 @@ class Harness:
         if entry is None:
             return report
         driver = take_driver(self.settings, env)
-        # the witness check's referee starts now and imports while the candidate runs
+        # the next evaluation's driver, and this one's witness-check referee, start now and
+        # import while this candidate runs (only the CPU: neither touches the GPU before its job)
+        _NEXT_DRIVER.append(prepare_driver(self.settings, env))
         referee = prepare_referee(self.settings, env)
         try:
             # the candidate's files go into the driver's folder (links stay links), after the
@@ -345,8 +347,6 @@ class Harness:
             report.mark("process_start")  # until the driver is ready to import the candidate
             result = driver.started.finish(json.dumps(job).encode())
             raw = tagged_json(result.stdout, DRIVER_TAG)
-            # the next evaluation's driver imports while this one is checked and scored
-            _NEXT_DRIVER.append(prepare_driver(self.settings, env))
             returned = time.monotonic()
             driver_marks = (raw or {}).get("marks") or [("candidate_process", launched)]
             for name, at in driver_marks:  # the driver's clock is this machine's monotonic clock

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 import shutil
 import sys
@@ -149,6 +150,17 @@ def take_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
             return ready
         ready.close()
     return prepare_driver(settings, env)
+
+
+def _special_files(folder: str, names: list[str]) -> list[str]:
+    """Names in ``folder`` that are neither files, folders nor links (a FIFO would block the copy)."""
+    return [
+        name
+        for name in names
+        if not (
+            os.path.islink(p := os.path.join(folder, name)) or os.path.isfile(p) or os.path.isdir(p)
+        )
+    ]
 
 
 def tagged_json(stdout: str, tag: str) -> dict[str, Any] | None:
@@ -335,7 +347,8 @@ class Harness:
         try:
             # the candidate's files go into the driver's folder (links stay links), after the
             # driver imported the harness's modules, so no file of theirs can stand in for one
-            shutil.copytree(workdir, driver.folder / "work", symlinks=True, dirs_exist_ok=True)
+            shutil.copytree(workdir, driver.folder / "work", symlinks=True, dirs_exist_ok=True,
+                            ignore=_special_files)  # fmt: skip
             witness_dir, harness_dir = driver.folder / "witness", driver.folder / "harness"
             s = self.settings.strict() if strict else self.settings
             job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),

@@ -128,6 +128,17 @@ def test_files_named_like_harness_modules_never_run_in_the_harness(fitness, tmp_
     assert "SHADOWED HARNESS MODULE RAN" not in json.dumps(dict(ev.artifacts))
 
 
+def test_a_named_pipe_in_the_candidates_folder_does_not_stall_the_harness(fitness, tmp_path):
+    import os
+
+    workdir = tmp_path / "cand"
+    workdir.mkdir()
+    (workdir / "kernel.py").write_text(GOOD)
+    os.mkfifo(workdir / "stall")  # copying it would block on open until a writer came
+    ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
+
+
 def test_rewriting_the_reference_in_the_workdir_changes_nothing(fitness, tmp_path):
     # the harness copies reference.py and definition.json into the workdir for the candidate to
     # read; a kernel that rewrites them to agree with its wrong answer must still be wrong

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -113,7 +114,10 @@ class PreparedDriver:
 
 
 PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
-_NEXT_DRIVER: list[PreparedDriver] = []  # per process: the driver started for the next evaluation
+# per process and key (device, timeout, environment): the driver started for the next
+# evaluation; a lock, as gpu_run evaluates on several GPUs from threads of one process
+_NEXT_DRIVERS: dict[str, PreparedDriver] = {}
+_NEXT_LOCK = threading.Lock()
 
 
 def prepare_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
@@ -143,13 +147,23 @@ def _driver_key(settings: Settings, env: Mapping[str, str]) -> str:
 
 def take_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
     """The driver an earlier evaluation started for this one when it still waits, else a new one."""
-    key = _driver_key(settings, env)
-    while _NEXT_DRIVER:
-        ready = _NEXT_DRIVER.pop()
-        if ready.key == key and ready.started.alive():
-            return ready
+    with _NEXT_LOCK:
+        ready = _NEXT_DRIVERS.pop(_driver_key(settings, env), None)
+    if ready is not None and ready.started.alive():
+        return ready
+    if ready is not None:
         ready.close()
     return prepare_driver(settings, env)
+
+
+def prepare_next_driver(settings: Settings, env: Mapping[str, str]) -> None:
+    """Start the driver the next evaluation with these settings and environment will take."""
+    ready = prepare_driver(settings, env)
+    with _NEXT_LOCK:
+        stale = _NEXT_DRIVERS.pop(ready.key, None)
+        _NEXT_DRIVERS[ready.key] = ready
+    if stale is not None:
+        stale.close()
 
 
 def _special_files(folder: str, names: list[str]) -> list[str]:
@@ -342,7 +356,7 @@ class Harness:
         driver = take_driver(self.settings, env)
         # the next evaluation's driver, and this one's witness-check referee, start now and
         # import while this candidate runs (only the CPU: neither touches the GPU before its job)
-        _NEXT_DRIVER.append(prepare_driver(self.settings, env))
+        prepare_next_driver(self.settings, env)
         referee = prepare_referee(self.settings, env)
         try:
             # the candidate's files go into the driver's folder (links stay links), after the

@@ -280,6 +280,15 @@ class Harness:
         job = {"problem_dir": str(self.problem.root), **job}
         return referee_call(job, self.settings, env, prepared)
 
+    def driver_job(self, s: Settings, entry: dict[str, Any], env: Mapping[str, str], *, witness_dir: Path,
+                   harness_dir: Path) -> dict[str, Any]:  # fmt: skip
+        """The driver's job for one evaluation with settings ``s`` (its input seed drawn now)."""
+        return {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
+                "device": s.device, "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
+                "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
+                "entry": entry, "inputs": s.inputs, "timer": s.timer,
+                "env": {k: env[k] for k in PER_EVALUATION_ENV if k in env}}  # fmt: skip
+
     def calibration(self, env: Mapping[str, str]) -> dict[str, Any]:
         """The machine's ceilings: the given calibration, else measured once in this process."""
         if self.fixed_calibration:
@@ -365,11 +374,7 @@ class Harness:
                             ignore=_special_files)  # fmt: skip
             witness_dir, harness_dir = driver.folder / "witness", driver.folder / "harness"
             s = self.settings.strict() if strict else self.settings
-            job = {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
-                   "device": s.device, "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
-                   "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
-                   "entry": entry, "inputs": s.inputs, "timer": s.timer,
-                   "env": {k: env[k] for k in PER_EVALUATION_ENV if k in env}}  # fmt: skip
+            job = self.driver_job(s, entry, env, witness_dir=witness_dir, harness_dir=harness_dir)
             launched = time.monotonic()
             report.mark("process_start")  # until the driver is ready to import the candidate
             result = driver.started.finish(json.dumps(job).encode())

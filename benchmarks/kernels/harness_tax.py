@@ -10,20 +10,25 @@ shifted addresses:
 1. ``bare``: in this process, with nothing else done first;
 2. ``after profile``: in this process, after the profiled call the driver makes before it
    times (``guards.kernel_signature``: the torch profiler, then CUPTI in the timing);
-3. ``harness``: a full evaluation through ``KernelFitness`` (the sandboxed driver), its
+3. ``driver``: the harness's driver process with the harness's job, run without the sandbox;
+4. ``harness``: a full evaluation through ``KernelFitness`` (the sandboxed driver), its
    ``<workload>/kernel_ms``.
 
 and the ratios to ``bare``. The harness should change nothing: on the H200 on 2026-12-01
 the rmsnorm seed took 2.1x as long through the harness as bare (kernels/RESULTS.md), and
-this table is how to find which step does it. Exit status 1 when the evaluation failed.
+this table is how to find which step does it (the profiled call, the driver's other work, or
+the sandbox). Exit status 1 when the evaluation failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -63,8 +68,35 @@ def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[flo
     return out
 
 
+def unsandboxed_driver_times(fitness, workdir: Path, scratch: Path) -> dict[str, float]:
+    """Per workload uuid: the median time the harness's driver measures when run without the sandbox."""
+    from evolve.benchmarks.kernels.harness import DRIVER, DRIVER_TAG, Harness, tagged_json
+
+    harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
+    for name in ("witness", "harness"):
+        (scratch / name).mkdir()
+    entry = {"file": "kernel.py", "function": "run", "dps": True}
+    job = harness.driver_job(
+        fitness.settings,
+        entry,
+        {},
+        witness_dir=scratch / "witness",
+        harness_dir=scratch / "harness",
+    )
+    done = subprocess.run([sys.executable, "-P", "-m", DRIVER, fitness.settings.device], cwd=workdir,
+                          input=json.dumps(job), capture_output=True, text=True, timeout=900)  # fmt: skip
+    raw = tagged_json(done.stdout, DRIVER_TAG) or {}
+    if "workloads" not in raw:
+        raise RuntimeError(f"the driver gave no result: {raw or done.stderr[-2000:]}")
+    return {
+        w["uuid"]: statistics.median(w["timings_ms"][0])
+        for w in raw["workloads"]
+        if w.get("timings_ms")
+    }
+
+
 def measure(problem: str, device: str, tiny: bool, kernel: Path | None = None):
-    """(the harness's Evaluation, one row per workload: uuid, bare_ms, profiled_ms, harness_ms)."""
+    """(the harness's Evaluation, one row per workload: uuid, bare_ms, profiled_ms, driver_ms, harness_ms)."""
     from evolve.fitness import EvalContext, evaluate_safely
 
     with tempfile.TemporaryDirectory(prefix="evolve-kernels-harness-tax-") as tmp:
@@ -74,9 +106,10 @@ def measure(problem: str, device: str, tiny: bool, kernel: Path | None = None):
         workdir = Path(tmp) / "candidate"
         workdir.mkdir()
         (workdir / "kernel.py").write_text(kernel.read_text())
+        driver = unsandboxed_driver_times(fitness, workdir, Path(tmp))
         ev = evaluate_safely(fitness, workdir, EvalContext(seed=0, timeout_s=900.0))
     rows = [
-        {"uuid": uuid, "bare_ms": plain, "profiled_ms": profiled,
+        {"uuid": uuid, "bare_ms": plain, "profiled_ms": profiled, "driver_ms": driver.get(uuid),
          "harness_ms": ev.metrics.get(f"{uuid}/kernel_ms")}
         for uuid, (plain, profiled) in bare.items()
     ]  # fmt: skip
@@ -102,14 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     if not ev.ok:
         print(f"why: {str(ev.artifacts.get('error', ev.artifacts))[:2000]}")
         return 1
-    print("\n| workload | bare ms | after profile ms (x bare) | harness ms (x bare) |")
-    print("| --- | ---: | ---: | ---: |")
+    print(
+        "\n| workload | bare ms | after profile ms (x bare) | driver, no sandbox, ms (x bare) "
+        "| harness ms (x bare) |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: |")
     for row in rows:
-        plain, profiled, harness = row["bare_ms"], row["profiled_ms"], row["harness_ms"]
-        cell = f"{harness:.4f} ({harness / plain:.2f}x)" if harness is not None else "-"
-        print(
-            f"| {row['uuid']} | {plain:.4f} | {profiled:.4f} ({profiled / plain:.2f}x) | {cell} |"
-        )
+        plain = row["bare_ms"]
+        cells = [
+            f"{row[key]:.4f} ({row[key] / plain:.2f}x)" if row[key] is not None else "-"
+            for key in ("profiled_ms", "driver_ms", "harness_ms")
+        ]
+        print(f"| {row['uuid']} | {plain:.4f} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -8,7 +8,8 @@ Evaluates the problem's seed kernel (our Triton seed where there is one, else th
 worker does (the first evaluation pays calibration and baselines, the later ones reuse
 them), and prints each evaluation's ``time_<phase>`` seconds as shares of its ``wall_s``,
 the share of the roofline feedback (``time_feedback``; issue 17 allows 3%), and the
-feedback text itself. ``--tiny`` caps every axis at 64 (with ``--device cpu``, Triton's
+feedback text itself. ``--strict`` evaluates 2, 4, ... in the auditor's strict mode and says
+what that adds against the normal evaluations beside them. ``--tiny`` caps every axis at 64 (with ``--device cpu``, Triton's
 interpreter; times then describe only this harness's overhead).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     parser.add_argument("--tiny", action="store_true", help="cap every axis at 64")
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="evaluations 2, 4, ... in the auditor's strict mode, and what that adds against the "
+        "normal ones beside them (use --evaluations 6 or more)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -68,31 +76,44 @@ def main(argv: list[str] | None = None) -> int:
             workdir = tmp / f"candidate-{k}"
             workdir.mkdir()
             shutil.copy(seed, workdir / "kernel.py")
-            ev = evaluate_safely(fitness, workdir, EvalContext(seed=k, timeout_s=900.0))
+            strict = args.strict and k >= 2 and k % 2 == 0  # evaluation 0 pays the baselines
+            ev = evaluate_safely(
+                fitness, workdir, EvalContext(seed=k, timeout_s=900.0, strict=strict)
+            )
             phases = {
                 m.removeprefix("time_"): v for m, v in ev.metrics.items() if m.startswith("time_")
             }
-            rows.append((ev, phases))
+            rows.append((ev, phases, strict))
             print(f"evaluation {k}: {ev.status.value}, fitness {ev.fitness}, wall {ev.wall_s:.3f} s, "
                   f"phases add up to {sum(phases.values()):.3f} s", flush=True)  # fmt: skip
             if not ev.ok:
                 print(f"  why: {str(ev.artifacts.get('error', ev.artifacts))[:2000]}", flush=True)
-        names = sorted({n for _, phases in rows for n in phases})
-        print("\n| phase | " + " | ".join(f"eval {k} s (share)" for k in range(len(rows))) + " |")
+        names = sorted({n for _, phases, _ in rows for n in phases})
+        heads = [
+            f"eval {k}{' strict' if strict else ''} s (share)"
+            for k, (_, _, strict) in enumerate(rows)
+        ]
+        print("\n| phase | " + " | ".join(heads) + " |")
         print("| --- |" + " ---: |" * len(rows))
         for name in names:
             cells = [
-                f"{p.get(name, 0.0):.4f} ({p.get(name, 0.0) / ev.wall_s:.2%})" for ev, p in rows
+                f"{p.get(name, 0.0):.4f} ({p.get(name, 0.0) / ev.wall_s:.2%})" for ev, p, _ in rows
             ]
             print(f"| {name} | " + " | ".join(cells) + " |")
-        print("| wall_s | " + " | ".join(f"{ev.wall_s:.3f}" for ev, _ in rows) + " |")
-        worst = max(p.get("feedback", 0.0) / ev.wall_s for ev, p in rows)
+        print("| wall_s | " + " | ".join(f"{ev.wall_s:.3f}" for ev, _, _ in rows) + " |")
+        worst = max(p.get("feedback", 0.0) / ev.wall_s for ev, p, _ in rows)
         print(
             f"\nroofline feedback: at most {worst:.4%} of an evaluation's wall time (allowed: 3%)"
         )
         print("\nfeedback of the last evaluation (artifact 'roofline'):")
         print(rows[-1][0].artifacts.get("roofline", "(none)"))
-        return 0 if all(ev.ok for ev, _ in rows) else 1
+        extra = [rows[k][0].wall_s - (rows[k - 1][0].wall_s + rows[k + 1][0].wall_s) / 2
+                 for k in range(2, len(rows) - 1, 2) if rows[k][2]]  # fmt: skip
+        if extra:  # each strict evaluation against the mean of the normal ones beside it
+            normal = statistics.fmean(ev.wall_s for ev, _, strict in rows[1:] if not strict)
+            print(f"\nstrict mode adds {statistics.fmean(extra):.3f} s to an evaluation: "
+                  f"{statistics.fmean(extra) / normal:.1%} of a normal one ({normal:.3f} s)")  # fmt: skip
+        return 0 if all(ev.ok for ev, _, _ in rows) else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

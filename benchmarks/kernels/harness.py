@@ -117,6 +117,7 @@ PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not
 # per process and key (device, timeout, environment): the driver started for the next
 # evaluation; a lock, as gpu_run evaluates on several GPUs from threads of one process
 _NEXT_DRIVERS: dict[str, PreparedDriver] = {}
+MAX_WAITING_DRIVERS = 8  # one per GPU of a large machine; each holds torch in memory (~0.4 GB)
 _NEXT_LOCK = threading.Lock()
 
 
@@ -160,10 +161,12 @@ def prepare_next_driver(settings: Settings, env: Mapping[str, str]) -> None:
     """Start the driver the next evaluation with these settings and environment will take."""
     ready = prepare_driver(settings, env)
     with _NEXT_LOCK:
-        stale = _NEXT_DRIVERS.pop(ready.key, None)
+        stale = [_NEXT_DRIVERS.pop(ready.key)] if ready.key in _NEXT_DRIVERS else []
+        while len(_NEXT_DRIVERS) >= MAX_WAITING_DRIVERS:  # the oldest first
+            stale.append(_NEXT_DRIVERS.pop(next(iter(_NEXT_DRIVERS))))
         _NEXT_DRIVERS[ready.key] = ready
-    if stale is not None:
-        stale.close()
+    for driver in stale:
+        driver.close()
 
 
 def _special_files(folder: str, names: list[str]) -> list[str]:

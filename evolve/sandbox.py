@@ -427,6 +427,8 @@ class Started:
         try:
             if stdin is not None:
                 threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
+            elif proc.stdin is not None:  # started to take a job and given none: it reads EOF
+                proc.stdin.close()
             out, err, timed_out, truncated = _read_capped(
                 proc, begin + limits.timeout_s, limits.output_bytes
             )

@@ -263,6 +263,13 @@ def test_a_started_command_prepares_and_works_once_finished(tmp_path: Path) -> N
         started.finish(b"again")
 
 
+def test_a_started_command_finished_without_a_job_reads_end_of_file(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text("import sys\nprint(repr(sys.stdin.read()))\n")
+    started = start([PY, "main.py"], cwd=tmp_path, limits=Limits(timeout_s=TIMEOUT))
+    result = started.finish()
+    assert result.ok and result.stdout.strip() == "''", result.tail()
+
+
 def test_a_started_command_that_is_cancelled_leaves_nothing(tmp_path: Path) -> None:
     code = """
         import subprocess, sys

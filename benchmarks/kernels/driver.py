@@ -1,6 +1,6 @@
 """The process that runs a candidate kernel: correctness rounds, audited timing, anti-cheat checks.
 
-Run only by the harness (``harness.prepare_driver``) as ``python -P -m
+Run only by the harness (``process.prepare_driver``) as ``python -P -m
 evolve.benchmarks.kernels.driver DEVICE`` in a folder of the harness's, into which the
 candidate's files are copied once this process has imported torch and the harness's modules
 (it may be started before its candidate is known); the job (JSON) then arrives on stdin. It

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import shutil
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -26,10 +22,19 @@ from typing import Any
 
 from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
-from evolve.benchmarks.kernels.process import harness_json, harness_limits, start_harness
+from evolve.benchmarks.kernels.process import (
+    DRIVER_TAG,
+    PER_EVALUATION_ENV,
+    REFEREE,
+    PreparedReferee,
+    harness_json,
+    prepare_next_driver,
+    prepare_referee,
+    special_files,
+    tagged_json,
+    take_driver,
+)
 from evolve.benchmarks.kernels.report import Report, WorkloadRow
-
-__all__ = ["Harness", "Report", "Settings", "WorkloadRow", "referee_call"]
 from evolve.benchmarks.kernels.roofline import sol_ms
 from evolve.benchmarks.kernels.score import (
     above_sol,
@@ -40,12 +45,7 @@ from evolve.benchmarks.kernels.score import (
 from evolve.benchmarks.kernels.solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
 from evolve.benchmarks.kernels.spec import Problem, SpecError
 
-from evolve.fitness import Policy, Started, start_sandboxed
-from evolve.harness.protocol import SAFE_PATH
-
-DRIVER = "evolve.benchmarks.kernels.driver"
-REFEREE = "evolve.benchmarks.kernels.referee"
-DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
+__all__ = ["Harness", "Report", "Settings", "WorkloadRow", "referee_call"]
 _CACHE: dict[str, Any] = {}  # per process: calibration and baselines, measured once
 
 
@@ -97,124 +97,6 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-@dataclass(eq=False)
-class PreparedDriver:
-    """A driver process started before its candidate is known, in a fresh folder of the harness's:
-    ``work/`` (the candidate's files are copied there when its evaluation begins), ``witness/``
-    and ``harness/``. It imports torch and the harness's modules, then waits for its job."""
-
-    started: Started
-    folder: Path
-    key: str
-
-    def close(self) -> None:
-        """End the process if it is still waiting (a no-op once used) and remove its folder."""
-        self.started.cancel()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
-# per process and key (device, timeout, environment): the driver started for the next
-# evaluation; a lock, as gpu_run evaluates on several GPUs from threads of one process
-_NEXT_DRIVERS: dict[str, PreparedDriver] = {}
-MAX_WAITING_DRIVERS = 8  # one per GPU of a large machine; each holds torch in memory (~0.4 GB)
-_NEXT_LOCK = threading.Lock()
-
-
-def prepare_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
-    """Start a driver for ``settings`` and ``env`` that waits for its job.
-
-    The per-evaluation variables (``PER_EVALUATION_ENV``) reach it with the job; the hash seed
-    of a driver started ahead is therefore its own (random), not the evaluation's.
-    """
-    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
-    try:
-        for name in ("work", "witness", "harness"):
-            (folder / name).mkdir()
-        started = start_sandboxed([sys.executable, *SAFE_PATH, "-m", DRIVER, settings.device], cwd=folder / "work",
-                                  limits=harness_limits(settings.timeout_s, settings.device.startswith("cuda")),
-                                  env={k: v for k, v in env.items() if k not in PER_EVALUATION_ENV},
-                                  policy=Policy(writable=(folder / "witness", folder / "harness")))  # fmt: skip
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return PreparedDriver(started, folder, _driver_key(settings, env))
-
-
-def _driver_key(settings: Settings, env: Mapping[str, str]) -> str:
-    spawn = sorted((k, v) for k, v in env.items() if k not in PER_EVALUATION_ENV)
-    return json.dumps([settings.device, settings.timeout_s, spawn])
-
-
-def take_driver(settings: Settings, env: Mapping[str, str]) -> PreparedDriver:
-    """The driver an earlier evaluation started for this one when it still waits, else a new one."""
-    with _NEXT_LOCK:
-        ready = _NEXT_DRIVERS.pop(_driver_key(settings, env), None)
-    if ready is not None and ready.started.alive():
-        return ready
-    if ready is not None:
-        ready.close()
-    return prepare_driver(settings, env)
-
-
-def prepare_next_driver(settings: Settings, env: Mapping[str, str]) -> None:
-    """Start the driver the next evaluation with these settings and environment will take."""
-    ready = prepare_driver(settings, env)
-    with _NEXT_LOCK:
-        stale = [_NEXT_DRIVERS.pop(ready.key)] if ready.key in _NEXT_DRIVERS else []
-        while len(_NEXT_DRIVERS) >= MAX_WAITING_DRIVERS:  # the oldest first
-            stale.append(_NEXT_DRIVERS.pop(next(iter(_NEXT_DRIVERS))))
-        _NEXT_DRIVERS[ready.key] = ready
-    for driver in stale:
-        driver.close()
-
-
-def _special_files(folder: str, names: list[str]) -> list[str]:
-    """Names in ``folder`` that are neither files, folders nor links (a FIFO would block the copy)."""
-    return [
-        name
-        for name in names
-        if not (
-            os.path.islink(p := os.path.join(folder, name)) or os.path.isfile(p) or os.path.isdir(p)
-        )
-    ]
-
-
-def tagged_json(stdout: str, tag: str) -> dict[str, Any] | None:
-    """The payload of the last stdout line starting with ``tag`` (None when there is none)."""
-    payload = None
-    for line in stdout.splitlines():
-        if line.startswith(tag):
-            payload = json.loads(line[len(tag) :])
-    return payload
-
-
-@dataclass(eq=False)
-class PreparedReferee:
-    """A referee process started ahead of its task, in its own temp folder: it imports torch
-    while the candidate runs, so the witness check does not wait for that."""
-
-    started: Started
-    folder: Path
-
-    def close(self) -> None:
-        """End the process if it is still waiting (a no-op once used) and remove its folder."""
-        self.started.cancel()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def prepare_referee(settings: Settings, env: Mapping[str, str]) -> PreparedReferee:
-    """Start a referee process that waits for its task (``referee_call(..., prepared=)``)."""
-    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
-    try:
-        started = start_harness(REFEREE, cwd=folder, timeout_s=settings.referee_timeout_s, env=env,
-                                gpu=settings.device.startswith("cuda"))  # fmt: skip
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return PreparedReferee(started, folder)
-
-
 def referee_call(
     job: Mapping[str, Any],
     settings: Settings,
@@ -230,7 +112,9 @@ def referee_call(
         2
     ):  # harness code only: safe to retry once if killed from outside (OOM killer)
         referee = (
-            prepared if attempt == 0 and prepared is not None else prepare_referee(settings, env)
+            prepared
+            if attempt == 0 and prepared is not None
+            else prepare_referee(settings.device, settings.referee_timeout_s, env)
         )
         try:
             task = {"device": settings.device, "harness_dir": str(referee.folder), **job}
@@ -365,16 +249,16 @@ class Harness:
         entry = self.entry(workdir, report, env)
         if entry is None:
             return report
-        driver = take_driver(self.settings, env)
+        driver = take_driver(self.settings.device, self.settings.timeout_s, env)
         # the next evaluation's driver, and this one's witness-check referee, start now and
         # import while this candidate runs (only the CPU: neither touches the GPU before its job)
-        prepare_next_driver(self.settings, env)
-        referee = prepare_referee(self.settings, env)
+        prepare_next_driver(self.settings.device, self.settings.timeout_s, env)
+        referee = prepare_referee(self.settings.device, self.settings.referee_timeout_s, env)
         try:
             # the candidate's files go into the driver's folder (links stay links), after the
             # driver imported the harness's modules, so no file of theirs can stand in for one
             shutil.copytree(workdir, driver.folder / "work", symlinks=True, dirs_exist_ok=True,
-                            ignore=_special_files)  # fmt: skip
+                            ignore=special_files)  # fmt: skip
             witness_dir, harness_dir = driver.folder / "witness", driver.folder / "harness"
             s = self.settings.strict() if strict else self.settings
             job = self.driver_job(s, entry, env, witness_dir=witness_dir, harness_dir=harness_dir)

@@ -70,7 +70,8 @@ def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[flo
 
 def unsandboxed_driver_times(fitness, workdir: Path, scratch: Path) -> dict[str, float]:
     """Per workload uuid: the median time the harness's driver measures when run without the sandbox."""
-    from evolve.benchmarks.kernels.harness import DRIVER, DRIVER_TAG, Harness, tagged_json
+    from evolve.benchmarks.kernels.harness import Harness
+    from evolve.benchmarks.kernels.process import DRIVER, DRIVER_TAG, tagged_json
 
     harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
     for name in ("witness", "harness"):

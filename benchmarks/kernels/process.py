@@ -1,16 +1,26 @@
-"""Harness-only processes (referee, C++ build) started through the harness layer's protocol,
-and the fast exit of the kernels benchmark's own processes (referee, driver)."""
+"""The kernels benchmark's own processes: harness-only ones (referee, C++ build) through the
+harness layer's protocol, the driver and the referee started ahead of their jobs, and the
+fast exit of the referee and driver."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
+import tempfile
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from evolve.fitness import Limits, Policy, Result, Started, start_sandboxed
 from evolve.harness.protocol import SAFE_PATH, job_input, read_verdict
+
+DRIVER = "evolve.benchmarks.kernels.driver"
+REFEREE = "evolve.benchmarks.kernels.referee"
+DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
 
 
 def start_harness(module: str, *, cwd: Path, timeout_s: float, env: Mapping[str, str], gpu: bool,
@@ -47,6 +57,126 @@ def harness_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: f
     result = started.finish(stdin)
     verdict = read_verdict(result, nonce, module.rsplit(".", 1)[-1])
     return (verdict if isinstance(verdict, dict) else None), result
+
+
+@dataclass(eq=False)
+class PreparedDriver:
+    """A driver process started before its candidate is known, in a fresh folder of the harness's:
+    ``work/`` (the candidate's files are copied there when its evaluation begins), ``witness/``
+    and ``harness/``. It imports torch and the harness's modules, then waits for its job."""
+
+    started: Started
+    folder: Path
+    key: str
+
+    def close(self) -> None:
+        """End the process if it is still waiting (a no-op once used) and remove its folder."""
+        self.started.cancel()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
+# per process and key (device, timeout, environment): the driver started for the next
+# evaluation; a lock, as gpu_run evaluates on several GPUs from threads of one process
+_NEXT_DRIVERS: dict[str, PreparedDriver] = {}
+MAX_WAITING_DRIVERS = 8  # one per GPU of a large machine; each holds torch in memory (~0.4 GB)
+_NEXT_LOCK = threading.Lock()
+
+
+def prepare_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> PreparedDriver:
+    """Start a driver for ``device`` (its job's timeout ``timeout_s``) and ``env`` that waits for its job.
+
+    The per-evaluation variables (``PER_EVALUATION_ENV``) reach it with the job; the hash seed
+    of a driver started ahead is therefore its own (random), not the evaluation's.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
+    try:
+        for name in ("work", "witness", "harness"):
+            (folder / name).mkdir()
+        started = start_sandboxed([sys.executable, *SAFE_PATH, "-m", DRIVER, device], cwd=folder / "work",
+                                  limits=harness_limits(timeout_s, device.startswith("cuda")),
+                                  env={k: v for k, v in env.items() if k not in PER_EVALUATION_ENV},
+                                  policy=Policy(writable=(folder / "witness", folder / "harness")))  # fmt: skip
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return PreparedDriver(started, folder, driver_key(device, timeout_s, env))
+
+
+def driver_key(device: str, timeout_s: float, env: Mapping[str, str]) -> str:
+    """What a waiting driver must match to serve an evaluation: all but the per-evaluation variables."""
+    spawn = sorted((k, v) for k, v in env.items() if k not in PER_EVALUATION_ENV)
+    return json.dumps([device, timeout_s, spawn])
+
+
+def take_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> PreparedDriver:
+    """The driver an earlier evaluation started for this one when it still waits, else a new one."""
+    with _NEXT_LOCK:
+        ready = _NEXT_DRIVERS.pop(driver_key(device, timeout_s, env), None)
+    if ready is not None and ready.started.alive():
+        return ready
+    if ready is not None:
+        ready.close()
+    return prepare_driver(device, timeout_s, env)
+
+
+def prepare_next_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> None:
+    """Start the driver the next evaluation with this device, timeout and environment will take."""
+    ready = prepare_driver(device, timeout_s, env)
+    with _NEXT_LOCK:
+        stale = [_NEXT_DRIVERS.pop(ready.key)] if ready.key in _NEXT_DRIVERS else []
+        while len(_NEXT_DRIVERS) >= MAX_WAITING_DRIVERS:  # the oldest first
+            stale.append(_NEXT_DRIVERS.pop(next(iter(_NEXT_DRIVERS))))
+        _NEXT_DRIVERS[ready.key] = ready
+    for driver in stale:
+        driver.close()
+
+
+def special_files(folder: str, names: list[str]) -> list[str]:
+    """Names in ``folder`` that are neither files, folders nor links (a FIFO would block the copy)."""
+    return [
+        name
+        for name in names
+        if not (
+            os.path.islink(p := os.path.join(folder, name)) or os.path.isfile(p) or os.path.isdir(p)
+        )
+    ]
+
+
+def tagged_json(stdout: str, tag: str) -> dict[str, Any] | None:
+    """The payload of the last stdout line starting with ``tag`` (None when there is none)."""
+    payload = None
+    for line in stdout.splitlines():
+        if line.startswith(tag):
+            payload = json.loads(line[len(tag) :])
+    return payload
+
+
+@dataclass(eq=False)
+class PreparedReferee:
+    """A referee process started ahead of its task, in its own temp folder: it imports torch
+    while the candidate runs, so the witness check does not wait for that."""
+
+    started: Started
+    folder: Path
+
+    def close(self) -> None:
+        """End the process if it is still waiting (a no-op once used) and remove its folder."""
+        self.started.cancel()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def prepare_referee(device: str, timeout_s: float, env: Mapping[str, str]) -> PreparedReferee:
+    """Start a referee process that waits for its task (``harness.referee_call(..., prepared=)``)."""
+    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
+    try:
+        started = start_harness(
+            REFEREE, cwd=folder, timeout_s=timeout_s, env=env, gpu=device.startswith("cuda")
+        )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return PreparedReferee(started, folder)
 
 
 def exit_now(code: int) -> NoReturn:

@@ -240,7 +240,7 @@ def main() -> int:
 
 def prepare() -> None:
     """Import what every task needs before the job is read: a referee started ahead of its task
-    (``harness.prepare_referee``) does this while the candidate runs."""
+    (``process.prepare_referee``) does this while the candidate runs."""
     for name in PREPARED_MODULES:
         importlib.import_module(name)
 

@@ -93,8 +93,8 @@ def test_the_referee_started_ahead_is_ended_when_there_is_nothing_to_check(
     prepared = []
     real = harness.prepare_referee
 
-    def recorded(settings, env):
-        prepared.append(real(settings, env))
+    def recorded(device, timeout_s, env):
+        prepared.append(real(device, timeout_s, env))
         return prepared[-1]
 
     monkeypatch.setattr(harness, "prepare_referee", recorded)
@@ -110,22 +110,23 @@ def test_the_referee_started_ahead_is_ended_when_there_is_nothing_to_check(
 
 
 def test_drivers_started_ahead_wait_per_key_and_the_oldest_give_way(fitness, monkeypatch):
-    from evolve.benchmarks.kernels import harness
+    from evolve.benchmarks.kernels import process
 
-    monkeypatch.setattr(harness, "MAX_WAITING_DRIVERS", 2)
-    monkeypatch.setattr(harness, "_NEXT_DRIVERS", {})
+    monkeypatch.setattr(process, "MAX_WAITING_DRIVERS", 2)
+    monkeypatch.setattr(process, "_NEXT_DRIVERS", {})
+    device, timeout = fitness.settings.device, fitness.settings.timeout_s
     envs = [{"CUDA_VISIBLE_DEVICES": str(gpu), "EVOLVE_SEED": "7"} for gpu in range(3)]
-    harness.prepare_next_driver(fitness.settings, envs[0])
-    (first,) = harness._NEXT_DRIVERS.values()
+    process.prepare_next_driver(device, timeout, envs[0])
+    (first,) = process._NEXT_DRIVERS.values()
     for env in envs[1:]:
-        harness.prepare_next_driver(fitness.settings, env)
-    waiting = dict(harness._NEXT_DRIVERS)
+        process.prepare_next_driver(device, timeout, env)
+    waiting = dict(process._NEXT_DRIVERS)
     assert len(waiting) == 2 and first not in waiting.values()  # the first key's gave way
     assert not first.started.alive() and not first.folder.exists()
     # the next evaluation on GPU 2 (any seed) takes the driver started for it
-    taken = harness.take_driver(fitness.settings, {**envs[2], "EVOLVE_SEED": "8"})
-    assert taken is waiting[harness._driver_key(fitness.settings, envs[2])]
+    taken = process.take_driver(device, timeout, {**envs[2], "EVOLVE_SEED": "8"})
+    assert taken is waiting[process.driver_key(device, timeout, envs[2])]
     assert taken.started.alive()
-    for driver in [taken, *harness._NEXT_DRIVERS.values()]:
+    for driver in [taken, *process._NEXT_DRIVERS.values()]:
         driver.close()
         assert not driver.started.alive() and not driver.folder.exists()

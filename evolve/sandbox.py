@@ -120,8 +120,8 @@ class Result:
         isolation: what isolation was applied, key by key; values starting with "NOT"
             name a protection that the platform refused.
         modified: ``Policy.readonly`` paths whose files changed, appeared or vanished.
-        started_at: monotonic time when the isolated child was set up, about to exec the command
-            (for a command prepared by ``start``, when ``finish`` gave it its work).
+        started_at: monotonic time when the command was given its work: for ``run`` as soon as
+            the isolated child was set up, for a command from ``start`` when ``finish`` began.
         exited_at: monotonic time when the command exited (or was killed at its timeout).
     """
 
@@ -377,7 +377,6 @@ def start(
     started = Started(proc=proc, marker=marker, limits=limits, plan=plan, before=before)
     try:
         report = _read_report(report_r)
-        started.started_at = time.monotonic()
         ns = report.pop("ns", None)
         report["home"] = (
             "HOME, TMPDIR, XDG and compile caches in the workdir"
@@ -407,7 +406,6 @@ class Started:
     report: dict[str, str] = field(default_factory=dict)
     ns: str | None = None
     ns_fd: int | None = None
-    started_at: float = 0.0
     done: bool = False
 
     def alive(self) -> bool:
@@ -437,9 +435,8 @@ class Started:
                     proc.wait(timeout=max(0.0, begin + limits.timeout_s - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     timed_out = True
-        except (
-            BaseException
-        ):  # this process is being stopped (SIGTERM, Ctrl-C): take the tree along
+        # this process is being stopped (SIGTERM, Ctrl-C): take the tree along
+        except BaseException:
             self._end()
             raise
         if timed_out:
@@ -463,7 +460,7 @@ class Started:
             leftover=leftover,
             isolation=self.report,
             modified=modified,
-            started_at=max(self.started_at, begin),  # a prepared command starts its work now
+            started_at=begin,
             exited_at=exited_at,
         )
 

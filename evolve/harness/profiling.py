@@ -176,7 +176,8 @@ def summarize(events, *, wall_s: float, steps: int, tokens: int, cuda: bool) -> 
     times more. Ops nest by time on each thread (an op inside another's interval is its
     child); a kernel belongs to the op whose correlation id it carries, as in torch's own
     parsing. GPU user annotations (``record_function`` ranges and compiled graphs' calls seen
-    on the GPU's timeline) span kernels and are skipped, as torch's own tables skip them. On a GPU the times are the kernels', else the ops' self times.
+    on the GPU's timeline) span kernels and are skipped, as torch's own tables skip them. On a
+    GPU the times are the kernels', else the ops' self times.
     """
     from torch.autograd import DeviceType
 

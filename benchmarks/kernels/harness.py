@@ -26,7 +26,7 @@ from evolve.benchmarks.kernels.process import (
     DRIVER_TAG,
     PER_EVALUATION_ENV,
     REFEREE,
-    PreparedReferee,
+    Prepared,
     harness_json,
     prepare_next_driver,
     prepare_referee,
@@ -101,27 +101,21 @@ def referee_call(
     job: Mapping[str, Any],
     settings: Settings,
     env: Mapping[str, str],
-    prepared: PreparedReferee | None = None,
+    prepared: Prepared | None = None,
 ) -> dict[str, Any]:
     """Run one referee task in the sandbox (its own temp folder) and return its payload.
 
     ``prepared``: a referee already started by ``prepare_referee`` (with the same settings
     and environment) to hand the task to; it is closed here.
     """
-    for attempt in range(
-        2
-    ):  # harness code only: safe to retry once if killed from outside (OOM killer)
-        referee = (
-            prepared
-            if attempt == 0 and prepared is not None
-            else prepare_referee(settings.device, settings.referee_timeout_s, env)
-        )
-        try:
+    # harness code only: safe to retry once if killed from outside (OOM killer)
+    for attempt in range(2):
+        if attempt or prepared is None:
+            prepared = prepare_referee(settings.device, settings.referee_timeout_s, env)
+        with prepared as referee:
             task = {"device": settings.device, "harness_dir": str(referee.folder), **job}
             payload, result = harness_json(REFEREE, task, cwd=referee.folder, timeout_s=settings.referee_timeout_s,
                                            env=env, gpu=settings.device.startswith("cuda"), started=referee.started)  # fmt: skip
-        finally:
-            referee.close()
         if payload is not None or result.timed_out or (result.returncode or 0) >= 0:
             break
     if payload is None or "fatal" in payload:
@@ -162,7 +156,7 @@ class Harness:
         self,
         job: dict[str, Any],
         env: Mapping[str, str],
-        prepared: PreparedReferee | None = None,
+        prepared: Prepared | None = None,
     ) -> dict[str, Any]:
         job = {"problem_dir": str(self.problem.root), **job}
         return referee_call(job, self.settings, env, prepared)
@@ -249,12 +243,14 @@ class Harness:
         entry = self.entry(workdir, report, env)
         if entry is None:
             return report
-        driver = take_driver(self.settings.device, self.settings.timeout_s, env)
-        # the next evaluation's driver, and this one's witness-check referee, start now and
-        # import while this candidate runs (only the CPU: neither touches the GPU before its job)
-        prepare_next_driver(self.settings.device, self.settings.timeout_s, env)
-        referee = prepare_referee(self.settings.device, self.settings.referee_timeout_s, env)
-        try:
+        device, timeout_s = self.settings.device, self.settings.timeout_s
+        # this one's witness-check referee and the next evaluation's driver start now and import
+        # while this candidate runs (only the CPU: neither touches the GPU before its job)
+        with (
+            take_driver(device, timeout_s, env) as driver,
+            prepare_referee(device, self.settings.referee_timeout_s, env) as referee,
+        ):
+            prepare_next_driver(device, timeout_s, env)
             # the candidate's files go into the driver's folder (links stay links), after the
             # driver imported the harness's modules, so no file of theirs can stand in for one
             shutil.copytree(workdir, driver.folder / "work", symlinks=True, dirs_exist_ok=True,
@@ -304,9 +300,6 @@ class Harness:
             report.mark("scoring")
             self._score(report, raw, checked, baselines, calibration, s)
             return report
-        finally:
-            referee.close()
-            driver.close()
 
     def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
                calibration: dict[str, Any], settings: Settings) -> None:  # fmt: skip

@@ -24,11 +24,12 @@ DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
 
 
 def start_harness(module: str, *, cwd: Path, timeout_s: float, env: Mapping[str, str], gpu: bool,
-                  writable: tuple[Path, ...] = ()) -> Started:  # fmt: skip
-    """Start a harness-only process ahead of its job: it imports what it needs, then waits for
-    the job that ``harness_json`` sends (``sandbox.start``; ``cancel()`` it when unused)."""
-    return start_sandboxed([sys.executable, *SAFE_PATH, "-m", module], cwd=cwd, limits=harness_limits(timeout_s, gpu),
-                           env=dict(env), policy=Policy(writable=writable))  # fmt: skip
+                  writable: tuple[Path, ...] = (), args: tuple[str, ...] = ()) -> Started:  # fmt: skip
+    """Start ``python -P -m module *args`` ahead of its job: it imports what it needs, then
+    waits for the job that ``finish`` sends (``sandbox.start``; ``cancel()`` it when unused)."""
+    return start_sandboxed([sys.executable, *SAFE_PATH, "-m", module, *args], cwd=cwd,
+                           limits=harness_limits(timeout_s, gpu), env=dict(env),
+                           policy=Policy(writable=writable))  # fmt: skip
 
 
 def harness_limits(timeout_s: float, gpu: bool) -> Limits:
@@ -60,47 +61,61 @@ def harness_json(module: str, job: Mapping[str, Any], *, cwd: Path, timeout_s: f
 
 
 @dataclass(eq=False)
-class PreparedDriver:
-    """A driver process started before its candidate is known, in a fresh folder of the harness's:
-    ``work/`` (the candidate's files are copied there when its evaluation begins), ``witness/``
-    and ``harness/``. It imports torch and the harness's modules, then waits for its job."""
+class Prepared:
+    """A process started ahead of its job (``start_harness``) in a fresh folder of the harness's,
+    removed with it; a context manager that closes it."""
 
     started: Started
     folder: Path
-    key: str
 
     def close(self) -> None:
         """End the process if it is still waiting (a no-op once used) and remove its folder."""
         self.started.cancel()
         shutil.rmtree(self.folder, ignore_errors=True)
 
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _prepare(module: str, prefix: str, *, cwd: str = "", writable: tuple[str, ...] = (),
+             **start: Any) -> Prepared:  # fmt: skip
+    """``start_harness(module, ...)`` in a new temp folder (its subfolders ``cwd`` and ``writable``
+    made first), the folder removed again when the start fails."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        for name in (cwd, *writable):
+            (folder / name).mkdir(exist_ok=True)
+        started = start_harness(
+            module, cwd=folder / cwd, writable=tuple(folder / w for w in writable), **start
+        )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return Prepared(started, folder)
+
 
 PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
 # per process and key (device, timeout, environment): the driver started for the next
 # evaluation; a lock, as gpu_run evaluates on several GPUs from threads of one process
-_NEXT_DRIVERS: dict[str, PreparedDriver] = {}
+_NEXT_DRIVERS: dict[str, Prepared] = {}
 MAX_WAITING_DRIVERS = 8  # one per GPU of a large machine; each holds torch in memory (~0.4 GB)
 _NEXT_LOCK = threading.Lock()
 
 
-def prepare_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> PreparedDriver:
-    """Start a driver for ``device`` (its job's timeout ``timeout_s``) and ``env`` that waits for its job.
+def prepare_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
+    """A driver for ``device`` (its job's timeout ``timeout_s``) and ``env`` that waits for its job,
+    in a folder with ``work/`` (the candidate's files are copied there when its evaluation
+    begins), ``witness/`` and ``harness/``.
 
     The per-evaluation variables (``PER_EVALUATION_ENV``) reach it with the job; the hash seed
     of a driver started ahead is therefore its own (random), not the evaluation's.
     """
-    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-"))
-    try:
-        for name in ("work", "witness", "harness"):
-            (folder / name).mkdir()
-        started = start_sandboxed([sys.executable, *SAFE_PATH, "-m", DRIVER, device], cwd=folder / "work",
-                                  limits=harness_limits(timeout_s, device.startswith("cuda")),
-                                  env={k: v for k, v in env.items() if k not in PER_EVALUATION_ENV},
-                                  policy=Policy(writable=(folder / "witness", folder / "harness")))  # fmt: skip
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return PreparedDriver(started, folder, driver_key(device, timeout_s, env))
+    return _prepare(DRIVER, "evolve-kernels-", cwd="work", writable=("witness", "harness"),
+                    args=(device,), timeout_s=timeout_s, gpu=device.startswith("cuda"),
+                    env={k: v for k, v in env.items() if k not in PER_EVALUATION_ENV})  # fmt: skip
 
 
 def driver_key(device: str, timeout_s: float, env: Mapping[str, str]) -> str:
@@ -109,7 +124,7 @@ def driver_key(device: str, timeout_s: float, env: Mapping[str, str]) -> str:
     return json.dumps([device, timeout_s, spawn])
 
 
-def take_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> PreparedDriver:
+def take_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
     """The driver an earlier evaluation started for this one when it still waits, else a new one."""
     with _NEXT_LOCK:
         ready = _NEXT_DRIVERS.pop(driver_key(device, timeout_s, env), None)
@@ -122,12 +137,12 @@ def take_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepar
 
 def prepare_next_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> None:
     """Start the driver the next evaluation with this device, timeout and environment will take."""
-    ready = prepare_driver(device, timeout_s, env)
+    key, ready = driver_key(device, timeout_s, env), prepare_driver(device, timeout_s, env)
     with _NEXT_LOCK:
-        stale = [_NEXT_DRIVERS.pop(ready.key)] if ready.key in _NEXT_DRIVERS else []
+        stale = [_NEXT_DRIVERS.pop(key)] if key in _NEXT_DRIVERS else []
         while len(_NEXT_DRIVERS) >= MAX_WAITING_DRIVERS:  # the oldest first
             stale.append(_NEXT_DRIVERS.pop(next(iter(_NEXT_DRIVERS))))
-        _NEXT_DRIVERS[ready.key] = ready
+        _NEXT_DRIVERS[key] = ready
     for driver in stale:
         driver.close()
 
@@ -152,31 +167,10 @@ def tagged_json(stdout: str, tag: str) -> dict[str, Any] | None:
     return payload
 
 
-@dataclass(eq=False)
-class PreparedReferee:
-    """A referee process started ahead of its task, in its own temp folder: it imports torch
-    while the candidate runs, so the witness check does not wait for that."""
-
-    started: Started
-    folder: Path
-
-    def close(self) -> None:
-        """End the process if it is still waiting (a no-op once used) and remove its folder."""
-        self.started.cancel()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def prepare_referee(device: str, timeout_s: float, env: Mapping[str, str]) -> PreparedReferee:
-    """Start a referee process that waits for its task (``harness.referee_call(..., prepared=)``)."""
-    folder = Path(tempfile.mkdtemp(prefix="evolve-kernels-referee-"))
-    try:
-        started = start_harness(
-            REFEREE, cwd=folder, timeout_s=timeout_s, env=env, gpu=device.startswith("cuda")
-        )
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise
-    return PreparedReferee(started, folder)
+def prepare_referee(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
+    """A referee that waits for its task (``harness.referee_call(..., prepared=)``), in its folder."""
+    return _prepare(REFEREE, "evolve-kernels-referee-", timeout_s=timeout_s, env=env,
+                    gpu=device.startswith("cuda"))  # fmt: skip
 
 
 def exit_now(code: int) -> NoReturn:

@@ -73,6 +73,8 @@ def unsandboxed_driver_times(fitness, workdir: Path, scratch: Path) -> dict[str,
     from evolve.benchmarks.kernels.harness import Harness
     from evolve.benchmarks.kernels.process import DRIVER, DRIVER_TAG, tagged_json
 
+    from evolve.harness.protocol import SAFE_PATH
+
     harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
     for name in ("witness", "harness"):
         (scratch / name).mkdir()
@@ -84,7 +86,7 @@ def unsandboxed_driver_times(fitness, workdir: Path, scratch: Path) -> dict[str,
         witness_dir=scratch / "witness",
         harness_dir=scratch / "harness",
     )
-    done = subprocess.run([sys.executable, "-P", "-m", DRIVER, fitness.settings.device], cwd=workdir,
+    done = subprocess.run([sys.executable, *SAFE_PATH, "-m", DRIVER, fitness.settings.device], cwd=workdir,
                           input=json.dumps(job), capture_output=True, text=True, timeout=900)  # fmt: skip
     raw = tagged_json(done.stdout, DRIVER_TAG) or {}
     if "workloads" not in raw:

@@ -139,6 +139,39 @@ def test_a_named_pipe_in_the_candidates_folder_does_not_stall_the_harness(fitnes
     assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
 
 
+SABOTEUR = textwrap.dedent(
+    """
+    import os, signal
+    # the driver waiting for the next evaluation is already running: stop it, or write a job of
+    # its own into its stdin (a lax one, for the next candidate or this one's re-evaluation)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if b"kernels.driver" not in open(f"/proc/{pid}/cmdline", "rb").read():
+                continue
+            with open(f"/proc/{pid}/fd/0", "w") as stdin:
+                stdin.write('{"rounds": 0, "audits": 0}')
+        except OSError:
+            pass
+        try:
+            os.kill(int(pid), signal.SIGSTOP)
+        except OSError:
+            pass
+    """
+) + GOOD
+
+
+def test_the_driver_waiting_for_the_next_evaluation_cannot_be_reached(fitness, tmp_path):
+    from evolve.sandbox import isolation_report
+
+    if "signals" not in isolation_report().get("landlock", ""):
+        pytest.skip("needs Landlock's signal scoping (ABI 6+) to keep other processes unreachable")
+    evaluate(fitness, tmp_path, SABOTEUR, "saboteur")
+    ev = evaluate(fitness, tmp_path, GOOD, "next")
+    assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
+
+
 def test_rewriting_the_reference_in_the_workdir_changes_nothing(fitness, tmp_path):
     # the harness copies reference.py and definition.json into the workdir for the candidate to
     # read; a kernel that rewrites them to agree with its wrong answer must still be wrong

@@ -14,10 +14,11 @@ shifted addresses:
 4. ``harness``: a full evaluation through ``KernelFitness`` (the sandboxed driver), its
    ``<workload>/kernel_ms``.
 
-and the ratios to ``bare``. The harness should change nothing: on the H200 on 2026-12-01
-the rmsnorm seed took 2.1x as long through the harness as bare (kernels/RESULTS.md), and
-this table is how to find which step does it (the profiled call, the driver's other work, or
-the sandbox). Exit status 1 when the evaluation failed.
+and the ratios to ``bare``. The harness should change nothing. On the H200 on 2026-12-01
+this table found that the rmsnorm seed ran 2.1x as long after the profiled call as bare
+(and so in the driver and through the harness): the torch profiler left CUPTI state that
+slowed the next CUPTI timing window, which now starts from a detached CUPTI
+(``timing._measure_cupti``; kernels/RESULTS.md). Exit status 1 when the evaluation failed.
 """
 
 from __future__ import annotations

@@ -117,6 +117,11 @@ def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]]
         records.extend((int(a.start), int(a.end)) for a in activities)
 
     try:
+        # A torch profiler run earlier in this process (the driver profiles the kernels a call
+        # launches just before it times) leaves kineto's CUPTI state behind: timed under it, the
+        # rmsnorm seed ran 2.1x slower on the H200 (kernels/RESULTS.md, 2026-12-01), and the next
+        # window after a finalize ran at bare speed. So each window starts from a detached CUPTI.
+        cupti.finalize()
         for kind in kinds:
             cupti.activity_enable(kind)
         cupti.activity_register_callbacks(lambda: (8 << 20, 0), completed)

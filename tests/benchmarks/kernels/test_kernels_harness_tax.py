@@ -32,5 +32,7 @@ def test_on_a_gpu_the_harness_times_the_seed_kernel_as_bare():
         pytest.skip("needs a CUDA GPU")
     ev, rows = measure("rmsnorm", "cuda", tiny=False)
     assert ev.ok, dict(ev.artifacts)
-    for row in rows:  # the same kernel, timer and inputs: the sandboxed driver adds nothing
+    for row in rows:  # the same kernel, timer and inputs: a profile before, or the sandboxed
+        # driver, adds nothing (a profiler run left CUPTI slowing the next window 2.1x)
+        assert row["profiled_ms"] < 1.25 * row["bare_ms"], rows
         assert row["harness_ms"] < 1.25 * row["bare_ms"], rows

@@ -244,7 +244,7 @@ class Harness:
         if entry is None:
             return report
         device, timeout_s = self.settings.device, self.settings.timeout_s
-        # this one's witness-check referee and the next evaluation's driver start now and import
+        # this one's witness-check referee and the next evaluations' drivers start now and import
         # while this candidate runs (only the CPU: neither touches the GPU before its job)
         with (
             take_driver(device, timeout_s, env) as driver,

@@ -4,6 +4,7 @@ fast exit of the referee and driver."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -98,10 +99,15 @@ def _prepare(module: str, prefix: str, *, cwd: str = "", writable: tuple[str, ..
 
 
 PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
-# per process and key (device, timeout, environment): the driver started for the next
-# evaluation; a lock, as gpu_run evaluates on several GPUs from threads of one process
-_NEXT_DRIVERS: dict[str, Prepared] = {}
-MAX_WAITING_DRIVERS = 8  # one per GPU of a large machine; each holds torch in memory (~0.4 GB)
+# Drivers kept waiting per key (device, timeout, environment): a driver's start (imports) took
+# ~10 s on the H200 host and an rmsnorm evaluation ~5 s, so one driver started when an
+# evaluation begins was still importing when the next began (4.5 s of its wall time, measured
+# on 2026-12-01); two ahead give each driver two evaluations' time.
+AHEAD = 2
+# per process, oldest first: (key, driver) pairs waiting for a later evaluation; a lock, as
+# gpu_run evaluates on several GPUs from threads of one process
+_WAITING: list[tuple[str, Prepared]] = []
+MAX_WAITING_DRIVERS = 16  # AHEAD per GPU of a large machine; each holds torch in memory (~0.4 GB)
 _NEXT_LOCK = threading.Lock()
 
 
@@ -125,25 +131,40 @@ def driver_key(device: str, timeout_s: float, env: Mapping[str, str]) -> str:
 
 
 def take_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
-    """The driver an earlier evaluation started for this one when it still waits, else a new one."""
-    with _NEXT_LOCK:
-        ready = _NEXT_DRIVERS.pop(driver_key(device, timeout_s, env), None)
-    if ready is not None and ready.started.alive():
-        return ready
-    if ready is not None:
+    """The oldest driver an earlier evaluation started for this key when it still waits, else a new one."""
+    key = driver_key(device, timeout_s, env)
+    while True:
+        with _NEXT_LOCK:
+            index = next((i for i, (k, _) in enumerate(_WAITING) if k == key), None)
+            ready = None if index is None else _WAITING.pop(index)[1]
+        if ready is None:
+            return prepare_driver(device, timeout_s, env)
+        if ready.started.alive():
+            return ready
         ready.close()
-    return prepare_driver(device, timeout_s, env)
 
 
 def prepare_next_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> None:
-    """Start the driver the next evaluation with this device, timeout and environment will take."""
-    key, ready = driver_key(device, timeout_s, env), prepare_driver(device, timeout_s, env)
+    """Start drivers for the next evaluations with this device, timeout and environment until
+    ``AHEAD`` wait for them; beyond ``MAX_WAITING_DRIVERS`` in all, the oldest give way."""
+    key = driver_key(device, timeout_s, env)
     with _NEXT_LOCK:
-        stale = [_NEXT_DRIVERS.pop(key)] if key in _NEXT_DRIVERS else []
-        while len(_NEXT_DRIVERS) >= MAX_WAITING_DRIVERS:  # the oldest first
-            stale.append(_NEXT_DRIVERS.pop(next(iter(_NEXT_DRIVERS))))
-        _NEXT_DRIVERS[key] = ready
+        missing = AHEAD - sum(k == key for k, _ in _WAITING)
+    started = [prepare_driver(device, timeout_s, env) for _ in range(missing)]
+    with _NEXT_LOCK:
+        _WAITING.extend((key, driver) for driver in started)
+        stale = [_WAITING.pop(0)[1] for _ in range(len(_WAITING) - MAX_WAITING_DRIVERS)]
     for driver in stale:
+        driver.close()
+
+
+@atexit.register
+def close_waiting_drivers() -> None:
+    """End the drivers still waiting for an evaluation and remove their folders (at exit)."""
+    with _NEXT_LOCK:
+        waiting = [driver for _, driver in _WAITING]
+        _WAITING.clear()
+    for driver in waiting:
         driver.close()
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from evolve.benchmarks.kernels.fitness import KernelFitness
@@ -112,21 +116,41 @@ def test_the_referee_started_ahead_is_ended_when_there_is_nothing_to_check(
 def test_drivers_started_ahead_wait_per_key_and_the_oldest_give_way(fitness, monkeypatch):
     from evolve.benchmarks.kernels import process
 
-    monkeypatch.setattr(process, "MAX_WAITING_DRIVERS", 2)
-    monkeypatch.setattr(process, "_NEXT_DRIVERS", {})
+    monkeypatch.setattr(process, "AHEAD", 2)
+    monkeypatch.setattr(process, "MAX_WAITING_DRIVERS", 3)
+    monkeypatch.setattr(process, "_WAITING", [])
     device, timeout = fitness.settings.device, fitness.settings.timeout_s
-    envs = [{"CUDA_VISIBLE_DEVICES": str(gpu), "EVOLVE_SEED": "7"} for gpu in range(3)]
+    envs = [{"CUDA_VISIBLE_DEVICES": str(gpu), "EVOLVE_SEED": "7"} for gpu in range(2)]
+    keys = [process.driver_key(device, timeout, env) for env in envs]
     process.prepare_next_driver(device, timeout, envs[0])
-    (first,) = process._NEXT_DRIVERS.values()
-    for env in envs[1:]:
-        process.prepare_next_driver(device, timeout, env)
-    waiting = dict(process._NEXT_DRIVERS)
-    assert len(waiting) == 2 and first not in waiting.values()  # the first key's gave way
-    assert not first.started.alive() and not first.folder.exists()
-    # the next evaluation on GPU 2 (any seed) takes the driver started for it
-    taken = process.take_driver(device, timeout, {**envs[2], "EVOLVE_SEED": "8"})
-    assert taken is waiting[process.driver_key(device, timeout, envs[2])]
-    assert taken.started.alive()
-    for driver in [taken, *process._NEXT_DRIVERS.values()]:
+    assert [k for k, _ in process._WAITING] == [keys[0], keys[0]]  # two ahead for GPU 0
+    oldest, second = (driver for _, driver in process._WAITING)
+    process.prepare_next_driver(device, timeout, envs[1])
+    # three may wait in all: GPU 0's oldest gave way to GPU 1's two
+    assert [k for k, _ in process._WAITING] == [keys[0], keys[1], keys[1]]
+    assert not oldest.started.alive() and not oldest.folder.exists()
+    # the next evaluation on GPU 0 (any seed) takes the driver started for it; the top-up
+    # starts two for GPU 0, and GPU 1's oldest gives way
+    taken = process.take_driver(device, timeout, {**envs[0], "EVOLVE_SEED": "8"})
+    assert taken is second and taken.started.alive()
+    process.prepare_next_driver(device, timeout, envs[0])
+    assert [k for k, _ in process._WAITING] == [keys[1], keys[0], keys[0]]
+    for driver in [taken, *(d for _, d in process._WAITING)]:
         driver.close()
         assert not driver.started.alive() and not driver.folder.exists()
+
+
+def test_drivers_still_waiting_when_the_process_exits_end_and_leave_no_folder():
+    script = (
+        "from evolve.benchmarks.kernels import process\n"
+        "process.prepare_next_driver('cpu', 60.0, {})\n"
+        "print(json.dumps([[d.started.proc.pid, str(d.folder)] for _, d in process._WAITING]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", "import json\n" + script], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    waiting = json.loads(done.stdout.splitlines()[-1])
+    assert len(waiting) == 2
+    for pid, folder in waiting:
+        assert not Path(folder).exists()
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -124,3 +124,28 @@ def test_perturbing_wakes_zero_initialised_weights():
     torch.nn.init.zeros_(layer.weight)
     perturb_(layer, torch.Generator().manual_seed(0))
     assert float(layer.weight.detach().abs().min()) > 0
+
+
+def test_perturbing_opens_a_zero_gate_wide_enough_for_bf16_logits():
+    # the H200 miss, on the CPU: the GPU seed's size, a scalar gate at zero in front of the
+    # next token's embedding, bf16 autocast, and the GPU scale's tolerance
+    import sys
+    from pathlib import Path
+
+    from evolve.benchmarks.nanochat.scales import SCALES
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "redteam"))
+    import nanochat_programs as programs
+
+    namespace: dict = {}
+    exec(compile(programs.edited(programs.ZERO_PATHS["zero_gate"])["model.py"], "model.py", "exec"), namespace)
+    torch.manual_seed(0)
+    model = namespace["build_model"](dict(vocab_size=512, seq_len=256, n_layer=8, n_head=8, n_embd=512,
+                                          mlp_ratio=4, init_std=0.02)).eval()  # fmt: skip
+    perturb_(model, torch.Generator().manual_seed(1))
+    tokens = torch.randint(0, 512, (2, 256))
+    probe = tokens.clone()
+    probe[:, 100:] = (probe[:, 100:] + 1) % 512
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        diff = (model(tokens).float() - model(probe).float())[:, :100].abs().max()
+    assert float(diff) > 10 * SCALES["nanochat"].causal_atol

@@ -91,6 +91,7 @@ def supervise(job: dict) -> dict:
         finish_limit_s=job["finish_limit_s"],
         save_limit_s=job["save_limit_s"],
         max_steps=job.get("max_steps"),
+        profiled=bool(job.get("profile")),
     )
     return run_timed(
         [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.guard", job["entry"]],

@@ -52,6 +52,7 @@ class Channel:
         self.steps = 0
         asked = requested()  # the harness's profile of a few timed steps (feedback only)
         self.profiler = StepProfiler(*asked) if asked else None
+        self.profile_owed = bool(asked)  # one profile line after the first checkpoint
 
     def send(self, line: str) -> None:
         os.write(self.report, (line + "\n").encode())
@@ -88,14 +89,14 @@ class Channel:
         self.send("note " + json.dumps({k: float(v) for k, v in values.items()}))
 
     def saved(self) -> None:
-        """Tell the harness the checkpoint is written (it fixes its digest now); then send the
-        profile of the timed steps, if one was asked for and taken (summarised only now)."""
+        """Tell the harness the checkpoint is written (it fixes its digest now); then, when a
+        profile of the timed steps was asked for, send it (summarised only now; null when none
+        was taken): after the stop, the harness ends the program once both are in."""
         self.send("saved")
-        if self.profiler is not None:
-            summary = self._profile(lambda p: p.report())
-            self.profiler = None
-            if summary is not None:
-                self.send("profile " + json.dumps(summary))
+        if self.profile_owed:
+            summary = self._profile(lambda p: p.report()) if self.profiler is not None else None
+            self.profiler, self.profile_owed = None, False
+            self.send("profile " + json.dumps(summary))
 
     def _profile(self, call):
         """``call(profiler)``; a profile that fails (e.g. the program runs a profiler of its own)

@@ -58,8 +58,8 @@ while True:
         break
     if not c.step(tokens=8, loss=1.0):
         break
+print("SEEN", "".join(map(str, seen)), flush=True)
 c.saved()
-print("SEEN", "".join(map(str, seen)))
 """
 
 
@@ -132,14 +132,23 @@ def test_odd_batch_requests_are_answered_or_capped(tmp_path, rows):
     assert f"SHAPE ({min(max(rows, 1), 65536)}, {WIDTH})" in log
 
 
-def test_a_second_checkpoint_past_the_save_limit_is_rejected(tmp_path):
-    verdict, _ = run(
-        tmp_path,
-        HONEST.replace("c.saved()", "c.saved()\ntime.sleep(1.5)\nc.saved()"),
-        save_limit_s=1.0,
-    )
-    assert verdict["status"] == "rejected"
-    assert "s after the stop (limit 1s)" in verdict["reason"]
+def test_the_program_is_ended_once_its_checkpoint_is_in(tmp_path):
+    # a slow exit (teardown) is not waited for, and nothing can be saved after the first
+    # checkpoint since the stop: a second save, or any later work, never happens
+    after = "c.saved()\ntime.sleep(1.5)\nc.saved()\nprint('STILL HERE', flush=True)\ntime.sleep(600)"
+    verdict, log = run(tmp_path, HONEST.replace("c.saved()", after), finish_limit_s=120.0)
+    assert verdict["status"] == "ok", verdict
+    assert verdict["ended_by_harness"] and "STILL HERE" not in log
+    assert verdict["checkpoint"] == {"digest": "fixed"}
+
+
+def test_with_a_profile_asked_for_the_program_is_ended_after_reporting_it(tmp_path):
+    # (a program whose profile failed sends null: it is ended all the same)
+    for line, profile in (('{"steps": 3}', {"steps": 3.0}), ("null", None)):
+        body = HONEST.replace("c.saved()", f"c.saved()\nc.send('profile {line}')\ntime.sleep(600)")
+        verdict, _ = run(tmp_path, body, finish_limit_s=120.0, profiled=True)
+        assert verdict["status"] == "ok" and verdict["ended_by_harness"], verdict
+        assert (verdict["profile"] or {}).get("steps") == (profile or {}).get("steps")
 
 
 def test_checkpoints_saved_along_the_way_are_allowed_the_last_counts(tmp_path):

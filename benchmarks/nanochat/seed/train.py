@@ -114,5 +114,6 @@ while True:
 
 if device == "cuda":
     clock.note(peak_mem_gb=torch.cuda.max_memory_allocated() / 1e9)
+print(f"trained {step} steps in {time.monotonic() - started:.1f}s; saving the checkpoint", flush=True)
+# the program's last act: once the checkpoint is in, the harness ends the program
 client.save_checkpoint(model, config, code_files=["model.py"])
-print(f"trained {step} steps in {time.monotonic() - started:.1f}s; checkpoint saved", flush=True)

@@ -3,9 +3,10 @@
 Started by the scorer inside the evaluation sandbox, in a directory holding only the
 checkpoint (``model.py``, ``config.json``, ``model.pt``). The guard is installed before any
 candidate code is imported. For each request (slot, B, T, then B*T int32 tokens) it runs
-``model(inputs)`` and writes the logits, shifted so that each position's maximum is 0 and
-stored as float16, into the shared-memory slot; then it answers one JSON line. The
-scorer, a separate process, turns those logits into the score.
+``model(inputs)`` and writes the logits (float32) into that slot of the buffer the scorer
+shares with it (``evolve.harness.lm.shared_logits``: GPU memory through CUDA IPC on a GPU,
+so the logits never cross to the host); then it answers one JSON line. The scorer, a
+separate process, turns those logits into the score.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import mmap
 import os
 import struct
 import sys
@@ -22,7 +22,6 @@ from evolve.benchmarks.nanochat import guard
 
 HEADER = struct.Struct("<4sIII")
 MAGIC = b"NCRQ"
-FLOOR = -60000.0  # shifted logits below this are clamped (probability exp(-60000) is 0 anyway)
 WORKER_ENV = "NANOCHAT_WORKER"
 
 
@@ -68,9 +67,12 @@ def load_model(device: str):
 def serve(spec: dict) -> None:
     import torch
 
+    from evolve.harness.lm import open_shared_logits
+
     req, resp = spec["request_fd"], spec["response_fd"]
-    device, vocab = spec["device"], spec["vocab_size"]
-    slots = [mmap.mmap(fd, spec["slot_bytes"]) for fd in spec["slot_fds"]]
+    device = spec["device"]
+    out = open_shared_logits(spec["logits"])  # (slots, rows, seq, vocab)
+    vocab = out.shape[-1]
     try:
         model = load_model(device)
     except Exception as exc:  # the candidate's code failed to load: tell the scorer why
@@ -88,7 +90,7 @@ def serve(spec: dict) -> None:
             raw = _read_exact(req, batch * seq * 4)
         except EOFError:
             return
-        if magic != MAGIC:
+        if magic != MAGIC or slot >= out.shape[0] or (batch, seq) != tuple(out.shape[1:3]):
             _answer(resp, error="bad request")
             return
         inputs = (
@@ -109,14 +111,9 @@ def serve(spec: dict) -> None:
                 )
                 return
             with torch.inference_mode():
-                shifted = logits.float()
-                shifted = (
-                    (shifted - shifted.amax(dim=-1, keepdim=True))
-                    .clamp_(min=FLOOR)
-                    .to(torch.float16)
-                )
-                out = torch.frombuffer(slots[slot], dtype=torch.float16, count=batch * seq * vocab)
-                out.copy_(shifted.reshape(-1))
+                out[slot].copy_(logits)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()  # the scorer reads the slot once it has the answer
         except Exception as exc:
             _answer(resp, error=f"model forward failed: {type(exc).__name__}: {exc}")
             return

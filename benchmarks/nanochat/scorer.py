@@ -16,7 +16,6 @@ carrying the job's nonce.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import secrets
 import select
@@ -31,7 +30,7 @@ from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, WORKER_ENV
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
-from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs
+from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs, shared_logits
 from evolve.harness.protocol import SAFE_PATH, serve_job, tail
 from evolve.harness.reaper import kill_group
 
@@ -84,17 +83,12 @@ def count_params(path: Path) -> int:
 
 
 class Worker:
-    """The model worker child and its pipes and shared-memory slots."""
+    """The model worker child, its pipes and the two logits slots it writes (``shared_logits``:
+    GPU memory on a GPU, so a batch's logits never cross to the host and back)."""
 
     def __init__(self, job: dict, batch_rows: int) -> None:
         seq, vocab = job["seq_len"], job["vocab_size"]
-        self.slot_bytes = batch_rows * seq * vocab * 2
-        self.slot_fds = []
-        for i in range(2):
-            fd = os.memfd_create(f"nanochat-logits-{i}")
-            os.ftruncate(fd, self.slot_bytes)
-            self.slot_fds.append(fd)
-        self.slots = [mmap.mmap(fd, self.slot_bytes) for fd in self.slot_fds]
+        self.logits, handle, logits_fds = shared_logits((2, batch_rows, seq, vocab), job["device"])
         req_r, self.req_w = os.pipe()
         self.resp_r, resp_w = os.pipe()
         self.report_r, report_w = os.pipe()
@@ -102,10 +96,8 @@ class Worker:
             "request_fd": req_r,
             "response_fd": resp_w,
             "report_fd": report_w,
-            "slot_fds": self.slot_fds,
-            "slot_bytes": self.slot_bytes,
+            "logits": handle,
             "device": job["device"],
-            "vocab_size": vocab,
         }
         env = dict(os.environ)
         env[WORKER_ENV] = json.dumps(spec)
@@ -118,7 +110,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                pass_fds=(req_r, resp_w, report_w, *self.slot_fds),
+                pass_fds=(req_r, resp_w, report_w, *logits_fds),
             )
         for fd in (req_r, resp_w, report_w):
             os.close(fd)
@@ -206,7 +198,6 @@ def evaluate(job: dict) -> dict:
     kept: dict[int, torch.Tensor] = {}  # logits of the scored batches that a probe copies
     probe_logits: list = []
     sums = BpbSums()
-    shape = (rows_per_batch, seq, job["vocab_size"])
     try:
         worker.answer(job["worker_startup_s"])
         load_s = time.monotonic() - start
@@ -215,9 +206,9 @@ def evaluate(job: dict) -> dict:
             message = worker.answer(job["batch_timeout_s"])
             if message.get("slot") != slot:
                 raise EvalFailure("error", "the model worker answered out of order")
-            count = shape[0] * shape[1] * shape[2]
-            logits = torch.frombuffer(worker.slots[slot], dtype=torch.float16, count=count)
-            logits = logits.view(shape).to(device, copy=True)  # ours: the worker can't change it
+            logits = worker.logits[slot].to(device, copy=True)  # ours: the worker can't change it
+            if logits.is_cuda:
+                torch.cuda.synchronize()  # copied before the worker may write the slot again
             if not bool(torch.isfinite(logits).all()):
                 raise EvalFailure("invalid", "the model produced non-finite logits")
             if kind == "probe":

@@ -204,7 +204,7 @@ class NanochatFitness:
             shared_caches=(self.compile_cache,) if self.compile_cache else (),
         )
 
-    def _env(self, ctx: EvalContext) -> dict[str, str]:
+    def program_env(self, ctx: EvalContext) -> dict[str, str]:
         """The candidate's environment: seed and GPU, thread count, the shared compile cache if set."""
         env = ctx.env()
         if self.scale.threads:
@@ -269,7 +269,7 @@ class NanochatFitness:
             [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]],
             cwd=cwd,
             limits=self._limits(limit_s),
-            env=self._env(ctx),
+            env=self.program_env(ctx),
             policy=self._policy(job["forbidden"], warming=warming),
             stdin=stdin,
         )

@@ -5,12 +5,17 @@ the GPU's bf16 matmul rate (the peak assumed for MFU), then runs one harness eva
 the seed per GPU at the same time (seed i on GPU i) and reports val_bpb (mean, std),
 tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Writes
 ``results.json``, ``RESULTS-gpu.md`` (markdown for RESULTS.md) and the logs into ``$OUT``.
+``--program DIR`` measures another training program (train.py, model.py) instead of the
+seed; ``--bare`` then runs it again without the harness (``evolve.harness.bare``: no
+sandbox, its training rows in memory) on the same GPU: the harness's tax on its timed
+tokens/s.
 
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2            # 300 s budget, ~9 min
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # every step, tiny budget, ~2-3 min
     python -m evolve.benchmarks.nanochat.gpu_run --prepare-only          # only the data (~1-2 min)
     python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny     # CPU check of this script
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0 --seeds 2      # a third seed, another call
+    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0 --budget 60 --bare --program DIR
     python -m evolve.benchmarks.nanochat.gpu_run --merge a/results.json b/results.json
 """
 
@@ -20,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import platform
 import shutil
 import statistics
@@ -30,10 +36,13 @@ from pathlib import Path
 
 from evolve.benchmarks import gpu_script
 from evolve.benchmarks.nanochat import prepare, scales
+from evolve.benchmarks.nanochat.client import CONFIG_ENV
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
+from evolve.benchmarks.nanochat.supervisor import Rows
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness import gpus as placement
+from evolve.harness.bare import run_bare
 
 CHUNK_CHARS = (
     6000  # ~1500 tokens: Wikipedia articles are cut at paragraph ends so rows use whole articles
@@ -101,15 +110,14 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
     return root
 
 
-def run_one(
-    fitness: NanochatFitness, seed: int, root: Path, rescore: bool, gpu: str | None
-) -> dict:
-    """One harness evaluation of the seed; with ``rescore``, its checkpoint scored again (see rescored)."""
+def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu: str | None) -> dict:
+    """One harness evaluation of the program (``options["program"]``, default the seed); with
+    ``options["rescore"]`` its checkpoint scored again (see rescored), with ``options["bare"]``
+    the program run again bare (see bare_tax)."""
+    program = options.get("program") or fitness.benchmark_overrides["seed"]
     work = root / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(
-        fitness.benchmark_overrides["seed"], work, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    shutil.copytree(program, work, ignore=shutil.ignore_patterns("__pycache__", "checkpoint"))
     scratch = root / f"scratch{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
     ctx = EvalContext(
@@ -125,7 +133,8 @@ def run_one(
     config_path = work / "checkpoint" / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}
     checkpoint = scratch / "rescore"  # the harness's copy (the training program's is its own)
-    if rescore and ev.fitness is not None:
+    rescore = options.get("rescore") and ev.fitness is not None
+    if rescore:
         shutil.copytree(work / "checkpoint", checkpoint)
     return {
         "seed": seed,
@@ -136,8 +145,25 @@ def run_one(
         "metrics": dict(ev.metrics),
         "config": config,
         "artifacts": dict(ev.artifacts),
-        "rescored": rescored(fitness, checkpoint, ctx) if rescore and checkpoint.is_dir() else [],
+        "rescored": rescored(fitness, checkpoint, ctx) if rescore else [],
+        "bare": bare_tax(fitness, Path(program), root / f"bare{seed}", ctx, ev.metrics)
+        if options.get("bare") and ev.ok
+        else None,
     }
+
+
+def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalContext, metrics: dict) -> dict:
+    """The program run bare (``evolve.harness.bare``) on the same device, with the environment the
+    harness gives it and the training rows the harness's feed makes for this seed, packed into
+    memory beforehand (a quarter more than the harness run used; reused from the start after)."""
+    shutil.copytree(program, folder, ignore=shutil.ignore_patterns("__pycache__", "checkpoint"))
+    settings = fitness.program_settings(folder, ctx)
+    scale = fitness.scale
+    rows = Rows(settings)(int(metrics["tokens"] * 1.25 / scale.seq_len) + 64, True)
+    env = {**os.environ, **fitness.program_env(ctx), CONFIG_ENV: json.dumps(settings)}
+    return run_bare(folder, rows, entry="train.py", env=env, budget_s=scale.budget_s,
+                    untimed_steps=scale.untimed_steps, vocab=scale.vocab_size,
+                    bos=settings["bos_id"], timeout_s=scale.train_limit_s)  # fmt: skip
 
 
 def rescored(fitness: NanochatFitness, checkpoint: Path, ctx: EvalContext) -> list[dict]:
@@ -241,7 +267,7 @@ def markdown(
         "",
     ]
     for r in runs:
-        lines += [f"Seed {r['seed']}: {phase_line(r)}", ""] + [
+        lines += [f"Seed {r['seed']}: {phase_line(r)}", "", *bare_line(r)] + [
             f"Seed {r['seed']}, its checkpoint scored again{' in strict mode' if row['strict'] else ''}: "
             f"{row['status']}, val_bpb {row['val_bpb'] or float('nan'):.4f}, {row['probe_batches']} probe batches, "
             f"{row['seconds']:.1f} s ({row['seconds'] / r['wall_s']:.2%} of the evaluation's wall time)."
@@ -255,6 +281,19 @@ def markdown(
                 "",
             ]
     return "\n".join(lines)
+
+
+def bare_line(run: dict) -> list[str]:
+    """The run's timed tokens/s bare and under the harness (``--bare``), or nothing."""
+    bare, m = run.get("bare"), run["metrics"]
+    if not bare or bare["tokens_per_s"] <= 0:
+        return []
+    return [
+        f"Seed {run['seed']}, timed tokens/s: run bare {bare['tokens_per_s']:,.0f} ({bare['steps']} steps), "
+        f"under the harness {m['tokens_per_s']:,.0f} ({m['steps']} steps): the harness keeps "
+        f"{m['tokens_per_s'] / bare['tokens_per_s']:.2%} of the bare speed.",
+        "",
+    ]
 
 
 def phase_line(run: dict) -> str:
@@ -290,6 +329,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--data-dir", type=Path, default=Path("data/nanochat"), help="prepared datasets go here"
+    )
+    parser.add_argument(
+        "--program",
+        type=Path,
+        help="a training program's folder (train.py, model.py) to measure instead of the seed",
+    )
+    parser.add_argument(
+        "--bare",
+        action="store_true",
+        help="after each evaluation, run the same program bare (no sandbox, no harness process, "
+        "its training rows in memory) on the same GPU and compare the timed tokens/s",
+    )
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        help="steps the harness profiles for feedback (default the fitness's; 0: none)",
     )
     parser.add_argument(
         "--strict-cost",
@@ -339,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         compile_cache=None if tiny else str(data_dir.parent / "nanochat-compile-cache"),
         # the full run alone, so that wall - budget stays the full run's overhead
         layered={"local_check": False, "short_run_steps": 0},
+        **({} if args.profile_steps is None else {"profile_steps": args.profile_steps}),
     )
     import torch
 
@@ -354,9 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="nanochat-gpu-run-"))
     try:
         # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
-        runs = placement.run_on_slots(
-            run_one, [(fitness, seed, work, args.strict_cost) for seed in seeds], gpus
-        )
+        options = {"rescore": args.strict_cost, "bare": args.bare,
+                   "program": str(args.program.resolve()) if args.program else None}  # fmt: skip
+        runs = placement.run_on_slots(run_one, [(fitness, seed, work, options) for seed in seeds], gpus)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)

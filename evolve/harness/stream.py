@@ -117,3 +117,10 @@ def channel() -> Channel:
     if _channel is None:
         _channel = Channel()
     return _channel
+
+
+def install(stand_in) -> None:
+    """Use ``stand_in`` as this process's channel (``evolve.harness.bare``: a program run without
+    the harness); it answers ``batch``, ``step``, ``note`` and ``saved`` as a Channel does."""
+    global _channel
+    _channel = stand_in

@@ -33,6 +33,7 @@ def test_gpu_run_tiny_on_cpu(tmp_path, monkeypatch):
             str(tmp_path / "data"),
             "--budget",
             "2",
+            "--bare",
         ]
     )
     assert code == 0
@@ -42,3 +43,7 @@ def test_gpu_run_tiny_on_cpu(tmp_path, monkeypatch):
     assert summary["mfu"] > 0 and summary["overhead_s"] > 0
     text = (tmp_path / "out" / "RESULTS-gpu.md").read_text()
     assert "val_bpb" in text and "| seed |" in text
+    for run in results["runs"]:  # the seed run again bare, timed the same way
+        assert run["bare"]["returncode"] == 0 and run["bare"]["tokens_per_s"] > 0, run["bare"]
+        assert run["bare"]["steps"] > 11  # past the untimed steps
+    assert text.count("timed tokens/s: run bare") == 2

@@ -26,6 +26,7 @@ from collections import deque
 from pathlib import Path
 
 import numpy as np
+import torch  # imported before the job: a scorer started ahead has it ready
 from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, WORKER_ENV
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
@@ -74,8 +75,6 @@ def read_rows(stream, count: int, width: int) -> np.ndarray:
 
 def count_params(path: Path) -> int:
     """Numbers in the checkpoint's tensors (loaded as plain tensors, no code runs)."""
-    import torch
-
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     if not isinstance(state, dict):
         raise EvalFailure("invalid", "model.pt must hold a state dict")
@@ -181,8 +180,6 @@ def plan_batches(
 
 def evaluate(job: dict) -> dict:
     """Score the checkpoint in the current directory per ``job``; raises EvalFailure."""
-    import torch
-
     start = time.monotonic()
     seq, rows_per_batch, device = job["seq_len"], job["batch_rows"], job["device"]
     n_rows = job["eval_tokens"] // seq

@@ -15,4 +15,6 @@
 - ``audit``: static detectors of reward hacking in the code a candidate added to its parent.
 - ``phases``: where an evaluation's wall time goes (``time_<phase>`` seconds adding up to it).
 - ``profiling``: a torch.profiler summary of a few timed training steps, for feedback only.
+- ``bare``: a training program run without the harness (rows in memory, the stream's rules
+  and timing kept in-process), to measure what the harness costs its speed.
 """

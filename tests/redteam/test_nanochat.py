@@ -331,6 +331,23 @@ def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
     assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
 
 
+def test_a_scorer_started_before_the_checkpoint_exists_scores_it_the_same(scoring, tmp_path):
+    # GPU scales start the scorer when training begins, in the empty folder the checkpoint is
+    # later copied to: it must see the files and score them as a scorer started then would
+    made = tmp_path / "made"
+    assert score_model(scoring, made, programs.seed_files()["model.py"])["status"] == "ok"
+    ahead = tmp_path / "ahead"
+    ahead.mkdir()
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    started = scoring.start_harness("scoring", ahead, ctx, limit_s=scoring.scale.eval_limit_s)
+    for path in made.iterdir():
+        if path.is_file() and path.suffix in (".py", ".json", ".pt"):
+            (ahead / path.name).write_bytes(path.read_bytes())
+    verdict = scoring.score(ahead, ctx, started)
+    assert verdict["status"] == "ok", verdict
+    assert verdict["val_bpb"] == scoring.score(made, ctx)["val_bpb"]
+
+
 FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others: -m slow
 
 

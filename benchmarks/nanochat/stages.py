@@ -18,14 +18,12 @@ while the others wait on a lock.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import importlib.metadata
 import json
-import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +32,7 @@ from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage, write_files
 from evolve.harness.hashing import files_digest, harness_modules
+from evolve.harness.once import stored
 from evolve.harness.protocol import failed
 from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
 from evolve.types import EvalStatus, Evaluation, Files
@@ -136,21 +135,6 @@ class ShortTraining:
                 },
             )
         return losses
-
-
-def stored(path: Path, measure: Callable[[], Any]) -> Any:
-    """The JSON value at ``path``; the first process to ask measures it (``measure()``) and
-    writes it while the others wait on a lock, then read it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file():
-            return json.loads(path.read_text())
-        value = measure()
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(value))
-        os.replace(partial, path)
-        return value
 
 
 def reference_key(

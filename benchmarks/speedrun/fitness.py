@@ -5,12 +5,19 @@ its final weights are evaluated by the harness (``runner.py``). The candidate is
 when ``scipy.stats.ttest_1samp(losses, target, alternative='less').pvalue < alpha``;
 its fitness is then the mean timed training seconds (lower is better). Otherwise it is
 INVALID, with the p-value and every loss kept in its metrics. As a cascade, one seed
-runs first; the others only when its loss is within ``reach`` of the target.
+runs first; the others only when its loss is within ``reach`` of the target. With a
+``compile_cache``, a stage before them fills it once per cache, seed program, settings and
+machine (the seed trained one step by the harness, ``runner.warm_cache``), so candidates
+that compile what the seed compiles find it there; each run reads a private copy.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
 import math
 import shutil
 import statistics
@@ -20,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from evolve.benchmarks.speedrun.data import DataSpec
-from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed
+from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed, warm_cache
 
 from evolve.fitness import EvalContext, Stage, one_sided_pvalue
 from evolve.harness import phases
+from evolve.harness.once import stored
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)
+SEED_PROGRAM = Path(__file__).resolve().parent / "seed"
 
 
 def decide(losses: list[float], target: float, alpha: float) -> tuple[bool, float]:
@@ -63,7 +72,8 @@ class SpeedrunFitness:
         params_max_m: upper end of the ``params_m`` descriptor, in millions.
         cpu_parallel: on CPU (no GPUs in the slot), how many seeds run at the same time.
         compile_cache: a folder of torch.compile caches that each run starts from (a private
-            copy; nothing a run writes goes back). None: a fresh cache per run.
+            copy; nothing a candidate's run writes goes back), filled by the harness's run of
+            the seed (the ``cache_warmup`` stage). None: a fresh cache per run.
     """
 
     def __init__(
@@ -129,16 +139,59 @@ class SpeedrunFitness:
 
     @property
     def stages(self) -> list[Stage]:
-        """The cascade: one seed, then the remaining seeds and the t-test."""
+        """The cascade: the compile cache filled (with ``compile_cache``), one seed, then the
+        remaining seeds and the t-test."""
+        warmup = [Stage(name="cache_warmup", run=self.cache_warmup)] if self.settings.compile_cache else []
         return [
+            *warmup,
             Stage(name="first_seed", run=self.first_seed),
             Stage(name="all_seeds", run=self.all_seeds),
         ]
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
-        """Both stages in one call (for callers that do not run cascades)."""
+        """The stages in one call (for callers that do not run cascades)."""
+        if self.settings.compile_cache:
+            self.cache_warmup(workdir, ctx)
         first = self.first_seed(workdir, ctx)
         return self.all_seeds(workdir, ctx) if first.ok else first
+
+    def cache_warmup(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """Fill the compile cache with the seed's compilation, once per cache, seed program,
+        settings and machine (a record in the cache folder; workers asking at the same time
+        wait for the first). It never fails a candidate: a seed that does not train leaves
+        the cache as it is, and ``cache_warmup_ok`` says so."""
+        settings = self.settings
+        facts = {"seed": {p.name: p.read_text() for p in sorted(SEED_PROGRAM.glob("*.py"))},
+                 "settings": {k: str(v) for k, v in dataclasses.asdict(settings).items()},
+                 "torch": importlib.metadata.version("torch"), "hardware": ctx.hardware}  # fmt: skip
+        key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+
+        def warm() -> dict:
+            if ctx.scratch is not None:
+                Path(ctx.scratch).mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="speedrun-warmup-", dir=ctx.scratch) as tmp:
+                record = warm_cache(SEED_PROGRAM, settings=settings, seed=ctx.seed,
+                                    train_files=self.data.train_files(), val=self.data.val_tokens(settings.val_tokens),
+                                    gpus=self.gpu_groups(ctx)[0], scratch=Path(tmp), hidden=self.data.hidden())  # fmt: skip
+            return {"status": record.status.value, "reason": record.reason, "wall_s": record.wall_s}
+
+        record = stored(Path(settings.compile_cache) / f"warmed-{key}.json", warm)
+        return Evaluation(status=EvalStatus.OK, fitness=0.0,
+                          metrics={"cache_warmup_ok": int(record["status"] == EvalStatus.OK.value)})  # fmt: skip
+
+    def gpu_groups(self, ctx: EvalContext) -> list[list[str] | None]:
+        """The slot's GPUs in groups of ``nproc_per_node``, one run each; on a CPU,
+        ``cpu_parallel`` runs without GPUs."""
+        gpus = [g for g in (ctx.gpu or "").split(",") if g.strip()]
+        width = self.settings.nproc_per_node
+        if gpus and len(gpus) < width:
+            raise ValueError(
+                f"a run needs {width} GPUs but the slot has {len(gpus)} ({ctx.gpu}); set gpus: {width}"
+            )
+        groups: list[list[str] | None] = [
+            gpus[i : i + width] for i in range(0, len(gpus) - width + 1, width)
+        ]
+        return groups or [None] * max(1, self.cpu_parallel)
 
     def seeds(self, ctx: EvalContext) -> list[int]:
         """The seeds of one evaluation: ``ctx.seed`` and the ``n_seeds - 1`` after it."""
@@ -188,16 +241,7 @@ class SpeedrunFitness:
         """Run ``seeds``, in parallel when the slot has GPUs for more than one run at a time."""
         if not seeds:
             return []
-        gpus = [g for g in (ctx.gpu or "").split(",") if g.strip()]
-        width = self.settings.nproc_per_node
-        if gpus and len(gpus) < width:
-            raise ValueError(
-                f"a run needs {width} GPUs but the slot has {len(gpus)} ({ctx.gpu}); set gpus: {width}"
-            )
-        groups: list[list[str] | None] = [
-            gpus[i : i + width] for i in range(0, len(gpus) - width + 1, width)
-        ]
-        groups = groups or [None] * max(1, self.cpu_parallel)
+        groups = self.gpu_groups(ctx)
         settings = self.settings.strict() if ctx.strict else self.settings
         train_files = self.data.train_files()
         val = self.data.val_tokens(self.settings.val_tokens)

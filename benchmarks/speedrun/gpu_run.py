@@ -114,6 +114,7 @@ def fitness_for(
         probe_every_s=probe_every_s,
         overrides={**overrides, **args.model_overrides},
         cpu_parallel=3,
+        compile_cache=str(args.compile_cache) if args.compile_cache else None,
     )
 
 
@@ -203,6 +204,10 @@ def seeds_part(
         run_timeout_s=steps * batch / (tps1 or 300_000) * 2 + 600,
     )
     ctx = EvalContext(seed=0, gpu=",".join(gpus) if gpus else None, scratch=scratch / "seeds")
+    if args.compile_cache:  # as an evolve run's first evaluation would: the harness's seed run fills it
+        begin = time.monotonic()
+        warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
+        log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
     records = f.run_seeds(SEED_DIR, args.seeds, ctx)
     for r in records:
@@ -286,6 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--work", type=Path, default=Path("data/speedrun"), help="folder for shards and caches"
+    )
+    parser.add_argument(
+        "--compile-cache",
+        type=Path,
+        help="a torch.compile cache folder the harness fills once with the seed (the cache_warmup "
+        "stage) and every one-GPU run reads a copy of (default: none, each run compiles afresh)",
     )
     parser.add_argument("--cpu", action="store_true", help="reduced run on CPU (tests)")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 2..N GPU scaling runs")

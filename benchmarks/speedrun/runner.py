@@ -53,7 +53,7 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
-    compile_cache: str | None = None  # a compiler cache copied into each run (never written back)
+    compile_cache: str | None = None  # a compiler cache copied into each run (written by warm_cache only)
     probe_factor: int = 1  # causality probe batches are this many times the usual count
 
     def strict(self) -> RunSettings:
@@ -129,10 +129,14 @@ def _command(settings: RunSettings) -> list[str]:
     ]
 
 
-def _private_cache(settings: RunSettings, run_dir: Path) -> Path | None:
-    """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back)."""
+def _private_cache(settings: RunSettings, run_dir: Path, warming: bool = False) -> Path | None:
+    """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back);
+    when ``warming`` (the harness's run of the seed, ``warm_cache``), the shared folder itself."""
     if not settings.compile_cache:
         return None
+    if warming:
+        Path(settings.compile_cache).mkdir(parents=True, exist_ok=True)
+        return Path(settings.compile_cache)
     cache = run_dir / "cache"
     source = Path(settings.compile_cache)
     if source.is_dir():
@@ -153,6 +157,15 @@ def run_seed(
             shutil.rmtree(scratch / f"seed-{seed}", ignore_errors=True)
 
 
+def warm_cache(seed_program: Path, *, settings: RunSettings, scratch: Path, **kwargs) -> RunRecord:
+    """Fill ``settings.compile_cache`` for the runs that copy it: the seed program (the
+    harness's own code) trained for one step with the shared cache folder writable. Its
+    compilation happens before the clock starts (``compile_warmup_steps``), so one timed step
+    is enough, and nothing is scored. Other arguments as for ``run_seed``."""
+    one_step = replace(settings, overrides={**settings.overrides, "steps": 1})
+    return run_seed(seed_program, settings=one_step, scratch=scratch, warming=True, **kwargs)
+
+
 def _run_seed(
     candidate: Path,
     *,
@@ -163,12 +176,14 @@ def _run_seed(
     gpus: list[str] | None,
     scratch: Path,
     hidden: list[Path] = (),
+    warming: bool = False,
 ) -> RunRecord:
     """Train the candidate in ``candidate`` once with ``seed`` and return the audited outcome.
 
     ``hidden`` (the data folder, other runs' folders) is made unreadable to the candidate's
     processes; the training tokens reach it only through the harness's ``TokenServer``, and
-    the clock module is mounted read-only.
+    the clock module is mounted read-only. ``warming``: ``warm_cache``'s run (the shared
+    compile cache writable, the outcome the training's exit alone: nothing audited or scored).
     """
     begin = time.monotonic()
     phases.mark("run_setup")
@@ -181,7 +196,7 @@ def _run_seed(
     shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
     ckpt_dir = run_dir / "ckpt"
     ckpt_dir.mkdir()
-    cache = _private_cache(settings, run_dir)
+    cache = _private_cache(settings, run_dir, warming)
     env = _env(settings, seed=seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=cache)
     limits = Limits(timeout_s=settings.run_timeout_s, memory_bytes=settings.memory_bytes)
     policy = Policy(
@@ -216,6 +231,11 @@ def _run_seed(
         return fail(
             EvalStatus.TIMEOUT, f"training did not finish within {settings.run_timeout_s:.0f} s"
         )
+    if warming:
+        record.wall_s = time.monotonic() - begin
+        if result.returncode != 0:
+            return fail(EvalStatus.ERROR, f"exit status {result.returncode}: {result.tail(600)}")
+        return record
     try:
         timing = audit(
             clock.marks,

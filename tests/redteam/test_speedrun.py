@@ -378,7 +378,10 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
         overrides={"steps": 2, "warmup_steps": 1},
     )
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts  # seed 1 found nothing of seed 0's
-    assert not list(cache.rglob("*")), "a run wrote into the shared compile cache"
+    # only the harness's own warm-up run of the seed writes there (on a CPU: its folders and
+    # the stage's record, no compiled file); no candidate run does
+    written = [p for p in cache.rglob("*") if p.is_file() and not p.name.startswith("warmed-")]
+    assert not written, f"a run wrote into the shared compile cache: {written}"
     assert not list(Path("/tmp").glob("leak-*"))
 
 

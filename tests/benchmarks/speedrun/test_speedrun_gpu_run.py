@@ -23,14 +23,17 @@ def test_time_to_target_takes_the_first_measurement_at_or_below_it():
 @pytest.mark.slow
 def test_cpu_mode_runs_every_part(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
-    assert gpu_run.main(["--cpu", "--work", str(tmp_path / "work")]) == 0
+    cache = tmp_path / "cache"
+    assert gpu_run.main(["--cpu", "--work", str(tmp_path / "work"), "--compile-cache", str(cache)]) == 0
     results = json.loads((tmp_path / "out" / "speedrun_gpu_run.json").read_text())
     assert [r["status"] for r in results["seeds"]["runs"]] == ["ok"] * 3
     assert results["seeds"]["metrics"]["pvalue"] < 0.01  # the CPU target 5.6 is met
     assert [(r["nproc"], r["status"]) for r in results["scaling"]] == [(1, "ok"), (2, "ok")]
     assert all(r["tokens_per_s"] > 0 for r in results["scaling"])
     assert results["seeds"]["curve_mean"]
-    assert "scaling of the seed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "scaling of the seed" in printed
+    assert "warm-up ok" in printed and list(cache.glob("warmed-*.json"))  # the seed filled it once
     assert (tmp_path / "out" / "logs" / "seed-0.txt").is_file()
 
 

@@ -177,3 +177,31 @@ def test_ddp_through_torchrun_with_two_processes(data_dir, tmp_path):
     result = evaluate(f, candidate(tmp_path), tmp_path)
     assert result.status == EvalStatus.OK, result.artifacts
     assert result.metrics["loss_0"] < 5.9
+
+
+def test_the_harness_fills_the_compile_cache_once_with_the_seed(data_dir, tmp_path, monkeypatch):
+    from evolve.benchmarks.speedrun import fitness as speedrun_fitness
+
+    # a stand-in seed that compiles nothing and leaves a file where torch.compile's cache goes
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "train.py").write_text(
+        "import os, pathlib\n"
+        "folder = pathlib.Path(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+        "folder.mkdir(parents=True, exist_ok=True)\n"
+        "(folder / 'compiled-by-the-seed').write_text('kernel')\n"
+    )
+    monkeypatch.setattr(speedrun_fitness, "SEED_PROGRAM", seed)
+    cache = tmp_path / "cache"
+    f = fitness(data_dir, n_seeds=1, target=7.0, compile_cache=str(cache))
+    assert [s.name for s in f.stages] == ["cache_warmup", "first_seed", "all_seeds"]
+    ctx = EvalContext(seed=0, scratch=tmp_path / "scratch")
+    assert f.cache_warmup(tmp_path, ctx).metrics == {"cache_warmup_ok": 1}
+    assert (cache / "inductor" / "compiled-by-the-seed").read_text() == "kernel"
+    [record] = cache.glob("warmed-*.json")
+    # another worker's fitness reads the record instead of warming again
+    record.write_text('{"status": "marked"}')
+    again = fitness(data_dir, n_seeds=1, target=7.0, compile_cache=str(cache))
+    assert again.cache_warmup(tmp_path, ctx).metrics == {"cache_warmup_ok": 0}
+    # a candidate's run reads a private copy: what it writes there never reaches the cache
+    # (tests/benchmarks/speedrun/test_speedrun_stream.py, tests/redteam/test_speedrun.py)

@@ -15,6 +15,8 @@
 - ``audit``: static detectors of reward hacking in the code a candidate added to its parent.
 - ``phases``: where an evaluation's wall time goes (``time_<phase>`` seconds adding up to it).
 - ``profiling``: a torch.profiler summary of a few timed training steps, for feedback only.
+- ``once``: a value measured once per machine and key under a lock (the seed's references,
+  a compile cache filled by the seed).
 - ``bare``: a training program run without the harness (rows in memory, the stream's rules
   and timing kept in-process), to measure what the harness costs its speed.
 """

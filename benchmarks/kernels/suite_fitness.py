@@ -20,6 +20,7 @@ touches one kernel costs one problem's measurement, not the suite's.
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -114,8 +115,10 @@ class KernelSuiteFitness:
         return {"seed": str(self._seed), **({"gpus": 0} if self._device == "cpu" else {})}
 
     def _make_seed(self) -> Path:
-        """A folder per problem: our Triton seed where we have one, else the problem's reference."""
+        """A folder per problem: our Triton seed where we have one, else the problem's reference;
+        removed when this process exits (copies of this fitness in workers only name it)."""
         seed = Path(tempfile.mkdtemp(prefix="evolve-kernels-suite-seed-"))
+        atexit.register(shutil.rmtree, seed, True)
         for name in self.dirs:
             source = SEEDS / TRITON_SEEDS.get(name, "reference")
             shutil.copytree(source, seed / name, ignore=shutil.ignore_patterns("__pycache__"))

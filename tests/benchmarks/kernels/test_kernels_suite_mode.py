@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from evolve.benchmarks.kernels import suite_fitness
@@ -112,3 +116,18 @@ def test_the_suite_config_builds(tmp_path, monkeypatch):
     assert (
         "EVOLVE-BLOCK-START" in (benchmark.seed_dir / "softmax" / "kernel.py").read_text()
     )  # our Triton seed
+
+
+def test_the_generated_seed_folder_goes_when_the_process_exits(tmp_path):
+    tiny_rmsnorm(tmp_path / "data" / "L1", name="norm_a", rows=(9,))
+    script = (
+        "import sys\n"
+        "from evolve.benchmarks.kernels.suite_fitness import KernelSuiteFitness\n"
+        f"made = KernelSuiteFitness(category='L1', dataset={str(tmp_path / 'data')!r}, device='cpu')\n"
+        "print(made.benchmark_overrides['seed'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seed = Path(done.stdout.splitlines()[-1])
+    assert seed.name.startswith("evolve-kernels-suite-seed-") and not seed.exists()

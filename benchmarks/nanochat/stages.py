@@ -18,9 +18,7 @@ while the others wait on a lock.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib.metadata
-import json
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -31,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage, write_files
+from evolve.harness import once
 from evolve.harness.hashing import files_digest, harness_modules
-from evolve.harness.once import stored
 from evolve.harness.protocol import failed
 from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
 from evolve.types import EvalStatus, Evaluation, Files
@@ -152,7 +150,7 @@ def reference_key(
         "harness": files_digest(code),
         **what,
     }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+    return once.key(facts)
 
 
 @dataclass(kw_only=True)
@@ -165,7 +163,7 @@ class StoredLocalCheck(LocalCheck):
         if self._reference is None:
             key = reference_key(self.fitness, self.seed_files, ctx, stage=self.name)
             path = self.fitness.calibration_dir / f"local-check-{key}.json"
-            self._reference = stored(path, lambda: dict(LocalCheck.reference(self, ctx)))
+            self._reference = once.stored(path, lambda: dict(LocalCheck.reference(self, ctx)))
         return self._reference
 
 
@@ -182,7 +180,7 @@ class StoredShortRun(ShortRun):
             )
             path = self.fitness.calibration_dir / f"short-run-{key}.json"
             self._band = LossBand.from_json(
-                stored(path, lambda: ShortRun.band(self, ctx).to_json())
+                once.stored(path, lambda: ShortRun.band(self, ctx).to_json())
             )
         return self._band
 
@@ -217,7 +215,7 @@ class CacheWarmup:
                 }
             return {"status": verdict["status"], "startup_s": verdict["startup_s"]}
 
-        record = stored(Path(fitness.compile_cache) / f"warmed-{key}.json", warm)
+        record = once.stored(Path(fitness.compile_cache) / f"warmed-{key}.json", warm)
         warmed = int(record["status"] == "ok")  # as the local check: a passed stage scores 0.0
         return Evaluation(status=EvalStatus.OK, fitness=0.0, metrics={"cache_warmup_ok": warmed})
 

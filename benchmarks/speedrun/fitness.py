@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import hashlib
 import importlib.metadata
-import json
 import math
 import shutil
 import statistics
@@ -30,8 +28,7 @@ from evolve.benchmarks.speedrun.data import DataSpec
 from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed, warm_cache
 
 from evolve.fitness import EvalContext, Stage, one_sided_pvalue
-from evolve.harness import phases
-from evolve.harness.once import stored
+from evolve.harness import once, phases
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)
@@ -164,7 +161,6 @@ class SpeedrunFitness:
         facts = {"seed": {p.name: p.read_text() for p in sorted(SEED_PROGRAM.glob("*.py"))},
                  "settings": {k: str(v) for k, v in dataclasses.asdict(settings).items()},
                  "torch": importlib.metadata.version("torch"), "hardware": ctx.hardware}  # fmt: skip
-        key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
         def warm() -> dict:
             if ctx.scratch is not None:
@@ -175,7 +171,7 @@ class SpeedrunFitness:
                                     gpus=self.gpu_groups(ctx)[0], scratch=Path(tmp), hidden=self.data.hidden())  # fmt: skip
             return {"status": record.status.value, "reason": record.reason, "wall_s": record.wall_s}
 
-        record = stored(Path(settings.compile_cache) / f"warmed-{key}.json", warm)
+        record = once.stored(Path(settings.compile_cache) / f"warmed-{once.key(facts)}.json", warm)
         return Evaluation(status=EvalStatus.OK, fitness=0.0,
                           metrics={"cache_warmup_ok": int(record["status"] == EvalStatus.OK.value)})  # fmt: skip
 

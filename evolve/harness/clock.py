@@ -16,8 +16,8 @@ digest: what is scored is the state at the stop) and exit within ``finish_limit_
 it has reported the checkpoint after the stop (and the profile, when one was asked for), the
 harness has all it needs and ends the program itself: its exit (Python's and CUDA's teardown,
 2.3-2.7 s of every GPU evaluation on the H200) is nobody's time. More than one step reported
-after the stop, a start-up past ``startup_limit_s`` or a
-forbidden-data report (``violation``) kills and rejects it.
+after the stop, a start-up past ``startup_limit_s`` or a forbidden-data report
+(``violation``) kills and rejects it.
 """
 
 from __future__ import annotations
@@ -377,8 +377,7 @@ def run_timed(
     leftover = reap_tree(f"{marker_var}={marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers)
     for fd in (pipes.report_r, pipes.control_w, pipes.data_w):
         os.close(fd)
-    verdict = _verdict(watch, checkpoint, 0 if ended else returncode, leftover, start, end, log_file)
-    verdict["ended_by_harness"] = ended
+    verdict = _verdict(watch, checkpoint, returncode, ended, leftover, start, end, log_file)
     verdict["marks"] = {  # monotonic times of the run's boundaries, for the evaluation's phases
         "launched": start,
         "first_batch": watch.first_batch_at,
@@ -396,6 +395,7 @@ def _verdict(
     watch: Watch,
     checkpoint: dict,
     returncode: int,
+    ended: bool,
     leftover: list[str],
     start: float,
     end: float,
@@ -418,6 +418,7 @@ def _verdict(
         else None,
         "startup_charged_s": watch.charged_s(),
         "returncode": returncode,
+        "ended_by_harness": ended,
         "notes": watch.notes,
         "violations": watch.violations[:10],
         "checkpoint": checkpoint,
@@ -436,7 +437,7 @@ def _verdict(
             f"the training program left {len(leftover)} process(es) running after it exited "
             "(killed): " + "; ".join(leftover[:3]),
         )
-    elif returncode != 0:
+    elif returncode != 0 and not ended:  # a program the harness ended has no exit status of its own
         result["status"], result["reason"] = (
             "error",
             f"training program exited with status {returncode}",

@@ -9,11 +9,17 @@ for the first one and then read its record.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def key(facts: dict[str, Any]) -> str:
+    """A short name for a stored value: the digest of everything that decides it (JSON)."""
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def stored(path: Path, measure: Callable[[], Any]) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sysconfig
 import uuid
 from pathlib import Path
@@ -222,6 +223,29 @@ def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):
     files["train.py"] = train.replace(SAVE, MORE_TRAINING + "import time\ntime.sleep(3)\n" + SAVE)
     ev = run_files(data_dir, tmp_path, files, save_limit_s=2.0)
     assert_caught(ev, EvalStatus.REJECTED, r"no checkpoint within 2s of the stop")
+
+
+def test_files_planted_where_the_scorer_will_read_the_checkpoint_never_get_there(data_dir, tmp_path):
+    # the harness makes the scorer's folder (and on a GPU starts the scorer in it) before the
+    # candidate trains: a candidate that finds it and plants code there gains nothing
+    plant = (
+        "import glob as _g, os as _o\n"
+        # beside its own folder (the tests' scratch) and where evolve's workers keep theirs
+        "_found = _g.glob('../nanochat-eval-*/checkpoint') + _g.glob('/tmp/evolve-harness-*/nanochat-eval-*/checkpoint')\n"
+        "for _d in _found:\n"
+        "    try:\n"
+        "        open(_o.path.join(_d, 'planted.py'), 'w').write('PLANTED = 1')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('FOLDERS FOUND', len(_found), flush=True)\n"
+    )
+    files = programs.seed_files()
+    files["train.py"] = plant + files["train.py"]
+    ev = run_files(data_dir, tmp_path, files)
+    # it did find the scorer's folder (the sandbox shows it), so the attempt was real
+    assert re.search(r"FOLDERS FOUND [1-9]", ev.artifacts.get("train_log", "")), dict(ev.artifacts)
+    assert ev.ok, dict(ev.artifacts)  # scored as the honest seed: nothing planted was read
+    assert not list(tmp_path.rglob("planted.py"))
 
 
 def test_training_after_the_reported_checkpoint_and_overwriting_it_is_rejected(data_dir, tmp_path):

@@ -359,11 +359,13 @@ def main(argv: list[str] | None = None) -> int:
         ("cuda" if scales.cuda_available() else "cpu") if args.device == "auto" else args.device
     )
     tiny = args.tiny or device == "cpu"
-    gpus: list[str | None] = list(placement.chosen(args.gpus)) if device == "cuda" else [None, None]
     if args.merge:
         return merge(args, out)
+    gpus: list[str | None] = [None, None]  # two CPU runs; --prepare-only needs no GPU at all
+    if device == "cuda" and not args.prepare_only:
+        gpus = list(placement.chosen(args.gpus))
     seeds = args.seeds or list(range(len(gpus)))
-    if len(seeds) != len(gpus):
+    if len(seeds) != len(gpus) and not args.prepare_only:
         parser.error(f"--seeds names {len(seeds)} seeds for {len(gpus)} GPUs: one seed per GPU")
     t0 = time.monotonic()
     data_dir = args.data_dir.resolve()

@@ -208,7 +208,8 @@ def strong_program(compile_model: bool, seed_dir: Path = SEED) -> dict[str, str]
                 "                if name.endswith(('proj.weight', 'down.weight')):\n"
                 "                    nn.init.zeros_(param)\n",
             ),
-        ]
+        ],
+        seed_dir,
     )
     train = files["train.py"]
     start, end = (

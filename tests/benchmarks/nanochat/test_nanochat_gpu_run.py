@@ -9,18 +9,38 @@ import pytest
 from evolve.benchmarks.nanochat import gpu_run
 
 
-@pytest.mark.slow
-def test_gpu_run_tiny_on_cpu(tmp_path, monkeypatch):
-    wiki = tmp_path / "wikipedia"
-    wiki.mkdir()
+def small_wiki(folder: Path, files: int = 60) -> Path:
+    """Shards in the Wikipedia layout (train-00, val) holding the standard library's sources."""
+    folder.mkdir()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    sources = sorted(stdlib.glob("*.py"))[:60]
-    for name, chunk in (("train-00", sources[:50]), ("val", sources[50:])):
-        with lzma.open(wiki / f"{name}.jsonl.xz", "wt") as handle:
+    sources = sorted(stdlib.glob("*.py"))[:files]
+    cut = files * 5 // 6
+    for name, chunk in (("train-00", sources[:cut]), ("val", sources[cut:])):
+        with lzma.open(folder / f"{name}.jsonl.xz", "wt") as handle:
             for i, path in enumerate(chunk):
                 handle.write(
                     json.dumps({"id": i, "title": path.name, "text": path.read_text()}) + "\n"
                 )
+    return folder
+
+
+def test_prepare_only_needs_no_gpu_on_a_gpu_machine(tmp_path, monkeypatch):
+    """The device's first step: the data alone, with the default --gpus naming GPUs it lacks."""
+    monkeypatch.setattr(gpu_run.scales, "cuda_available", lambda: True)
+
+    def no_gpus(spec):
+        raise ValueError(f"GPU indices {spec} are not visible")
+
+    monkeypatch.setattr(gpu_run.placement, "chosen", no_gpus)
+    wiki = small_wiki(tmp_path / "wikipedia", files=12)
+    argv = ["--prepare-only", "--tiny", "--wiki", str(wiki), "--data-dir", str(tmp_path / "data")]
+    assert gpu_run.main(argv) == 0
+    assert (tmp_path / "data" / "wikipedia-tiny" / "dataset.json").is_file()
+
+
+@pytest.mark.slow
+def test_gpu_run_tiny_on_cpu(tmp_path, monkeypatch):
+    wiki = small_wiki(tmp_path / "wikipedia")
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
     code = gpu_run.main(
         [

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from evolve.benchmarks.speedrun.data import DataSpec
-from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings, run_seed, warm_cache
+from evolve.benchmarks.speedrun.runner import (
+    RunRecord,
+    RunSettings,
+    rescore,
+    run_seed,
+    warm_cache,
+)
 
 from evolve.fitness import EvalContext, Stage, one_sided_pvalue
 from evolve.harness import once, phases
@@ -233,10 +239,15 @@ class SpeedrunFitness:
         phases.mark("verdict")
         return self.verdict(records)
 
-    def run_seeds(self, workdir: Path, seeds: list[int], ctx: EvalContext) -> list[RunRecord]:
-        """Run ``seeds``, in parallel when the slot has GPUs for more than one run at a time."""
+    def run_seeds(
+        self, workdir: Path, seeds: list[int], ctx: EvalContext, *, keep: bool = False
+    ) -> list[RunRecord]:
+        """Run ``seeds``, in parallel when the slot has GPUs for more than one run at a time.
+        ``keep``: leave each run's folder (code, checkpoints) under ``ctx.scratch`` for ``rescore_kept``."""
         if not seeds:
             return []
+        if keep and ctx.scratch is None:
+            raise ValueError("keep=True needs ctx.scratch: the kept runs' folders go there")
         groups = self.gpu_groups(ctx)
         settings = self.settings.strict() if ctx.strict else self.settings
         train_files = self.data.train_files()
@@ -244,7 +255,7 @@ class SpeedrunFitness:
         hidden = self.data.hidden()
         own_scratch = ctx.scratch is None
         scratch_root = (ctx.scratch or Path(tempfile.mkdtemp(prefix="speedrun-"))).resolve()
-        slots = [scratch_root / f"slot-{i}" for i in range(len(groups))]
+        slots = [slot_dir(scratch_root, i) for i in range(len(groups))]
         for slot in slots:
             slot.mkdir(parents=True, exist_ok=True)
 
@@ -259,6 +270,7 @@ class SpeedrunFitness:
                 gpus=groups[slot],
                 scratch=slots[slot],
                 hidden=[*hidden, *(s for s in slots if s != slots[slot])],
+                keep=keep,
             )
 
         def timed(index: int) -> RunRecord:
@@ -280,9 +292,31 @@ class SpeedrunFitness:
                 shutil.rmtree(scratch_root, ignore_errors=True)
         return records
 
+    def rescore_kept(self, workdir: Path, record: RunRecord, ctx: EvalContext) -> RunRecord:
+        """The first wave's run of ``record.seed``, kept by ``run_seeds(..., keep=True)`` with the
+        same ``ctx.scratch``, evaluated again: as usual, or with ``ctx.strict`` as the auditor's
+        strict re-evaluation does (what strict mode adds is the difference of their ``eval_s``)."""
+        run_dir = slot_dir(Path(ctx.scratch).resolve(), 0) / f"seed-{record.seed}"
+        if not (run_dir / "ckpt").is_dir():
+            raise FileNotFoundError(f"{run_dir} holds no kept run: run_seeds(..., keep=True) first")
+        return rescore(
+            workdir,
+            record,
+            run_dir=run_dir,
+            settings=self.settings.strict() if ctx.strict else self.settings,
+            val=self.data.val_tokens(self.settings.val_tokens),
+            gpus=self.gpu_groups(ctx)[0],
+            hidden=self.data.hidden(),
+        )
+
     def verdict(self, records: list[RunRecord]) -> Evaluation:
         """The module's ``verdict`` at this fitness's target and alpha."""
         return verdict(records, self.target, self.alpha)
+
+
+def slot_dir(scratch_root: Path, index: int) -> Path:
+    """The folder of the runs on a slot's ``index``-th GPU group (one wave's run at a time)."""
+    return scratch_root / f"slot-{index}"
 
 
 def verdict(records: list[RunRecord], target: float, alpha: float) -> Evaluation:

@@ -209,10 +209,33 @@ def seeds_part(
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
         log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
-    records = f.run_seeds(SEED_DIR, args.seeds, ctx)
+    records = f.run_seeds(SEED_DIR, args.seeds, ctx, keep=args.strict_cost)
     for r in records:
         save_log(out, f"seed-{r.seed}", r)
-    return seeds_report(records, steps, args.target, f.alpha)
+    report = seeds_report(records, steps, args.target, f.alpha)
+    if args.strict_cost and records[0].ok:
+        report["strict_cost"] = strict_cost(f, records[0], ctx)
+    return report
+
+
+def strict_cost(f: SpeedrunFitness, record: RunRecord, ctx: EvalContext) -> dict:
+    """``record``'s checkpoints evaluated again as usual and in strict mode (the auditor's
+    re-evaluation: twice the causality probes); what strict mode adds, against the run's wall."""
+    rows = []
+    for strict in (False, True):
+        again = f.rescore_kept(SEED_DIR, record, dataclasses.replace(ctx, strict=strict))
+        rows.append({"strict": strict, "status": again.status.value, "reason": again.reason,
+                     "eval_s": again.eval_s, "loss": again.loss, "causal_diff": again.causal_diff})  # fmt: skip
+    added = rows[1]["eval_s"] - rows[0]["eval_s"] if all(r["eval_s"] for r in rows) else None
+    share = added / record.wall_s if added is not None and record.wall_s else None
+    log(
+        f"strict mode: evaluation {rows[0]['eval_s']:.1f} s as usual, {rows[1]['eval_s']:.1f} s strict "
+        f"(losses {rows[0]['loss']}, {rows[1]['loss']}): adds {added:.1f} s = "
+        f"{100 * share:.2f}% of the run's {record.wall_s:.1f} s"
+        if share is not None
+        else f"strict mode: not measured ({rows})"
+    )
+    return {"rows": rows, "added_s": added, "share_of_run_wall": share}
 
 
 def seeds_report(records: list[RunRecord], steps: int, target: float, alpha: float = ALPHA) -> dict:
@@ -297,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="a torch.compile cache folder the harness fills once with the seed (the cache_warmup "
         "stage) and every one-GPU run reads a copy of (default: none, each run compiles afresh)",
+    )
+    parser.add_argument(
+        "--strict-cost",
+        action="store_true",
+        help="after the seed runs, evaluate the first one's checkpoints again as usual and in "
+        "strict mode (the auditor's re-evaluation): what strict mode adds, as a share of a run",
     )
     parser.add_argument("--cpu", action="store_true", help="reduced run on CPU (tests)")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 2..N GPU scaling runs")

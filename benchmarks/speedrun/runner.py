@@ -157,6 +157,34 @@ def run_seed(
             shutil.rmtree(scratch / f"seed-{seed}", ignore_errors=True)
 
 
+def rescore(
+    candidate: Path,
+    record: RunRecord,
+    *,
+    run_dir: Path,
+    settings: RunSettings,
+    val: np.ndarray,
+    gpus: list[str] | None,
+    hidden: list[Path] = (),
+) -> RunRecord:
+    """The checkpoints of ``record``'s run, kept in ``run_dir`` by ``run_seed(keep=True)``,
+    evaluated again under ``settings`` (``settings.strict()``: the auditor's re-evaluation) by a
+    fresh evaluation process; a new record, whose ``eval_s`` is that evaluation's time."""
+    shutil.rmtree(run_dir / "eval", ignore_errors=True)
+    again = RunRecord(seed=record.seed, status=EvalStatus.OK)
+    ckpt_dir = run_dir / "ckpt"
+
+    def fail(status: EvalStatus, reason: str) -> RunRecord:
+        again.status, again.reason = status, reason
+        return again
+
+    env = _env(settings, seed=record.seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=None)
+    return evaluate_run(again, candidate=candidate, run_dir=run_dir, env=env, gpus=gpus,
+                        settings=settings, val=val, init=ckpt_dir / "init.pt",
+                        final=ckpt_dir / "final.pt", probes=[], begin=time.monotonic(), fail=fail,
+                        hidden=[*hidden, run_dir / "code", ckpt_dir])  # fmt: skip
+
+
 def warm_cache(seed_program: Path, *, settings: RunSettings, scratch: Path, **kwargs) -> RunRecord:
     """Fill ``settings.compile_cache`` for the runs that copy it: the seed program (the
     harness's own code) trained for one step with the shared cache folder writable. Its

@@ -37,6 +37,21 @@ def test_cpu_mode_runs_every_part(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "out" / "logs" / "seed-0.txt").is_file()
 
 
+def test_strict_cost_scores_the_kept_run_again_both_ways(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    argv = ["--cpu", "--work", str(tmp_path / "work"), "--steps", "60", "--no-scaling"]
+    assert gpu_run.main([*argv, "--seeds", "0", "--strict-cost"]) == 0
+    seeds = json.loads((tmp_path / "out" / "speedrun_gpu_run.json").read_text())["seeds"]
+    usual, strict = seeds["strict_cost"]["rows"]
+    assert (usual["strict"], strict["strict"]) == (False, True)
+    assert usual["status"] == strict["status"] == "ok", seeds["strict_cost"]
+    # the same checkpoint and scored rows: the same loss, whatever probes sit between them
+    assert strict["loss"] == pytest.approx(usual["loss"], abs=1e-4)
+    assert strict["loss"] == pytest.approx(seeds["runs"][0]["loss"], abs=1e-4)
+    assert seeds["strict_cost"]["added_s"] == pytest.approx(strict["eval_s"] - usual["eval_s"])
+    assert "strict mode: evaluation" in capsys.readouterr().out
+
+
 def _part(tmp_path, name: str, seeds_losses: dict[int, float], steps: int = 900) -> str:
     runs = [
         gpu_run.record_dict(

@@ -243,6 +243,8 @@ class _Pipes:
         self.pending = memoryview(b"")
         self.buffer = b""
         self.eof = False
+        self.ahead: np.ndarray | None = None  # real rows made before they were asked for
+        self.last_rows = 0
 
     def child_fds(self) -> dict[str, int]:
         return {
@@ -273,15 +275,44 @@ class _Pipes:
             if watch.stop_sent_at is not None:
                 self.pending = memoryview(BATCH_HEADER.pack(0, 0))
                 continue
-            batch = np.ascontiguousarray(feed(rows, watch.streaming), dtype=np.int32)
             if watch.streaming:
+                batch = self._real_rows(rows, feed)
                 watch.real_tokens += batch.shape[0] * (batch.shape[1] - 1)
+                self.last_rows = rows
             else:
+                batch = np.ascontiguousarray(feed(rows, False), dtype=np.int32)
                 watch.synthetic_batches += 1
             self.pending = memoryview(BATCH_HEADER.pack(*batch.shape) + batch.tobytes())
         with contextlib.suppress(BlockingIOError, BrokenPipeError):
             while self.pending:
                 self.pending = self.pending[os.write(self.data_w, self.pending[: 1 << 20]) :]
+
+    def prepare(self, watch: Watch, feed: Feed) -> None:
+        """Once the last batch is written, make the next one (as many rows as last asked for)
+        while the program trains on it, so that its next request is answered at once instead
+        of waiting for the feed. Rows keep their order; rows made but never asked for (the
+        stop came) are never sent nor counted."""
+        if (
+            watch.streaming
+            and self.ahead is None
+            and self.last_rows
+            and not self.pending
+            and not watch.requests
+        ):
+            self.ahead = np.ascontiguousarray(feed(self.last_rows, True), dtype=np.int32)
+
+    def _real_rows(self, rows: int, feed: Feed) -> np.ndarray:
+        """The next ``rows`` real rows: those made ahead first, then fresh ones from ``feed``."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return np.ascontiguousarray(feed(rows, True), dtype=np.int32)
+        if len(ahead) > rows:
+            self.ahead = ahead[rows:]
+            return ahead[:rows]
+        if len(ahead) < rows:
+            fresh = np.ascontiguousarray(feed(rows - len(ahead), True), dtype=np.int32)
+            return np.concatenate([ahead, fresh])
+        return ahead
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):  # the child may have closed its end
@@ -365,6 +396,7 @@ def run_timed(
                 break
         if ready or writable or watch.requests:
             pipes.serve(watch, feed)
+        pipes.prepare(watch, feed)
         if (
             not ready
             and proc.poll() is not None

@@ -73,6 +73,44 @@ def test_synthetic_rows_before_the_clock_real_rows_while_it_runs_then_the_stream
     assert verdict["checkpoint"] == {"digest": "fixed"} and verdict["stopped_by_harness"]
 
 
+def test_rows_made_ahead_keep_their_order_whatever_the_batch_sizes(tmp_path, monkeypatch):
+    """The harness makes the next real batch while the program trains on the last one; a
+    program that changes its batch size still gets every real row once, in the feed's order."""
+    made = []
+
+    def numbered(rows: int, real: bool) -> np.ndarray:
+        if not real:
+            return np.zeros((rows, WIDTH), dtype=np.int32)
+        first = len(made)
+        made.extend(range(first, first + rows))
+        return np.arange(first, first + rows, dtype=np.int32)[:, None].repeat(WIDTH, axis=1)
+
+    monkeypatch.setattr(sys.modules[__name__], "feed", numbered)
+    body = """
+    seen, sizes = [], [2, 2, 3, 1, 1, 4, 2]
+    step = 0
+    while True:
+        try:
+            rows = c.batch(sizes[step % len(sizes)])
+        except EndOfData:
+            break
+        seen += [int(r) for r in rows[:, 0]]
+        step += 1
+        time.sleep(0.01)
+        if not c.step(tokens=8):
+            break
+    print("SEEN", " ".join(map(str, seen)), flush=True)
+    c.saved()
+    """
+    verdict, log = run(tmp_path, body, budget_s=1.0)
+    assert verdict["status"] == "ok", verdict
+    seen = [int(x) for x in log.split("SEEN ")[1].split()]
+    real = seen[sum([2, 2, 3]) :]  # after the 3 untimed steps' synthetic rows
+    assert len(real) > 20 and real == list(range(len(real)))  # every row once, in order
+    assert len(made) > len(real)  # the batch made ahead after the last one was never sent
+    assert verdict["tokens"] == len(real) * (WIDTH - 1)  # only the rows sent are counted
+
+
 def test_after_the_stop_no_batch_arrives(tmp_path):
     verdict, log = run(
         tmp_path,

@@ -36,6 +36,33 @@ class ArchiveFileError(EvolveError):
     """The archive file is missing, corrupt, foreign or from a newer evolve."""
 
 
+class ArchiveNeedsMigration(ArchiveFileError):
+    """An archive written by an older evolve, opened read-only: ``migrate`` upgrades it."""
+
+
+def migrate(path: Path | str) -> Path | None:
+    """Upgrade the archive at ``path``, written by an older evolve, to this one's schema in place.
+
+    A copy of the file as it was is kept beside it (``<name>.schema<N>.bak``) and returned;
+    None when the archive is already current. Other problems (not an archive, newer, corrupt)
+    raise ``ArchiveFileError`` as ``Store`` does, and nothing is written.
+    """
+    path = Path(path)
+    try:
+        Store(path, readonly=True).close()
+        return None
+    except ArchiveNeedsMigration:
+        pass
+    uri = f"file:{path}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as source:
+        version = source.execute("PRAGMA user_version").fetchone()[0]
+        backup = path.with_name(f"{path.name}.schema{version}.bak")
+        with contextlib.closing(sqlite3.connect(backup)) as copy:
+            source.backup(copy)
+    Store(path).close()
+    return backup
+
+
 def _now() -> float:
     return time.time()
 
@@ -98,9 +125,15 @@ class Store:
                 "upgrade evolve to open it"
             )
         if self.readonly:
-            if version < SCHEMA_VERSION:
+            if not tables:
                 raise ArchiveFileError(
-                    f"{self.path} needs a migration; open it once with a writable evolve run"
+                    f"{self.path} is an empty SQLite file, not an archive (no run wrote to it, or "
+                    "its rows are in a -wal file left behind): pass another run directory"
+                )
+            if version < SCHEMA_VERSION:
+                raise ArchiveNeedsMigration(
+                    f"{self.path} was written by an older evolve (schema {version}; this one "
+                    f"reads {SCHEMA_VERSION}): upgrade it with `python -m evolve.browse {self.path} migrate`"
                 )
             return
         self.conn.execute("PRAGMA journal_mode=WAL")

@@ -88,6 +88,13 @@ def test_readonly_open_of_a_missing_archive_names_the_fix(tmp_path):
         Store(tmp_path / "nope.db", readonly=True)
 
 
+def test_readonly_open_of_an_empty_sqlite_file_says_it_is_no_archive(tmp_path):
+    path = tmp_path / "archive.db"
+    sqlite3.connect(path).close()
+    with pytest.raises(ArchiveFileError, match="empty SQLite file, not an archive"):
+        Store(path, readonly=True)
+
+
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "archive.db"
     Store(path).close()

@@ -108,8 +108,8 @@ def _summary(session: Session) -> None:
     )
     _show(render.elites(elites(session.conn, limit=5)))
     click.echo(
-        "commands: best, show ID, diff A [B], lineage ID, cells, stats, notes, export ID DIR, plot, serve "
-        "(--help each)"
+        "commands: best, show ID, diff A [B], lineage ID, cells, stats, notes, export ID DIR, plot, serve, "
+        "migrate (--help each)"
     )
 
 
@@ -347,3 +347,23 @@ def serve(session: Session, as_json: bool, host: str, port: int, open_browser: b
             webbrowser.open(url)
 
     run_server(path, host=host, port=port, on_ready=ready)
+
+
+@command
+def migrate(session: Session, as_json: bool) -> None:
+    """Upgrade an archive written by an older evolve to this version, in place (the old file is
+    kept beside it as <name>.schema<N>.bak). The other commands only read; they ask for this."""
+    from evolve.store import migrate as migrate_archive
+
+    path = archive_path(session.run)
+    backup = migrate_archive(path)
+    if as_json:
+        _emit(
+            {"archive": str(path), "migrated": backup is not None, "backup": backup and str(backup)}
+        )
+    else:
+        click.echo(
+            f"{path} is already at this evolve's schema: nothing to do"
+            if backup is None
+            else f"{path} upgraded; the old file is kept as {backup}"
+        )

@@ -15,7 +15,9 @@ from evolve.browse.cli import main
 from evolve.query.run import best_candidate
 from evolve.store import Store
 
-COMMANDS = ("best", "show", "diff", "lineage", "cells", "stats", "notes", "export", "plot", "serve")
+COMMANDS = (
+    "best", "show", "diff", "lineage", "cells", "stats", "notes", "export", "plot", "serve", "migrate",
+)  # fmt: skip
 README = Path(__file__).parents[2] / "evolve" / "browse" / "README.md"
 
 
@@ -234,3 +236,31 @@ def test_module_entry_point(run_dir):
         check=True,
     )
     assert len(json.loads(result.stdout)) == 1
+
+
+def test_an_archive_of_an_older_evolve_is_refused_with_the_command_that_upgrades_it(
+    browse, browse_json, tmp_path
+):
+    import sqlite_utils
+
+    from evolve.schema import APPLICATION_ID, MIGRATIONS
+
+    old = tmp_path / "archive.db"
+    with sqlite3.connect(old, isolation_level=None) as conn:  # as an evolve of schema 6 left it
+        for migration in MIGRATIONS[:6]:
+            migration(sqlite_utils.Database(conn))
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute("PRAGMA user_version=6")
+    refused = browse("stats", run=old)
+    assert refused.exit_code != 0 and f"python -m evolve.browse {old} migrate" in refused.output
+    assert browse_json("migrate", run=old) == {
+        "archive": str(old),
+        "migrated": True,
+        "backup": str(tmp_path / "archive.db.schema6.bak"),
+    }
+    with sqlite3.connect(tmp_path / "archive.db.schema6.bak") as kept:
+        assert kept.execute("PRAGMA user_version").fetchone()[0] == 6  # the file as it was
+    assert browse("stats", run=old).exit_code == 0
+    again = browse("migrate", run=old)
+    assert again.exit_code == 0 and "nothing to do" in again.output
+

@@ -1,8 +1,11 @@
 """The scorer's child that runs the candidate's model: tokens in, logits out, nothing else.
 
-Started by the scorer inside the evaluation sandbox, in a directory holding only the
-checkpoint (``model.py``, ``config.json``, ``model.pt``). The guard is installed before any
-candidate code is imported. For each request (slot, B, T, then B*T int32 tokens) it runs
+Started by the scorer inside the evaluation sandbox, in a directory that will hold only the
+checkpoint (``model.py``, ``config.json``, ``model.pt``), as soon as the scorer starts: it
+imports torch, then waits for its spec (the logits buffer, the device, the forbidden paths)
+at the head of the request pipe, which the scorer sends once it has its job and the
+checkpoint is in place. The guard is installed before any candidate code is imported. For
+each request (slot, B, T, then B*T int32 tokens) it runs
 ``model(inputs)`` and writes the logits (float32) into that slot of the buffer the scorer
 shares with it (``evolve.harness.lm.shared_logits``: GPU memory through CUDA IPC on a GPU,
 so the logits never cross to the host); then it answers one JSON line. The scorer, a
@@ -20,6 +23,7 @@ import sys
 
 from evolve.benchmarks.nanochat import guard
 
+SPEC = struct.Struct("<I")  # bytes of the JSON spec that opens the request pipe
 HEADER = struct.Struct("<4sIII")
 MAGIC = b"NCRQ"
 WORKER_ENV = "NANOCHAT_WORKER"
@@ -121,9 +125,18 @@ def serve(spec: dict) -> None:
 
 
 def main() -> None:
+    """Started before the scorer has its job: import torch, then wait for the spec (the logits
+    slots, the device, the forbidden paths) at the head of the request pipe; install the guard;
+    only then import the candidate's code and serve."""
+    import torch  # noqa: F401 - imported while waiting: the scorer's job is still on its way
+
     spec = json.loads(os.environ[WORKER_ENV])
-    config = json.loads(os.environ.get("NANOCHAT_CONFIG", "{}"))
-    guard.install(config.get("forbidden", []), spec.get("report_fd"))
+    try:
+        (size,) = SPEC.unpack(_read_exact(spec["request_fd"], SPEC.size))
+        spec.update(json.loads(_read_exact(spec["request_fd"], size)))
+    except EOFError:  # the scorer ended without a job (cancelled)
+        return
+    guard.install(spec["forbidden"], spec["report_fd"])
     sys.path.insert(0, os.getcwd())
     serve(spec)
 

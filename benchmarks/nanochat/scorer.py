@@ -2,8 +2,9 @@
 
 Reads its job (one JSON line) and then the packed validation rows (int32) from stdin: the
 validation files themselves stay hidden from this sandbox. It starts ``model_worker`` (which
-runs the candidate's model code, guarded) as a child, sends it batches of inputs and reads
-back logits through shared memory. This process never imports candidate code: it copies each
+runs the candidate's model code, guarded) as a child when it starts, before its job (the
+worker imports torch meanwhile and runs no candidate code until its spec arrives), sends it
+batches of inputs and reads back logits through shared memory. This process never imports candidate code: it copies each
 batch of logits out of shared memory, checks it, and computes cross-entropy and bytes itself
 (``evolve.harness.lm``). Causality and row independence are checked on probes that cannot be
 told from scored batches: copies of randomly chosen scored batches with some rows' futures
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch  # imported before the job: a scorer started ahead has it ready
-from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, WORKER_ENV
+from evolve.benchmarks.nanochat.model_worker import HEADER, MAGIC, SPEC, WORKER_ENV
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
@@ -83,24 +84,20 @@ def count_params(path: Path) -> int:
 
 class Worker:
     """The model worker child, its pipes and the two logits slots it writes (``shared_logits``:
-    GPU memory on a GPU, so a batch's logits never cross to the host and back)."""
+    GPU memory on a GPU, so a batch's logits never cross to the host and back).
 
-    def __init__(self, job: dict, batch_rows: int) -> None:
-        seq, vocab = job["seq_len"], job["vocab_size"]
-        self.logits, handle, logits_fds = shared_logits((2, batch_rows, seq, vocab), job["device"])
+    Started with this process, before the job: it imports torch meanwhile (on a GPU this
+    process is started while the candidate trains) and then waits for ``begin``, which sends
+    what it needs from the job; no candidate code runs in it before that.
+    """
+
+    def __init__(self) -> None:
         req_r, self.req_w = os.pipe()
         self.resp_r, resp_w = os.pipe()
         self.report_r, report_w = os.pipe()
-        spec = {
-            "request_fd": req_r,
-            "response_fd": resp_w,
-            "report_fd": report_w,
-            "logits": handle,
-            "device": job["device"],
-        }
-        env = dict(os.environ)
-        env[WORKER_ENV] = json.dumps(spec)
-        env["NANOCHAT_CONFIG"] = json.dumps({"forbidden": job["forbidden"]})
+        self.memory_file = os.memfd_create("logits")  # the slots on a CPU, sized by ``begin``
+        fds = {"request_fd": req_r, "response_fd": resp_w, "report_fd": report_w}
+        env = {**os.environ, WORKER_ENV: json.dumps(fds)}
         with open(LOG_FILE, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.model_worker"],
@@ -109,12 +106,25 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                pass_fds=(req_r, resp_w, report_w, *logits_fds),
+                pass_fds=(req_r, resp_w, report_w, self.memory_file),
             )
         for fd in (req_r, resp_w, report_w):
             os.close(fd)
         self.buffer = b""
         self.violations: list[dict] = []
+        self.logits: torch.Tensor | None = None
+
+    def begin(self, job: dict, batch_rows: int) -> None:
+        """Send the waiting worker its part of the job: the logits slots (made now), the device
+        and the paths its guard refuses; it then loads the checkpoint and answers ``ready``."""
+        shape = (2, batch_rows, job["seq_len"], job["vocab_size"])
+        self.logits, handle, _ = shared_logits(shape, job["device"], self.memory_file)
+        spec = {"logits": handle, "device": job["device"], "forbidden": job["forbidden"]}
+        text = json.dumps(spec).encode()
+        try:
+            self._write_all(SPEC.pack(len(text)) + text)
+        except BrokenPipeError as exc:
+            raise EvalFailure("error", "the model worker exited early:\n" + tail(LOG_FILE)) from exc
 
     def send(self, slot: int, inputs: np.ndarray) -> None:
         batch, seq = inputs.shape
@@ -178,8 +188,9 @@ def plan_batches(
     return batches, [plan[i] for i in order]
 
 
-def evaluate(job: dict) -> dict:
-    """Score the checkpoint in the current directory per ``job``; raises EvalFailure."""
+def evaluate(job: dict, worker: Worker) -> dict:
+    """Score the checkpoint in the current directory per ``job`` with ``worker`` (started before the
+    job, ``Worker``); raises EvalFailure."""
     start = time.monotonic()
     seq, rows_per_batch, device = job["seq_len"], job["batch_rows"], job["device"]
     n_rows = job["eval_tokens"] // seq
@@ -190,7 +201,7 @@ def evaluate(job: dict) -> dict:
     )
     token_bytes = torch.from_numpy(np.load(job["token_bytes"]).astype(np.int64)).to(device)
     params = count_params(Path("model.pt"))
-    worker = Worker(job, rows_per_batch)
+    worker.begin(job, rows_per_batch)
     probed_bases = {item.base for kind, item in plan if kind == "probe"}
     kept: dict[int, torch.Tensor] = {}  # logits of the scored batches that a probe copies
     probe_logits: list = []
@@ -256,10 +267,10 @@ def evaluate(job: dict) -> dict:
     }
 
 
-def answer(job: dict) -> dict:
+def answer(job: dict, worker: Worker) -> dict:
     """The scorer's verdict on ``job``: the sums, or the failure with the worker's log."""
     try:
-        return {"status": "ok", **evaluate(job)}
+        return {"status": "ok", **evaluate(job, worker)}
     except EvalFailure as failure:
         return {
             "status": failure.status,
@@ -269,4 +280,5 @@ def answer(job: dict) -> dict:
 
 
 if __name__ == "__main__":
-    serve_job(answer)
+    waiting = Worker()  # imports torch while this process waits for its job
+    serve_job(lambda job: answer(job, waiting))

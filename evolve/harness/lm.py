@@ -170,15 +170,17 @@ def perturb_(model: torch.nn.Module, generator: torch.Generator, scale: float = 
 
 
 def shared_logits(
-    shape: tuple[int, ...], device: str
+    shape: tuple[int, ...], device: str, memory_file: int | None = None
 ) -> tuple[torch.Tensor, dict, tuple[int, ...]]:
     """A float32 buffer of ``shape`` that a child process writes logits into, without a copy between them.
 
     Returns the buffer, the handle the child opens it with (``open_shared_logits``) and the
     file descriptors to pass to the child. On CUDA the buffer is device memory shared by
     CUDA IPC handle (PyTorch's ``torch.multiprocessing`` reduction: the child maps this
-    process's allocation); elsewhere an anonymous memory file both processes map. The
-    buffer is allocated here, so this process only ever sends a handle, never unpickles one.
+    process's allocation); elsewhere an anonymous memory file both processes map
+    (``memory_file``: one made by ``os.memfd_create`` and passed to a child started before
+    the shape was known; it is sized here). The buffer is allocated here, so this process
+    only ever sends a handle, never unpickles one.
     """
     if device.startswith("cuda"):
         from torch.multiprocessing.reductions import reduce_tensor
@@ -186,7 +188,7 @@ def shared_logits(
         buffer = torch.empty(shape, dtype=torch.float32, device=device)
         return buffer, {"cuda": pickle.dumps(reduce_tensor(buffer)).hex()}, ()
     size = 4 * math.prod(shape)
-    fd = os.memfd_create("logits")
+    fd = os.memfd_create("logits") if memory_file is None else memory_file
     os.ftruncate(fd, size)
     buffer = torch.frombuffer(mmap.mmap(fd, size), dtype=torch.float32).view(shape)
     return buffer, {"fd": fd, "shape": list(shape)}, (fd,)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sysconfig
+import time
 import uuid
 from pathlib import Path
 
@@ -225,7 +227,9 @@ def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):
     assert_caught(ev, EvalStatus.REJECTED, r"no checkpoint within 2s of the stop")
 
 
-def test_files_planted_where_the_scorer_will_read_the_checkpoint_never_get_there(data_dir, tmp_path):
+def test_files_planted_where_the_scorer_will_read_the_checkpoint_never_get_there(
+    data_dir, tmp_path
+):
     # the harness makes the scorer's folder (and on a GPU starts the scorer in it) before the
     # candidate trains: a candidate that finds it and plants code there gains nothing
     plant = (
@@ -267,7 +271,11 @@ def test_training_after_the_reported_checkpoint_and_overwriting_it_is_rejected(d
     assert SAVE in train
     files["train.py"] = train.replace(SAVE, overwrite + SAVE)
     ev = run_files(data_dir, tmp_path, files)
-    assert_caught(ev, EvalStatus.REJECTED, r"left \d+ process|checkpoint changed after the program reported it")
+    assert_caught(
+        ev,
+        EvalStatus.REJECTED,
+        r"left \d+ process|checkpoint changed after the program reported it",
+    )
 
 
 @pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly
@@ -370,6 +378,39 @@ def test_a_scorer_started_before_the_checkpoint_exists_scores_it_the_same(scorin
     verdict = scoring.score(ahead, ctx, started)
     assert verdict["status"] == "ok", verdict
     assert verdict["val_bpb"] == scoring.score(made, ctx)["val_bpb"]
+
+
+def _workers_in(folder: Path) -> list[int]:
+    """Processes running the model worker in ``folder``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes()
+            here = os.readlink(proc / "cwd")
+        except (OSError, ValueError):
+            continue
+        if b"nanochat.model_worker" in command and Path(here) == folder:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_scorer_started_ahead_starts_its_worker_and_a_cancelled_one_leaves_none(
+    scoring, tmp_path
+):
+    # the model worker starts with the scorer, before the job, and waits with torch imported
+    # and no candidate code run; an unused scorer takes it along when cancelled
+    ahead = tmp_path / "ahead"
+    ahead.mkdir()
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    started = scoring.start_harness("scoring", ahead, ctx, limit_s=scoring.scale.eval_limit_s)
+    deadline = time.monotonic() + 120
+    while not _workers_in(ahead) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _workers_in(ahead), "no model worker started ahead of the job"
+    made = sorted(p.name for p in ahead.iterdir() if p.name != ".sandbox")  # the sandbox's home
+    assert made == ["worker.log"]  # it waits: nothing of a candidate's is there or has run
+    started.cancel()
+    assert not _workers_in(ahead)
 
 
 FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others: -m slow

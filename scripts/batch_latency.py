@@ -26,7 +26,7 @@ from pathlib import Path
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.supervisor import Rows
 
-from evolve.harness.clock import Window, run_timed
+from evolve.harness.clock import Window, launch, run_timed
 
 PROGRAM = """
 import json, time
@@ -70,9 +70,9 @@ def main() -> None:
         program.write_text(PROGRAM.format(rows=args.rows, step=args.step, untimed=untimed))
         window = Window(budget_s=args.budget, untimed_steps=untimed, startup_limit_s=60.0,
                         free_startup_s=60.0, finish_limit_s=30.0, save_limit_s=10.0)  # fmt: skip
-        verdict = run_timed([sys.executable, str(program)], env=dict(os.environ), window=window,
-                            feed=Rows(job), log_file=str(Path(tmp) / "log"),
-                            marker_var="BATCH_LATENCY_TREE")  # fmt: skip
+        program_run = launch([sys.executable, str(program)], env=dict(os.environ),
+                             log_file=str(Path(tmp) / "log"), marker_var="BATCH_LATENCY_TREE")  # fmt: skip
+        verdict = run_timed(program_run, window=window, feed=Rows(job))
         log = (Path(tmp) / "log").read_text()
     if verdict["status"] != "ok" or "WAITS " not in log:
         raise SystemExit(

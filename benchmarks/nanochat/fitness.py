@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import prepare, scales, stages
+from evolve.benchmarks.nanochat import ahead, prepare, scales, stages, supervisor
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.scorer import SPARE_ROWS, eval_rows
 from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_files
@@ -275,17 +275,44 @@ class NanochatFitness:
         return verdict
 
     def start_harness(
-        self, role: str, cwd: Path, ctx: EvalContext, *, limit_s: float, warming: bool = False
+        self,
+        role: str,
+        cwd: Path,
+        ctx: EvalContext,
+        *,
+        limit_s: float,
+        warming: bool = False,
+        launch_ahead: bool = False,
     ) -> Started:
         """The harness process of ``role`` started in ``cwd`` ahead of its job: it imports what it
-        needs, then waits for the job ``run_harness`` sends (``cancel()`` it when unused)."""
+        needs, then waits for the job ``run_harness`` sends (``cancel()`` it when unused).
+        ``launch_ahead`` (training): it also launches the training program, which imports torch
+        and starts CUDA while it waits (``supervisor.launch_ahead``)."""
+        argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]]
+        env = self.program_env(ctx)
+        if launch_ahead:
+            argv.append(supervisor.AHEAD)
+            env[supervisor.TRAIN_DIR_ENV] = str(prepare.split_dirs(self.dataset_root)["train"])
         return start_sandboxed(
-            [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]],
+            argv,
             cwd=cwd,
             limits=self._limits(limit_s),
-            env=self.program_env(ctx),
+            env=env,
             policy=self._policy(self.forbidden(), warming=warming),
         )
+
+    def prepare_training(self, workdir: Path, ctx: EvalContext) -> Started:
+        """Start the training harness for ``workdir``'s next ``train`` now, with its program
+        launched and waiting (torch imported, CUDA started): the quick stages call this as the
+        local check begins, so that the program's start-up overlaps the check instead of
+        following it. One is kept per process; an unused one is ended by the next call, or at
+        this process's exit."""
+        ahead.drop()  # one at a time: the new one is the next to be taken
+        started = self.start_harness(
+            "training", workdir, ctx, limit_s=self.scale.train_limit_s, launch_ahead=True
+        )
+        ahead.keep(workdir, ctx, started)
+        return started
 
     def train(
         self,
@@ -310,9 +337,11 @@ class NanochatFitness:
             job["max_steps"] = max_steps
         elif self.profile_steps:
             job["profile"] = [scale.untimed_steps + PROFILE_SKIP, self.profile_steps]
+        started = None if warming else ahead.take(workdir, ctx)
         return self.run_harness(
-            "training", workdir, ctx, job, limit_s=scale.train_limit_s, warming=warming
-        )
+            "training", workdir, ctx, job, limit_s=scale.train_limit_s, warming=warming,
+            started=started,
+        )  # fmt: skip
 
     def probe_batches(self, ctx: EvalContext) -> int:
         """Causality probes among the scored batches: the scale's, or in strict mode (the auditor's
@@ -369,7 +398,9 @@ class NanochatFitness:
             if scorer is not None:
                 scorer.cancel()  # a no-op once it had its job
 
-    def _train_and_score(self, workdir: Path, ctx: EvalContext, evaldir: Path, scorer: Started | None) -> Evaluation:
+    def _train_and_score(
+        self, workdir: Path, ctx: EvalContext, evaldir: Path, scorer: Started | None
+    ) -> Evaluation:
         checkpoint = workdir / "checkpoint"
         phases.mark("sandbox_start")
         train = self.train(workdir, ctx)

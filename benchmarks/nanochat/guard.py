@@ -12,7 +12,10 @@ told where validation data lives, and a candidate that goes looking for it by su
 is outside what this guard closes; see the benchmark README ("threat model").
 
 Run as ``python -m evolve.benchmarks.nanochat.guard SCRIPT``: reads the forbidden roots from
-the harness's config variable, installs the hook, then runs SCRIPT as ``__main__``.
+the harness's config variable, installs the hook, then runs SCRIPT as ``__main__``. With
+``--wait`` instead of SCRIPT (a training program launched before its job), it first imports
+torch and starts CUDA, then waits for the harness's go, which names SCRIPT and carries the
+job's variables.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ PATH_EVENTS = {
     "os.remove": (0,),
     "os.rmdir": (0,),
 }
+WAIT = "--wait"  # launched ahead of its job: prepare, then wait for the go (``prepare_and_wait``)
 COMMAND_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
 
 
@@ -107,16 +111,38 @@ def install(forbidden: Sequence[str], report_fd: int | None = None) -> None:
     sys.addaudithook(hook)
 
 
+def prepare_and_wait() -> list[str]:
+    """Launched before its job (``--wait``): import torch and start CUDA on the slot's GPU (the
+    harness's code only: nothing of the candidate's runs here), then wait for the harness's
+    go; apply the job's environment it carries and return the program's command line."""
+    with contextlib.suppress(ImportError):
+        import torch
+
+        if os.environ.get("CUDA_VISIBLE_DEVICES") and torch.cuda.is_available():
+            torch.zeros(1, device="cuda")  # the context, made while nobody waits for it
+    from evolve.harness.stream import wait_for_go
+
+    message = wait_for_go()
+    if not message:  # the harness went away without a job
+        raise SystemExit(0)
+    os.environ.update({str(k): str(v) for k, v in message["env"].items()})
+    return [str(word) for word in message["argv"]]
+
+
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m evolve.benchmarks.nanochat.guard SCRIPT [ARGS...]")
+    argv = sys.argv[1:]
+    if not argv:
+        raise SystemExit(
+            "usage: python -m evolve.benchmarks.nanochat.guard (SCRIPT | --wait) [ARGS...]"
+        )
+    if argv[0] == WAIT:
+        argv = prepare_and_wait()
     config = json.loads(os.environ.get("NANOCHAT_CONFIG", "{}"))
     report = os.environ.get(REPORT_FD_ENV)
     install(config.get("forbidden", []), int(report) if report else None)
-    script = sys.argv[1]
-    sys.argv = sys.argv[1:]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    runpy.run_path(script, run_name="__main__")
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    runpy.run_path(argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":

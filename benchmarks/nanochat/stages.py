@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.benchmarks.nanochat import ahead
 from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage, write_files
@@ -158,6 +159,16 @@ class StoredLocalCheck(LocalCheck):
     """The local check with the seed's values measured once per machine and harness (module docstring)."""
 
     fitness: NanochatFitness = field(repr=False, compare=False)
+
+    def __call__(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        """On a GPU, the training harness for the next stage starts first (``prepare_training``):
+        its program imports torch and starts CUDA while the probe runs."""
+        if self.fitness.scale.device == "cuda":
+            self.fitness.prepare_training(workdir, ctx)
+        verdict = super().__call__(workdir, ctx)
+        if not verdict.ok:
+            ahead.drop()
+        return verdict
 
     def reference(self, ctx: EvalContext) -> Mapping[str, Any]:
         if self._reference is None:

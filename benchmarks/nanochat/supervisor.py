@@ -19,16 +19,19 @@ from pathlib import Path
 
 import numpy as np
 from evolve.benchmarks.nanochat.client import CHECKPOINT_FILES, CONFIG_ENV, CONFIG_KEYS
+from evolve.benchmarks.nanochat.guard import WAIT
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
-from evolve.harness.clock import Window, run_timed
+from evolve.harness.clock import Program, Window, launch, run_timed
 from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
 from evolve.harness.profiling import PROFILE_ENV
 from evolve.harness.protocol import SAFE_PATH, serve_job
 
 LOG_FILE = "train.log"
+AHEAD = "--ahead"  # launch the training program before the job arrives (``launch_ahead``)
+TRAIN_DIR_ENV = "NANOCHAT_TRAIN_DIR"  # the training split's folder, for a program launched ahead
 TREE_ENV = "NANOCHAT_TREE"  # marks every process the training program starts
 COMPILE_WORKERS = (
     "compile_worker",
@@ -73,15 +76,27 @@ class Rows:
         return batch
 
 
-def supervise(job: dict) -> dict:
-    """Run the candidate per ``job`` and return the verdict (without the nonce)."""
+def guard_command(*args: str) -> list[str]:
+    return [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.guard", *args]
+
+
+def launch_ahead() -> Program:
+    """The training program launched before the job (``--ahead``): the guard imports torch and
+    starts CUDA, then waits for ``supervise``'s go; the training split (``TRAIN_DIR_ENV``) is
+    hidden from it from the start, as from a program launched with its job."""
+    return launch(guard_command(WAIT), env=dict(os.environ), log_file=LOG_FILE, marker_var=TREE_ENV,
+                  preexec=hide_reads([os.environ[TRAIN_DIR_ENV]]), waits=True)  # fmt: skip
+
+
+def supervise(job: dict, ahead: Program | None = None) -> dict:
+    """Run the candidate per ``job`` and return the verdict (without the nonce); ``ahead``: its
+    program, launched before the job (``launch_ahead``)."""
     folder = Path(job["checkpoint_dir"])
-    env = dict(os.environ)
     # The training split reaches the program only through the feed: its files are forbidden too.
     config = {k: job[k] for k in CONFIG_KEYS} | {"forbidden": [*job["forbidden"], job["train_dir"]]}
-    env[CONFIG_ENV] = json.dumps(config)
+    variables = {CONFIG_ENV: json.dumps(config)}
     if job.get("profile"):  # first step and count of the steps profiled for feedback
-        env[PROFILE_ENV] = " ".join(str(int(v)) for v in job["profile"])
+        variables[PROFILE_ENV] = " ".join(str(int(v)) for v in job["profile"])
     short = job.get("max_steps") is not None  # a short run ends at its steps, not by the budget
     window = Window(
         budget_s=job["budget_s"] + (job["startup_limit_s"] if short else 0.0),
@@ -93,18 +108,28 @@ def supervise(job: dict) -> dict:
         max_steps=job.get("max_steps"),
         profiled=bool(job.get("profile")),
     )
+    if ahead is not None and os.environ.get(TRAIN_DIR_ENV) == job["train_dir"]:
+        ahead.go({"argv": [job["entry"]], "env": variables})
+        program = ahead
+    else:
+        if ahead is not None:
+            ahead.cancel()
+        program = launch(
+            guard_command(job["entry"]),
+            env={**os.environ, **variables},
+            log_file=LOG_FILE,
+            marker_var=TREE_ENV,
+            preexec=hide_reads([job["train_dir"]]),  # native code included, where Landlock is
+        )
     return run_timed(
-        [sys.executable, *SAFE_PATH, "-m", "evolve.benchmarks.nanochat.guard", job["entry"]],
-        env=env,
+        program,
         window=window,
         feed=Rows(job),
-        log_file=LOG_FILE,
-        marker_var=TREE_ENV,
         on_saved=lambda: {"digest": checkpoint_digest(folder)},
         ignore_leftovers=COMPILE_WORKERS,
-        preexec=hide_reads([job["train_dir"]]),  # native code included, where Landlock is
     )
 
 
 if __name__ == "__main__":
-    serve_job(supervise)
+    launched = launch_ahead() if AHEAD in sys.argv[1:] else None
+    serve_job(lambda job: supervise(job, launched))

@@ -42,6 +42,7 @@ from evolve.harness.reaper import kill_group, reap_tree
 REPORT_FD_ENV = "EVOLVE_REPORT_FD"
 CONTROL_FD_ENV = "EVOLVE_CONTROL_FD"
 DATA_FD_ENV = "EVOLVE_DATA_FD"
+GO_FD_ENV = "EVOLVE_GO_FD"  # a waiting program's go message arrives here (``launch(waits=True)``)
 BATCH_HEADER = struct.Struct("<II")  # rows, width of the int32 batch that follows; 0 rows: end
 MAX_LINE = 1 << 16
 MAX_BATCH_ROWS = 1 << 16
@@ -319,37 +320,68 @@ class _Pipes:
             os.write(self.control_w, b"s")
 
 
-def run_timed(
+@dataclass(eq=False)
+class Program:
+    """A training program's process and the harness's ends of its pipes (from ``launch``)."""
+
+    proc: subprocess.Popen
+    pipes: _Pipes
+    marker_var: str
+    marker: str
+    log_file: str
+    started_at: float  # when it was launched, or (a waiting one) when it had its go
+    go_w: int | None = None  # open while it waits for ``go``
+
+    def go(self, message: Mapping[str, object]) -> None:
+        """Let a program launched with ``waits`` run: ``stream.wait_for_go`` returns ``message``."""
+        if self.go_w is None:
+            raise RuntimeError("go is for a program launched with waits=True, once")
+        with contextlib.suppress(BrokenPipeError):  # it died waiting: run_timed sees it exit
+            os.write(self.go_w, (json.dumps(message) + "\n").encode())
+        os.close(self.go_w)
+        self.go_w = None
+        self.started_at = time.monotonic()
+
+    def cancel(self) -> None:
+        """End a program that will not run (and its pipes)."""
+        kill_group(self.proc)
+        self.proc.wait()
+        for fd in (self.pipes.report_r, self.pipes.control_w, self.pipes.data_w, self.go_w):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def launch(
     argv: Sequence[str],
     *,
     env: Mapping[str, str],
-    window: Window,
-    feed: Feed,
     log_file: str,
     marker_var: str,
-    on_saved: Callable[[], dict] = dict,
-    ignore_leftovers: tuple[str, ...] = (),
     preexec: Callable[[], None] | None = None,
-) -> dict:
-    """Run ``argv`` as the timed training program; return the verdict (without the nonce).
+    waits: bool = False,
+) -> Program:
+    """Start ``argv`` as a training program for ``run_timed``.
 
     Args:
         argv: the program's command (its output goes to ``log_file``).
         env: its environment; the pipes' fds and ``marker_var`` are added.
-        window: the timed window's settings.
-        feed: makes the batches the program asks for.
         log_file: where its output goes.
         marker_var: a variable put in its environment to find every process it starts.
-        on_saved: called when the program reports its checkpoint; its dict (e.g. the
-            checkpoint's digest) goes into the verdict as ``checkpoint``.
-        ignore_leftovers: command-line words of leftovers that are killed but not held
-            against it (e.g. torch.compile's worker pool).
         preexec: run in the child before exec (e.g. ``confine.hide_reads``).
+        waits: the command is harness code that prepares (imports, a device) and then waits
+            for ``Program.go`` before it runs the candidate's code (``stream.wait_for_go``):
+            started before its job is known, its start-up is nobody's time.
     """
     pipes = _Pipes()
     marker = os.urandom(16).hex()
-    full_env = {**env, marker_var: marker, **{k: str(v) for k, v in pipes.child_fds().items()}}
-    start = time.monotonic()
+    child = pipes.child_fds()
+    go_r = go_w = None
+    if waits:
+        go_r, go_w = os.pipe()
+        child = {**child, GO_FD_ENV: go_r}
+    full_env = {**env, marker_var: marker, **{k: str(v) for k, v in child.items()}}
+    started_at = time.monotonic()
     with open(log_file, "wb") as log:
         proc = subprocess.Popen(
             list(argv),
@@ -357,11 +389,39 @@ def run_timed(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=full_env,
-            pass_fds=tuple(pipes.child_fds().values()),
+            pass_fds=tuple(child.values()),
             start_new_session=True,
             preexec_fn=preexec,
         )
     pipes.close_child_ends()
+    if go_r is not None:
+        os.close(go_r)
+    return Program(proc, pipes, marker_var, marker, log_file, started_at, go_w)
+
+
+def run_timed(
+    program: Program,
+    *,
+    window: Window,
+    feed: Feed,
+    on_saved: Callable[[], dict] = dict,
+    ignore_leftovers: tuple[str, ...] = (),
+) -> dict:
+    """Watch ``program`` (``launch``; a waiting one after its ``go``) as the timed training
+    program; return the verdict (without the nonce).
+
+    Args:
+        program: the launched program.
+        window: the timed window's settings.
+        feed: makes the batches the program asks for.
+        on_saved: called when the program reports its checkpoint; its dict (e.g. the
+            checkpoint's digest) goes into the verdict as ``checkpoint``.
+        ignore_leftovers: command-line words of leftovers that are killed but not held
+            against it (e.g. torch.compile's worker pool).
+    """
+    if program.go_w is not None:
+        raise RuntimeError("a program launched with waits=True runs once it had its go")
+    pipes, proc, start = program.pipes, program.proc, program.started_at
     watch, checkpoint, ended = Watch(window, start), {}, False
     while True:
         now = time.monotonic()
@@ -406,10 +466,12 @@ def run_timed(
     end = time.monotonic()
     returncode = proc.wait()
     kill_group(proc)  # anything the child left in its process group goes with it
-    leftover = reap_tree(f"{marker_var}={marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers)
+    leftover = reap_tree(
+        f"{program.marker_var}={program.marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers
+    )
     for fd in (pipes.report_r, pipes.control_w, pipes.data_w):
         os.close(fd)
-    verdict = _verdict(watch, checkpoint, returncode, ended, leftover, start, end, log_file)
+    verdict = _verdict(watch, checkpoint, returncode, ended, leftover, start, end, program.log_file)
     verdict["marks"] = {  # monotonic times of the run's boundaries, for the evaluation's phases
         "launched": start,
         "first_batch": watch.first_batch_at,

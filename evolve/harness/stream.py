@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from evolve.harness.clock import BATCH_HEADER, CONTROL_FD_ENV, DATA_FD_ENV, REPORT_FD_ENV
+from evolve.harness.clock import BATCH_HEADER, CONTROL_FD_ENV, DATA_FD_ENV, GO_FD_ENV, REPORT_FD_ENV
 from evolve.harness.profiling import StepProfiler, requested
 
 
@@ -117,6 +117,19 @@ def channel() -> Channel:
     if _channel is None:
         _channel = Channel()
     return _channel
+
+
+def wait_for_go() -> dict:
+    """In a process the harness launched ahead of its job (``clock.launch(waits=True)``): block
+    until the harness's go message arrives and return it ({} when the harness went away)."""
+    fd, text = _fd(GO_FD_ENV), b""
+    while not text.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return {}
+        text += chunk
+    os.close(fd)
+    return json.loads(text)
 
 
 def install(stand_in) -> None:

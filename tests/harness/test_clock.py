@@ -3,13 +3,14 @@
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from evolve import landlock
-from evolve.harness.clock import Window, run_timed
+from evolve.harness.clock import Window, launch, run_timed
 from evolve.harness.confine import hide_reads
 
 WIDTH = 5
@@ -36,15 +37,15 @@ def run(tmp_path: Path, body: str, hide: tuple[str, ...] = (), **window) -> tupl
     )
     settings.update(window)
     log = tmp_path / "prog.log"
-    verdict = run_timed(
+    launched = launch(
         [sys.executable, str(program)],
         env=dict(os.environ),
-        window=Window(**settings),
-        feed=feed,
         log_file=str(log),
         marker_var="TEST_CLOCK_TREE",
-        on_saved=lambda: {"digest": "fixed"},
         preexec=hide_reads(hide) if hide else None,  # planned once the program's files exist
+    )
+    verdict = run_timed(
+        launched, window=Window(**settings), feed=feed, on_saved=lambda: {"digest": "fixed"}
     )
     return verdict, log.read_text()
 
@@ -109,6 +110,30 @@ def test_rows_made_ahead_keep_their_order_whatever_the_batch_sizes(tmp_path, mon
     assert len(real) > 20 and real == list(range(len(real)))  # every row once, in order
     assert len(made) > len(real)  # the batch made ahead after the last one was never sent
     assert verdict["tokens"] == len(real) * (WIDTH - 1)  # only the rows sent are counted
+
+
+def test_a_program_launched_ahead_runs_at_its_go_and_its_start_up_counts_from_then(tmp_path):
+    """Launched before its job (``waits``), a program prepares (here: 1 s of imports) and then
+    waits; it gets the go's message, and only the time after the go is its start-up."""
+    program = tmp_path / "prog.py"
+    program.write_text(
+        "import json, sys, time\nfrom evolve.harness.stream import EndOfData, channel, wait_for_go\n"
+        "time.sleep(1.0)  # preparing\nmessage = wait_for_go()\n"
+        "print('GO', json.dumps(message), flush=True)\nc = channel()\n" + textwrap.dedent(HONEST)
+    )
+    launched = launch([sys.executable, str(program)], env=dict(os.environ),
+                      log_file=str(tmp_path / "prog.log"), marker_var="TEST_CLOCK_TREE", waits=True)  # fmt: skip
+    window = Window(budget_s=0.5, untimed_steps=3, startup_limit_s=60.0, free_startup_s=0.0,
+                    finish_limit_s=20.0, save_limit_s=10.0)  # fmt: skip
+    with pytest.raises(RuntimeError, match="once it had its go"):
+        run_timed(launched, window=window, feed=feed)
+    time.sleep(2.0)  # the job comes later than the program's preparation ends
+    launched.go({"argv": ["train.py"], "env": {"A": "1"}})
+    verdict = run_timed(launched, window=window, feed=feed)
+    log = (tmp_path / "prog.log").read_text()
+    assert verdict["status"] == "ok", verdict
+    assert 'GO {"argv": ["train.py"], "env": {"A": "1"}}' in log
+    assert verdict["startup_s"] < 1.0 and verdict["startup_charged_s"] < 1.0  # not the 3 s before
 
 
 def test_after_the_stop_no_batch_arrives(tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from evolve.benchmarks.nanochat import ahead as ahead_module
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import STRICT_PROBES
 from evolve.benchmarks.nanochat.sources import chunk_text
@@ -58,7 +59,15 @@ def data_dir(tmp_path_factory) -> Path:
     return root
 
 
-def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, str] | None = None):
+def run(
+    data_dir: Path,
+    tmp_path: Path,
+    inject: str = "",
+    replace: tuple[str, str] | None = None,
+    ahead: bool = False,
+):
+    """The seed with ``inject`` after its seeding (and ``replace`` done) through the harness;
+    ``ahead``: its training program launched before the job, as on a GPU during the local check."""
     files = {p.name: p.read_text() for p in SEED.glob("*.py")}
     assert ANCHOR in files["train.py"]
     files["train.py"] = files["train.py"].replace(ANCHOR, ANCHOR + inject)
@@ -70,8 +79,10 @@ def run(data_dir: Path, tmp_path: Path, inject: str = "", replace: tuple[str, st
     work.mkdir(parents=True)
     for name, text in files.items():
         (work / name).write_text(text)
-    fitness = tiny_fitness(data_dir)
-    return evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
+    fitness, ctx = tiny_fitness(data_dir), EvalContext(seed=0, scratch=tmp_path)
+    if ahead:
+        fitness.prepare_training(work, ctx)
+    return evaluate_safely(fitness, work, ctx)
 
 
 def test_validation_data_read_by_native_code_is_refused(data_dir, tmp_path):
@@ -197,25 +208,49 @@ def run_files(data_dir: Path, tmp_path: Path, files: dict[str, str], **overrides
     return evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
 
 
-def test_training_at_import_time_on_the_training_files_is_refused(data_dir, tmp_path):
+@pytest.mark.parametrize("ahead", [False, True], ids=["launched_with_its_job", "launched_ahead"])
+def test_training_at_import_time_on_the_training_files_is_refused(data_dir, tmp_path, ahead):
     inject = (  # trains before the clock exists, on the real training split read from its files
         "import json as _j, os as _o, numpy as _np\n"
         "_train = next(p for p in _j.loads(_o.environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('train'))\n"
         "_tokens = _np.fromfile(_o.path.join(_train, 'tokens.bin'), dtype=_np.uint16)\n"
     )
-    ev = run(data_dir, tmp_path, inject)
+    ev = run(data_dir, tmp_path, inject, ahead=ahead)
     assert_caught(ev, EvalStatus.REJECTED, r"read forbidden data.*train")
 
 
 @pytest.mark.skipif(landlock.abi() < 1, reason="needs Landlock (Linux >= 5.13)")
-def test_training_files_read_by_native_code_give_nothing(data_dir, tmp_path):
+@pytest.mark.parametrize("ahead", [False, True], ids=["launched_with_its_job", "launched_ahead"])
+def test_training_files_read_by_native_code_give_nothing(data_dir, tmp_path, ahead):
     inject = (  # ctypes bypasses Python's audit hooks: the harness's Landlock layer refuses it
         "import ctypes as _c, json as _j, os as _o\n"
         "_train = next(p for p in _j.loads(_o.environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('train'))\n"
         "print('NATIVE_FD', _c.CDLL(None).open(_o.path.join(_train, 'tokens.bin').encode(), 0))\n"
     )
-    ev = run(data_dir, tmp_path, inject)
+    ev = run(data_dir, tmp_path, inject, ahead=ahead)
     assert "NATIVE_FD -1" in ev.artifacts.get("train_log", ""), dict(ev.artifacts)
+
+
+def test_a_program_launched_ahead_runs_nothing_of_the_candidate_before_its_job(data_dir, tmp_path):
+    # launched while the local check runs, the training program waits with the harness's
+    # imports done; the candidate's code (here: one that leaves a mark at import) runs only
+    # once the job comes, and an unused one is ended without ever running it
+    mark = "open('RAN', 'w').write('x')\n"
+    work = programs.write(
+        {**programs.seed_files(), "train.py": mark + programs.seed_files()["train.py"]},
+        tmp_path / "work",
+    )
+    fitness, ctx = tiny_fitness(data_dir), EvalContext(seed=0, scratch=tmp_path)
+    started = fitness.prepare_training(work, ctx)
+    time.sleep(3.0)
+    assert started.alive() and not (work / "RAN").exists()
+    ev = evaluate_safely(fitness, work, ctx)
+    assert ev.ok and (work / "RAN").exists(), dict(ev.artifacts)
+    (work / "RAN").unlink()
+    unused = fitness.prepare_training(work, ctx)
+    time.sleep(3.0)
+    ahead_module.drop()
+    assert not unused.alive() and not (work / "RAN").exists()
 
 
 def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):

@@ -1,0 +1,44 @@
+"""The training harness started ahead of its job (on a GPU, while the local check runs): the next
+training of its workdir takes it and scores as usual; any other training ends it."""
+
+from pathlib import Path
+
+from evolve.benchmarks.nanochat import ahead, prepare
+
+from evolve.fitness import EvalContext
+from tests.fixtures.nanochat_tiny import tiny_fitness
+
+SEED = Path(prepare.__file__).parent / "seed"
+
+
+def seed_workdir(folder: Path) -> Path:
+    folder.mkdir()
+    for path in SEED.glob("*.py"):
+        (folder / path.name).write_text(path.read_text())
+    return folder
+
+
+def test_the_next_training_of_its_workdir_takes_it_and_is_scored_as_usual(
+    data_dir, tmp_path, monkeypatch
+):
+    fitness = tiny_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
+    work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
+    taken = []
+    monkeypatch.setattr(
+        ahead, "take", lambda w, c, take=ahead.take: taken.append(take(w, c)) or taken[-1]
+    )
+    started = fitness.prepare_training(work, ctx)
+    ev = fitness.evaluate(work, ctx)
+    assert ev.ok, dict(ev.artifacts)
+    assert taken == [started] and not started.alive()
+    assert ev.metrics["steps"] > fitness.scale.untimed_steps and ev.metrics["val_bpb"] > 0
+
+
+def test_one_kept_for_another_workdir_or_context_is_ended_not_used(data_dir, tmp_path):
+    fitness = tiny_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
+    work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
+    other = fitness.prepare_training(seed_workdir(tmp_path / "other"), ctx)
+    assert ahead.take(work, ctx) is None and not other.alive()
+    reseeded = fitness.prepare_training(work, ctx)
+    assert ahead.take(work, EvalContext(seed=1, scratch=tmp_path)) is None  # the seed is in its env
+    assert not reseeded.alive()

@@ -145,6 +145,12 @@ class NanochatFitness:
         )
 
     @property
+    def launches_ahead(self) -> bool:
+        """Launch the training program while the local check runs (``prepare_training``): on a
+        GPU, where the check leaves the CPU idle; on a CPU scale the two would share its cores."""
+        return self.scale.device == "cuda"
+
+    @property
     def calibration_dir(self) -> Path:
         """Where the quick stages keep the seed's references (``stages``): harness-written, hidden from candidates."""
         return Path(self.data_dir) / "calibration"

@@ -347,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         help="steps the harness profiles for feedback (default the fitness's; 0: none)",
     )
     parser.add_argument(
+        "--local-check",
+        action="store_true",
+        help="run the local check before the full run, as a search does (its time is a phase; "
+        "on a GPU the training program is launched while it runs)",
+    )
+    parser.add_argument(
         "--strict-cost",
         action="store_true",
         help="after each evaluation, score its checkpoint again as usual and in strict mode: "
@@ -394,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         budget_s=budget,
         eval_tokens=eval_tokens,
         compile_cache=None if tiny else str(data_dir.parent / "nanochat-compile-cache"),
-        # the full run alone, so that wall - budget stays the full run's overhead
-        layered={"local_check": False, "short_run_steps": 0},
+        # the full run alone, so that wall - budget stays the full run's overhead; with
+        # --local-check, the check first (on a GPU the training program starts during it)
+        layered={"local_check": args.local_check, "short_run_steps": 0},
         **({} if args.profile_steps is None else {"profile_steps": args.profile_steps}),
     )
     import torch

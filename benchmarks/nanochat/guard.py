@@ -115,7 +115,7 @@ def prepare_and_wait() -> list[str]:
     """Launched before its job (``--wait``): import torch and start CUDA on the slot's GPU (the
     harness's code only: nothing of the candidate's runs here), then wait for the harness's
     go; apply the job's environment it carries and return the program's command line."""
-    with contextlib.suppress(ImportError):
+    with contextlib.suppress(Exception):  # a start that fails here is the program's to meet
         import torch
 
         if os.environ.get("CUDA_VISIBLE_DEVICES") and torch.cuda.is_available():

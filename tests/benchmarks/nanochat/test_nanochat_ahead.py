@@ -5,7 +5,7 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import ahead, prepare
 
-from evolve.fitness import EvalContext
+from evolve.fitness import EvalContext, evaluate_safely
 from tests.fixtures.nanochat_tiny import tiny_fitness
 
 SEED = Path(prepare.__file__).parent / "seed"
@@ -42,3 +42,35 @@ def test_one_kept_for_another_workdir_or_context_is_ended_not_used(data_dir, tmp
     reseeded = fitness.prepare_training(work, ctx)
     assert ahead.take(work, EvalContext(seed=1, scratch=tmp_path)) is None  # the seed is in its env
     assert not reseeded.alive()
+
+
+def test_the_local_check_launches_the_full_runs_program_which_takes_it(
+    data_dir, tmp_path, monkeypatch
+):
+    fitness = tiny_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
+    monkeypatch.setattr(type(fitness), "launches_ahead", property(lambda self: True))  # as on a GPU
+    work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
+    taken = []
+    monkeypatch.setattr(
+        ahead, "take", lambda w, c, take=ahead.take: taken.append(take(w, c)) or taken[-1]
+    )
+    ev = evaluate_safely(fitness, work, ctx)
+    assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+    assert len(taken) == 1 and taken[0] is not None and not taken[0].alive()
+
+
+def test_a_failed_local_check_ends_the_program_launched_for_the_full_run(
+    data_dir, tmp_path, monkeypatch
+):
+    fitness = tiny_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
+    monkeypatch.setattr(type(fitness), "launches_ahead", property(lambda self: True))
+    work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
+    model = (work / "model.py").read_text()
+    (work / "model.py").write_text(model.replace("def build_model", "def _gone"))  # cannot load
+    launched = []
+    monkeypatch.setattr(
+        ahead, "keep", lambda w, c, s, keep=ahead.keep: launched.append(s) or keep(w, c, s)
+    )
+    ev = evaluate_safely(fitness, work, ctx)
+    assert not ev.ok and ev.stage == "local_check", dict(ev.artifacts)
+    assert len(launched) == 1 and not launched[0].alive()

@@ -5,7 +5,8 @@ as a child through ``evolve.harness.clock.run_timed``: synthetic rows until the 
 starts, the training split's BOS-aligned best-fit packed rows while it runs, none after the
 stop. When the candidate reports its checkpoint, this process fixes the checkpoint's digest
 (the fitness scores only those bytes). The verdict is one JSON line on stdout carrying the
-job's nonce.
+job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
+imports torch and starts CUDA, then waits for the go this process gives it with the job.
 """
 
 from __future__ import annotations

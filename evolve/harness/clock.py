@@ -10,9 +10,10 @@ The timed window: the first ``untimed_steps`` steps (warm-up, compilation) get s
 batches of the same shape as real ones; real training data flows only from the end of the
 last untimed step until the stop, and after the stop the stream ends. Start-up (process
 start, or a waiting program's go, to the end of the untimed steps: imports, data,
-compilation, work done at import time) beyond ``free_startup_s`` seconds is taken off the budget. After the stop the program
-must report its checkpoint within ``save_limit_s`` (the harness then fixes the checkpoint's
-digest: what is scored is the state at the stop) and exit within ``finish_limit_s``. Once
+compilation, work done at import time) beyond ``free_startup_s`` seconds is taken off the
+budget. After the stop the program must report its checkpoint within ``save_limit_s`` (the
+harness then fixes the checkpoint's digest: what is scored is the state at the stop) and
+exit within ``finish_limit_s``. Once
 it has reported the checkpoint after the stop (and the profile, when one was asked for), the
 harness has all it needs and ends the program itself: its exit (Python's and CUDA's teardown,
 2.3-2.7 s of every GPU evaluation on the H200) is nobody's time. More than one step reported

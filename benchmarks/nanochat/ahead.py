@@ -1,7 +1,7 @@
 """The training harness started ahead of its job: at most one per process, for one workdir.
 
 ``NanochatFitness.prepare_training`` starts the training harness (its program launched and
-waiting: torch imported, CUDA started) when the local check of a candidate begins; the next
+waiting: torch imported) when the local check of a candidate begins; the next
 ``train`` of the same workdir and context takes it, anything else ends it. A failed local
 check and this process's exit end it too.
 """

@@ -293,7 +293,7 @@ class NanochatFitness:
         """The harness process of ``role`` started in ``cwd`` ahead of its job: it imports what it
         needs, then waits for the job ``run_harness`` sends (``cancel()`` it when unused).
         ``launch_ahead`` (training): it also launches the training program, which imports torch
-        and starts CUDA while it waits (``supervisor.launch_ahead``)."""
+        while it waits (``supervisor.launch_ahead``)."""
         argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]]
         env = self.program_env(ctx)
         if launch_ahead:
@@ -309,7 +309,7 @@ class NanochatFitness:
 
     def prepare_training(self, workdir: Path, ctx: EvalContext) -> Started:
         """Start the training harness for ``workdir``'s next ``train`` now, with its program
-        launched and waiting (torch imported, CUDA started): the quick stages call this as the
+        launched and waiting (torch imported): the quick stages call this as the
         local check begins, so that the program's start-up overlaps the check instead of
         following it. One is kept per process; an unused one is ended by the next call, or at
         this process's exit."""

@@ -14,8 +14,7 @@ is outside what this guard closes; see the benchmark README ("threat model").
 Run as ``python -m evolve.benchmarks.nanochat.guard SCRIPT``: reads the forbidden roots from
 the harness's config variable, installs the hook, then runs SCRIPT as ``__main__``. With
 ``--wait`` instead of SCRIPT (a training program launched before its job), it first imports
-torch and starts CUDA, then waits for the harness's go, which names SCRIPT and carries the
-job's variables.
+torch, then waits for the harness's go, which names SCRIPT and carries the job's variables.
 """
 
 from __future__ import annotations
@@ -112,14 +111,14 @@ def install(forbidden: Sequence[str], report_fd: int | None = None) -> None:
 
 
 def prepare_and_wait() -> list[str]:
-    """Launched before its job (``--wait``): import torch and start CUDA on the slot's GPU (the
-    harness's code only: nothing of the candidate's runs here), then wait for the harness's
-    go; apply the job's environment it carries and return the program's command line."""
-    with contextlib.suppress(Exception):  # a start that fails here is the program's to meet
-        import torch
+    """Launched before its job (``--wait``): import torch (the harness's code only: nothing of
+    the candidate's runs here), then wait for the harness's go; apply the job's environment it
+    carries and return the program's command line. CUDA is left for the program to start, so
+    that what it sets before (``PYTORCH_CUDA_ALLOC_CONF``, read when CUDA starts) still holds."""
+    with contextlib.suppress(ImportError):  # a program without torch meets that itself
+        import torch  # noqa: F401
+    from evolve.benchmarks.nanochat import client  # noqa: F401 - the program's API, imported too
 
-        if os.environ.get("CUDA_VISIBLE_DEVICES") and torch.cuda.is_available():
-            torch.zeros(1, device="cuda")  # the context, made while nobody waits for it
     from evolve.harness.stream import wait_for_go
 
     message = wait_for_go()

@@ -6,7 +6,7 @@ starts, the training split's BOS-aligned best-fit packed rows while it runs, non
 stop. When the candidate reports its checkpoint, this process fixes the checkpoint's digest
 (the fitness scores only those bytes). The verdict is one JSON line on stdout carrying the
 job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
-imports torch and starts CUDA, then waits for the go this process gives it with the job.
+imports torch, then waits for the go this process gives it with the job.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def guard_command(*args: str) -> list[str]:
 
 def launch_ahead() -> Program:
     """The training program launched before the job (``--ahead``): the guard imports torch and
-    starts CUDA, then waits for ``supervise``'s go; the training split (``TRAIN_DIR_ENV``) is
+    then waits for ``supervise``'s go; the training split (``TRAIN_DIR_ENV``) is
     hidden from it from the start, as from a program launched with its job."""
     return launch(guard_command(WAIT), env=dict(os.environ), log_file=LOG_FILE, marker_var=TREE_ENV,
                   preexec=hide_reads([os.environ[TRAIN_DIR_ENV]]), waits=True)  # fmt: skip

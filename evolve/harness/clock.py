@@ -4,7 +4,9 @@ The training program runs as a child and talks to the harness over three inherit
 (``evolve.harness.stream`` is its end): it reports step ends (``step N TOKENS [LOSS]``),
 asks for batches (``batch ROWS``), reports its checkpoint (``saved``); the harness answers
 batches on a data pipe and sends one stop byte on a control pipe. Every report is stamped
-with this process's clock, never the program's.
+with this process's clock, never the program's. A program launched before its job
+(``launch(waits=True)``: harness code that imports, then waits) gets a fourth pipe, on which
+``Program.go`` sends what it needs to start the candidate's code.
 
 The timed window: the first ``untimed_steps`` steps (warm-up, compilation) get synthetic
 batches of the same shape as real ones; real training data flows only from the end of the
@@ -13,12 +15,11 @@ start, or a waiting program's go, to the end of the untimed steps: imports, data
 compilation, work done at import time) beyond ``free_startup_s`` seconds is taken off the
 budget. After the stop the program must report its checkpoint within ``save_limit_s`` (the
 harness then fixes the checkpoint's digest: what is scored is the state at the stop) and
-exit within ``finish_limit_s``. Once
-it has reported the checkpoint after the stop (and the profile, when one was asked for), the
-harness has all it needs and ends the program itself: its exit (Python's and CUDA's teardown,
-2.3-2.7 s of every GPU evaluation on the H200) is nobody's time. More than one step reported
-after the stop, a start-up past ``startup_limit_s`` or a forbidden-data report
-(``violation``) kills and rejects it.
+exit within ``finish_limit_s``. Once it has reported the checkpoint after the stop (and the
+profile, when one was asked for), the harness has all it needs and ends the program itself:
+its exit (Python's and CUDA's teardown, 2.3-2.7 s of every GPU evaluation on the H200) is
+nobody's time. More than one step reported after the stop, a start-up past
+``startup_limit_s`` or a forbidden-data report (``violation``) kills and rejects it.
 """
 
 from __future__ import annotations

@@ -233,6 +233,11 @@ class Watch:
         return "stop"
 
 
+def _made(feed: Feed, rows: int, *, real: bool) -> np.ndarray:
+    """``feed``'s batch as the pipe carries it: contiguous int32."""
+    return np.ascontiguousarray(feed(rows, real), dtype=np.int32)
+
+
 class _Pipes:
     """The harness's ends of the three pipes, and the data not yet written to the child."""
 
@@ -255,6 +260,12 @@ class _Pipes:
             CONTROL_FD_ENV: self.control_r,
             DATA_FD_ENV: self.data_r,
         }
+
+    def close(self) -> None:
+        """Close the harness's ends (the program is gone or will not run)."""
+        for fd in (self.report_r, self.control_w, self.data_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def close_child_ends(self) -> None:
         for fd in self.child_fds().values():
@@ -283,7 +294,7 @@ class _Pipes:
                 watch.real_tokens += batch.shape[0] * (batch.shape[1] - 1)
                 self.last_rows = rows
             else:
-                batch = np.ascontiguousarray(feed(rows, False), dtype=np.int32)
+                batch = _made(feed, rows, real=False)
                 watch.synthetic_batches += 1
             self.pending = memoryview(BATCH_HEADER.pack(*batch.shape) + batch.tobytes())
         with contextlib.suppress(BlockingIOError, BrokenPipeError):
@@ -302,19 +313,18 @@ class _Pipes:
             and not self.pending
             and not watch.requests
         ):
-            self.ahead = np.ascontiguousarray(feed(self.last_rows, True), dtype=np.int32)
+            self.ahead = _made(feed, self.last_rows, real=True)
 
     def _real_rows(self, rows: int, feed: Feed) -> np.ndarray:
         """The next ``rows`` real rows: those made ahead first, then fresh ones from ``feed``."""
         ahead, self.ahead = self.ahead, None
         if ahead is None:
-            return np.ascontiguousarray(feed(rows, True), dtype=np.int32)
+            return _made(feed, rows, real=True)
         if len(ahead) > rows:
             self.ahead = ahead[rows:]
             return ahead[:rows]
         if len(ahead) < rows:
-            fresh = np.ascontiguousarray(feed(rows - len(ahead), True), dtype=np.int32)
-            return np.concatenate([ahead, fresh])
+            return np.concatenate([ahead, _made(feed, rows - len(ahead), real=True)])
         return ahead
 
     def stop(self) -> None:
@@ -348,10 +358,10 @@ class Program:
         """End a program that will not run (and its pipes)."""
         kill_group(self.proc)
         self.proc.wait()
-        for fd in (self.pipes.report_r, self.pipes.control_w, self.pipes.data_w, self.go_w):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        self.pipes.close()
+        if self.go_w is not None:
+            os.close(self.go_w)
+            self.go_w = None
 
 
 def launch(
@@ -471,8 +481,7 @@ def run_timed(
     leftover = reap_tree(
         f"{program.marker_var}={program.marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers
     )
-    for fd in (pipes.report_r, pipes.control_w, pipes.data_w):
-        os.close(fd)
+    pipes.close()
     verdict = _verdict(watch, checkpoint, returncode, ended, leftover, start, end, program.log_file)
     verdict["marks"] = {  # monotonic times of the run's boundaries, for the evaluation's phases
         "launched": start,

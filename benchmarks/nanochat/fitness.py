@@ -145,9 +145,10 @@ class NanochatFitness:
         )
 
     @property
-    def launches_ahead(self) -> bool:
-        """Launch the training program while the local check runs (``prepare_training``): on a
-        GPU, where the check leaves the CPU idle; on a CPU scale the two would share its cores."""
+    def starts_ahead(self) -> bool:
+        """Start harness processes before they are needed: the scorer when training begins, the
+        training program while the local check runs (``prepare_training``). On a GPU, where the
+        CPU is idle meanwhile; on a CPU scale they would share its cores with the work."""
         return self.scale.device == "cuda"
 
     @property
@@ -388,15 +389,14 @@ class NanochatFitness:
             self.scale.seq_len,
             self.scale.eval_tokens,
         )
-        # On a GPU the scorer starts now, in the folder the checkpoint will be copied to, and
-        # imports while the candidate starts and trains: the CPU is free while the GPU trains,
-        # and it touches the GPU only once it has its job. On a CPU scale the candidate's
-        # training is the CPU's work, so the scorer starts after it (on the 2-core machine the
-        # overlap only moved 1.3 s from the scorer's start to the candidate's).
+        # On a GPU (``starts_ahead``) the scorer starts now, in the folder the checkpoint will be
+        # copied to, and imports while the candidate starts and trains; it touches the GPU only
+        # once it has its job. On a CPU scale it starts after training (on the 2-core machine
+        # the overlap only moved 1.3 s from the scorer's start to the candidate's).
         evaldir = scratch / "checkpoint"
         evaldir.mkdir()
         scorer = None
-        if self.scale.device == "cuda":
+        if self.starts_ahead:
             scorer = self.start_harness("scoring", evaldir, ctx, limit_s=self.scale.eval_limit_s)
         try:
             return self._train_and_score(workdir, ctx, evaldir, scorer)

@@ -163,7 +163,7 @@ class StoredLocalCheck(LocalCheck):
     def __call__(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """On a GPU, the training harness for the next stage starts first (``prepare_training``):
         its program imports torch while the probe runs."""
-        if self.fitness.launches_ahead:
+        if self.fitness.starts_ahead:
             self.fitness.prepare_training(workdir, ctx)
         verdict = super().__call__(workdir, ctx)
         if not verdict.ok:

@@ -48,7 +48,7 @@ def test_the_local_check_launches_the_full_runs_program_which_takes_it(
     data_dir, tmp_path, monkeypatch
 ):
     fitness = tiny_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
-    monkeypatch.setattr(type(fitness), "launches_ahead", property(lambda self: True))  # as on a GPU
+    monkeypatch.setattr(type(fitness), "starts_ahead", property(lambda self: True))  # as on a GPU
     work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
     taken = []
     monkeypatch.setattr(
@@ -63,7 +63,7 @@ def test_a_failed_local_check_ends_the_program_launched_for_the_full_run(
     data_dir, tmp_path, monkeypatch
 ):
     fitness = tiny_fitness(data_dir, layered={"local_check": True, "short_run_steps": 0})
-    monkeypatch.setattr(type(fitness), "launches_ahead", property(lambda self: True))
+    monkeypatch.setattr(type(fitness), "starts_ahead", property(lambda self: True))
     work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
     model = (work / "model.py").read_text()
     (work / "model.py").write_text(model.replace("def build_model", "def _gone"))  # cannot load

@@ -249,7 +249,7 @@ class SpeedrunFitness:
         if keep and ctx.scratch is None:
             raise ValueError("keep=True needs ctx.scratch: the kept runs' folders go there")
         groups = self.gpu_groups(ctx)
-        settings = self.settings.strict() if ctx.strict else self.settings
+        settings = self.run_settings(ctx)
         train_files = self.data.train_files()
         val = self.data.val_tokens(self.settings.val_tokens)
         hidden = self.data.hidden()
@@ -292,6 +292,10 @@ class SpeedrunFitness:
                 shutil.rmtree(scratch_root, ignore_errors=True)
         return records
 
+    def run_settings(self, ctx: EvalContext) -> RunSettings:
+        """The runs' settings: the fitness's, or in strict mode (``ctx.strict``) the auditor's."""
+        return self.settings.strict() if ctx.strict else self.settings
+
     def rescore_kept(self, workdir: Path, record: RunRecord, ctx: EvalContext) -> RunRecord:
         """The first wave's run of ``record.seed``, kept by ``run_seeds(..., keep=True)`` with the
         same ``ctx.scratch``, evaluated again: as usual, or with ``ctx.strict`` as the auditor's
@@ -303,7 +307,7 @@ class SpeedrunFitness:
             workdir,
             record,
             run_dir=run_dir,
-            settings=self.settings.strict() if ctx.strict else self.settings,
+            settings=self.run_settings(ctx),
             val=self.data.val_tokens(self.settings.val_tokens),
             gpus=self.gpu_groups(ctx)[0],
             hidden=self.data.hidden(),

@@ -144,9 +144,9 @@ def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.
 
     The harness fixes the checkpoint when this returns (it must, within the scale's
     ``save_limit_s`` of the stop), then ends the program: make it the program's last act. The
-    scorer later runs ``build_model(config)`` from ``model.py`` (the first of ``code_files``; the others are copied next to it), loads
-    ``model.pt`` into it and calls ``model(inputs)`` to get logits of shape
-    (batch, seq_len, vocab_size).
+    scorer later runs ``build_model(config)`` from ``model.py`` (the first of ``code_files``;
+    the others are copied next to it), loads ``model.pt`` into it and calls ``model(inputs)`` to
+    get logits of shape (batch, seq_len, vocab_size).
     """
     import torch
 

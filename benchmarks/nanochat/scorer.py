@@ -4,14 +4,14 @@ Reads its job (one JSON line) and then the packed validation rows (int32) from s
 validation files themselves stay hidden from this sandbox. It starts ``model_worker`` (which
 runs the candidate's model code, guarded) as a child when it starts, before its job (the
 worker imports torch meanwhile and runs no candidate code until its spec arrives), sends it
-batches of inputs and reads back logits through shared memory. This process never imports candidate code: it copies each
-batch of logits out of shared memory, checks it, and computes cross-entropy and bytes itself
-(``evolve.harness.lm``). Causality and row independence are checked on probes that cannot be
-told from scored batches: copies of randomly chosen scored batches with some rows' futures
-replaced at cuts drawn from this process's secret randomness (stratified over all positions)
-and all rows shuffled, sent among the scored batches in a random order. Logits before a cut,
-and of untouched rows, must equal the scored batch's. The verdict is one JSON line on stdout
-carrying the job's nonce.
+batches of inputs and reads back logits through shared memory. This process never imports
+candidate code: it copies each batch of logits out of shared memory, checks it, and computes
+cross-entropy and bytes itself (``evolve.harness.lm``). Causality and row independence are
+checked on probes that cannot be told from scored batches: copies of randomly chosen scored
+batches with some rows' futures replaced at cuts drawn from this process's secret randomness
+(stratified over all positions) and all rows shuffled, sent among the scored batches in a
+random order. Logits before a cut, and of untouched rows, must equal the scored batch's. The
+verdict is one JSON line on stdout carrying the job's nonce.
 """
 
 from __future__ import annotations

@@ -464,6 +464,11 @@ class Started:
             exited_at=exited_at,
         )
 
+    def accept_readonly_changes(self) -> None:
+        """Take the read-only paths' snapshot again: the caller wrote there after the start
+        (e.g. the input a command started ahead will read); ``finish`` reports changes from now."""
+        self.before = isolation.snapshot(self.plan.readonly)
+
     def cancel(self) -> None:
         """End the command and every descendant (a no-op once finished or cancelled)."""
         if not self.done:

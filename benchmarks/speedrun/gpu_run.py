@@ -44,6 +44,7 @@ from evolve.benchmarks.speedrun.prepare_text import prepare
 from evolve.benchmarks.speedrun.runner import RunRecord
 
 from evolve.fitness import EvalContext
+from evolve.harness import phases
 from evolve.harness.gpus import visible_gpus
 from evolve.types import EvalStatus
 
@@ -209,10 +210,15 @@ def seeds_part(
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
         log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
-    records = f.run_seeds(SEED_DIR, args.seeds, ctx, keep=args.strict_cost)
+    with phases.timeline("harness") as line:
+        records = f.run_seeds(SEED_DIR, args.seeds, ctx, keep=args.strict_cost)
+    spent = line.seconds(time.monotonic())
+    shares = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in spent.items())
+    log(f"where the time went (the first run of each wave): {shares}")
     for r in records:
         save_log(out, f"seed-{r.seed}", r)
     report = seeds_report(records, steps, args.target, f.alpha)
+    report["phases"] = spent
     if args.strict_cost and records[0].ok:
         report["strict_cost"] = strict_cost(f, records[0], ctx)
     return report

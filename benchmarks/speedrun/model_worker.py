@@ -1,10 +1,13 @@
 """The evaluation's child that runs the candidate's model: input rows in, logits out, never a target.
 
-Started by the harness's scorer (``evaluate.py``) in a pristine copy of the candidate's folder
-(so ``import train`` finds the candidate's model), with its stdin closed and one connection
-to the scorer. Requests are JSON messages: ``{"load": path}`` (with ``"reference": seed`` for
-the initial checkpoint: say where it differs from ``torch.manual_seed(seed); build_model()``)
-builds the model with ``train.build_model()`` and loads the checkpoint; ``{"rows": n}``,
+Started by the harness's scorer (``evaluate.py``) as the scorer starts, in a pristine copy of
+the candidate's folder (so ``import train`` finds the candidate's model), with its stdin
+closed and one connection to the scorer. It imports torch, then waits for its spec (the
+logits buffer's handle and the device): no candidate code runs before that message, which
+the scorer sends once it has its job. Requests are then JSON messages: ``{"load": path}``
+(with ``"reference": seed`` for the initial checkpoint: say where it differs from
+``torch.manual_seed(seed); build_model()``) builds the model with ``train.build_model()``,
+loads the checkpoint and answers with its parameter count; ``{"rows": n}``,
 followed by n rows of int32 input tokens, runs the model on a fresh copy of the loaded
 model and writes its logits over the real vocabulary into the buffer shared with the scorer
 (``evolve.harness.lm.shared_logits``). Each is answered with one JSON message. The scorer
@@ -27,12 +30,9 @@ from evolve.harness.lm import open_shared_logits
 WORKER_ENV = "SPEEDRUN_MODEL_WORKER"
 
 
-def reference_diff(state: dict, seed: int) -> str:
-    """Where ``state`` differs from ``torch.manual_seed(seed); build_model()``; "" when it does not."""
-    import train
-
-    torch.manual_seed(seed)
-    reference = train.build_model().state_dict()
+def reference_diff(state: dict, reference: dict) -> str:
+    """Where ``state`` differs from ``reference`` (``torch.manual_seed(seed); build_model()``'s
+    state); "" when it does not."""
     if sorted(reference) != sorted(state):
         return f"its tensors are {sorted(state)[:5]}..., build_model() gives {sorted(reference)[:5]}..."
     for name, tensor in reference.items():
@@ -74,9 +74,12 @@ def serve(conn: Connection, out: torch.Tensor, device: str) -> None:
         answer: dict = {}
         if "load" in request:
             state = torch.load(request["load"], map_location="cpu", weights_only=True)
+            answer["params"] = int(sum(t.numel() for t in state.values()))
             if "reference" in request:
-                answer["reference_diff"] = reference_diff(state, int(request["reference"]))
+                torch.manual_seed(int(request["reference"]))
             model = train.build_model()
+            if "reference" in request:
+                answer["reference_diff"] = reference_diff(state, model.state_dict())
             model.load_state_dict(state, strict=True)
             model = model.to(device).eval()
             del state
@@ -91,9 +94,15 @@ def serve(conn: Connection, out: torch.Tensor, device: str) -> None:
 
 
 def main() -> None:
-    spec = json.loads(os.environ.pop(WORKER_ENV))
+    conn = Connection(int(os.environ.pop(WORKER_ENV)))
+    try:
+        spec = json.loads(conn.recv_bytes())  # the scorer has its job: the buffer and the device
+    except EOFError:
+        return  # the scorer ended unused
+    out = open_shared_logits(spec["logits"])
+    conn.send_bytes(b"{}")
     torch.manual_seed(0)
-    serve(Connection(spec["fd"]), open_shared_logits(spec["logits"]), spec["device"])
+    serve(conn, out, spec["device"])
 
 
 if __name__ == "__main__":

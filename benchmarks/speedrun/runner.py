@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.speedrun.scoring import evaluate_run
+from evolve.benchmarks.speedrun.scoring import evaluate_run, start_evaluation
 from evolve.benchmarks.speedrun.stream import TokenServer
 from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
@@ -54,12 +54,12 @@ class RunSettings:
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
     compile_cache: str | None = None  # a compiler cache copied into each run (written by warm_cache only)
-    probe_factor: int = 1  # causality probe batches are this many times the usual count
+    strict_probes: bool = False  # the auditor's strict mode: more causality probes (``layout``)
 
     def strict(self) -> RunSettings:
-        """The auditor's strict mode (``EvalContext.strict``): twice the causality probes (every
-        position some probe's cut about four times)."""
-        return replace(self, probe_factor=2 * self.probe_factor)
+        """The auditor's strict mode (``EvalContext.strict``): twice the causality probes, and at
+        least one for every scored batch."""
+        return replace(self, strict_probes=True)
 
 
 @dataclass(kw_only=True)
@@ -170,7 +170,6 @@ def rescore(
     """The checkpoints of ``record``'s run, kept in ``run_dir`` by ``run_seed(keep=True)``,
     evaluated again under ``settings`` (``settings.strict()``: the auditor's re-evaluation) by a
     fresh evaluation process; a new record, whose ``eval_s`` is that evaluation's time."""
-    shutil.rmtree(run_dir / "eval", ignore_errors=True)
     again = RunRecord(seed=record.seed, status=EvalStatus.OK)
     ckpt_dir = run_dir / "ckpt"
 
@@ -178,11 +177,16 @@ def rescore(
         again.status, again.reason = status, reason
         return again
 
+    begin = time.monotonic()
     env = _env(settings, seed=record.seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=None)
-    return evaluate_run(again, candidate=candidate, run_dir=run_dir, env=env, gpus=gpus,
-                        settings=settings, val=val, init=ckpt_dir / "init.pt",
-                        final=ckpt_dir / "final.pt", probes=[], begin=time.monotonic(), fail=fail,
-                        hidden=[*hidden, run_dir / "code", ckpt_dir])  # fmt: skip
+    scorer = start_evaluation(candidate, run_dir=run_dir, env=env, gpus=gpus, settings=settings,
+                              hidden=[*hidden, run_dir / "code", ckpt_dir])  # fmt: skip
+    try:
+        return evaluate_run(again, scorer=scorer, run_dir=run_dir, gpus=gpus, settings=settings,
+                            val=val, init=ckpt_dir / "init.pt", final=ckpt_dir / "final.pt",
+                            probes=[], begin=begin, fail=fail)  # fmt: skip
+    finally:
+        scorer.cancel()
 
 
 def warm_cache(seed_program: Path, *, settings: RunSettings, scratch: Path, **kwargs) -> RunRecord:
@@ -232,103 +236,115 @@ def _run_seed(
         readonly=[code / "speedrun_clock.py"],
         hidden=list(hidden),
     )
-    phases.mark("servers")
-    with (
-        ClockServer() as clock,
-        TokenServer(
-            train_files,
-            vocab_size=settings.vocab_size,
-            phase=clock.phase,
-            seed=secrets.randbits(63),
-        ) as stream,
-    ):
-        env.update(SPEEDRUN_CLOCK=clock.address, SPEEDRUN_DATA=stream.address)
-        launch = time.monotonic()
-        phases.mark("sandbox_start", launch)
-        result = run_sandboxed(_command(settings), cwd=code, limits=limits, env=env, policy=policy)
-        exited = time.monotonic()
-    phases.mark_each([("startup", result.started_at), ("sandbox_exit", result.exited_at)])
-    phases.mark("audit")
-    record = RunRecord(seed=seed, status=EvalStatus.OK, output=result.tail(3000))
-
-    def fail(status: EvalStatus, reason: str) -> RunRecord:
-        record.status, record.reason, record.wall_s = status, reason, time.monotonic() - begin
-        return record
-
-    if result.timed_out:
-        return fail(
-            EvalStatus.TIMEOUT, f"training did not finish within {settings.run_timeout_s:.0f} s"
-        )
-    if warming:
-        record.wall_s = time.monotonic() - begin
-        if result.returncode != 0:
-            return fail(EvalStatus.ERROR, f"exit status {result.returncode}: {result.tail(600)}")
-        return record
+    # On a GPU the evaluation process starts now and imports while the candidate starts and
+    # trains (it touches the GPU only once it has its job); on a CPU scale it starts after.
+    evaluation = dict(run_dir=run_dir, env=env, gpus=gpus, settings=settings,
+                      hidden=[*hidden, code, ckpt_dir])  # fmt: skip
+    scorer = start_evaluation(candidate, **evaluation) if gpus and not warming else None
     try:
-        timing = audit(
-            clock.marks,
-            clock.problems,
-            launch_t=launch,
-            warmup_cap_s=settings.warmup_cap_s,
-            allow_probes=settings.probe_every_s > 0,
-        )
-    except ClockViolation as exc:
-        if result.returncode != 0 and not clock.problems:
+        phases.mark("servers")
+        with (
+            ClockServer() as clock,
+            TokenServer(
+                train_files,
+                vocab_size=settings.vocab_size,
+                phase=clock.phase,
+                seed=secrets.randbits(63),
+            ) as stream,
+        ):
+            env.update(SPEEDRUN_CLOCK=clock.address, SPEEDRUN_DATA=stream.address)
+            launch = time.monotonic()
+            phases.mark("sandbox_start", launch)
+            result = run_sandboxed(
+                _command(settings), cwd=code, limits=limits, env=env, policy=policy
+            )
+            exited = time.monotonic()
+        phases.mark_each([("startup", result.started_at), ("sandbox_exit", result.exited_at)])
+        phases.mark("audit")
+        record = RunRecord(seed=seed, status=EvalStatus.OK, output=result.tail(3000))
+
+        def fail(status: EvalStatus, reason: str) -> RunRecord:
+            record.status, record.reason, record.wall_s = status, reason, time.monotonic() - begin
+            return record
+
+        if result.timed_out:
+            return fail(
+                EvalStatus.TIMEOUT, f"training did not finish within {settings.run_timeout_s:.0f} s"
+            )
+        if warming:
+            record.wall_s = time.monotonic() - begin
+            if result.returncode != 0:
+                return fail(
+                    EvalStatus.ERROR, f"exit status {result.returncode}: {result.tail(600)}"
+                )
+            return record
+        try:
+            timing = audit(
+                clock.marks,
+                clock.problems,
+                launch_t=launch,
+                warmup_cap_s=settings.warmup_cap_s,
+                allow_probes=settings.probe_every_s > 0,
+            )
+        except ClockViolation as exc:
+            if result.returncode != 0 and not clock.problems:
+                return fail(
+                    EvalStatus.ERROR,
+                    f"training exited with status {result.returncode}: {result.tail(600)}",
+                )
+            return fail(EvalStatus.REJECTED, str(exc))
+        if result.returncode != 0:
             return fail(
                 EvalStatus.ERROR,
-                f"training exited with status {result.returncode}: {result.tail(600)}",
+                f"training exited with status {result.returncode} after the clock stopped: "
+                f"{result.tail(600)}",
             )
-        return fail(EvalStatus.REJECTED, str(exc))
-    if result.returncode != 0:
-        return fail(
-            EvalStatus.ERROR,
-            f"training exited with status {result.returncode} after the clock stopped: "
-            f"{result.tail(600)}",
+        if result.leftover:
+            return fail(
+                EvalStatus.REJECTED,
+                f"training left {result.leftover} process(es) running after it exited",
+            )
+        phases.mark_each([("training", timing.start_t), ("checkpoint", timing.stop_t)])
+        record.charged_s = max(0.0, timing.untimed_s - settings.compile_allowance_s)
+        record.train_s = timing.train_s + record.charged_s
+        record.untimed_s, record.post_stop_s = timing.untimed_s, exited - timing.stop_t
+        if record.charged_s:
+            record.reason = (
+                f"start-up took {timing.untimed_s:.1f} s; the {record.charged_s:.1f} s beyond the "
+                f"compile allowance of {settings.compile_allowance_s:.0f} s are charged to the time"
+            )
+        final, init = ckpt_dir / "final.pt", ckpt_dir / "init.pt"
+        if not final.is_file() or sha256_file(final) != timing.final_sha256:
+            return fail(
+                EvalStatus.REJECTED,
+                "the final checkpoint changed after the clock stopped "
+                "(the weights scored must be the ones speedrun_clock.stop saved)",
+            )
+        if not init.is_file() or sha256_file(init) != timing.init_sha256:
+            return fail(
+                EvalStatus.REJECTED,
+                "the initial checkpoint saved at the first clock mark was changed or removed",
+            )
+        probes = []
+        for train_s, name, sha in timing.probes:
+            path = ckpt_dir / Path(name).name
+            if path.is_file() and sha256_file(path) == sha:
+                probes.append((train_s, path))
+        if scorer is None:
+            scorer = start_evaluation(candidate, **evaluation)
+        return evaluate_run(
+            record,
+            scorer=scorer,
+            run_dir=run_dir,
+            gpus=gpus,
+            settings=settings,
+            val=val,
+            init=init,
+            final=final,
+            probes=probes,
+            begin=begin,
+            fail=fail,
         )
-    if result.leftover:
-        return fail(
-            EvalStatus.REJECTED,
-            f"training left {result.leftover} process(es) running after it exited",
-        )
-    phases.mark_each([("training", timing.start_t), ("checkpoint", timing.stop_t)])
-    record.charged_s = max(0.0, timing.untimed_s - settings.compile_allowance_s)
-    record.train_s = timing.train_s + record.charged_s
-    record.untimed_s, record.post_stop_s = timing.untimed_s, exited - timing.stop_t
-    if record.charged_s:
-        record.reason = (
-            f"start-up took {timing.untimed_s:.1f} s; the {record.charged_s:.1f} s beyond the "
-            f"compile allowance of {settings.compile_allowance_s:.0f} s are charged to the time"
-        )
-    final, init = ckpt_dir / "final.pt", ckpt_dir / "init.pt"
-    if not final.is_file() or sha256_file(final) != timing.final_sha256:
-        return fail(
-            EvalStatus.REJECTED,
-            "the final checkpoint changed after the clock stopped "
-            "(the weights scored must be the ones speedrun_clock.stop saved)",
-        )
-    if not init.is_file() or sha256_file(init) != timing.init_sha256:
-        return fail(
-            EvalStatus.REJECTED,
-            "the initial checkpoint saved at the first clock mark was changed or removed",
-        )
-    probes = []
-    for train_s, name, sha in timing.probes:
-        path = ckpt_dir / Path(name).name
-        if path.is_file() and sha256_file(path) == sha:
-            probes.append((train_s, path))
-    phases.mark("scoring")
-    return evaluate_run(
-        record,
-        candidate=candidate,
-        run_dir=run_dir,
-        env=env,
-        gpus=gpus,
-        settings=settings,
-        val=val,
-        init=init,
-        final=final,
-        probes=probes,
-        begin=begin,
-        fail=fail,
-        hidden=[*hidden, code, ckpt_dir],
-    )
+    finally:
+        if scorer is not None:
+            scorer.cancel()  # a no-op once it had its job

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evolve.fitness import Limits, Policy, run_sandboxed
+from evolve.fitness import Limits, Policy, Started, start_sandboxed
+from evolve.harness import phases
 from evolve.harness.lm import make_probes
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 EVALUATOR = "evolve.benchmarks.speedrun.evaluate"  # run with -m: in the harness hash
 CLOCK_MODULE = HERE / "clock.py"
+CUT_STRATUM = 8
+"""Every range of this many positions holds a probe's cut in every evaluation (drawn anew each time)."""
 
 
 @dataclass(frozen=True)
@@ -57,22 +60,26 @@ class Layout:
 
 
 def layout(
-    val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator, probe_factor: int = 1
+    val: np.ndarray, seq_len: int, batch: int, rng: np.random.Generator, strict: bool = False
 ) -> Layout:
     """Validation rows of ``val`` (n + 1 tokens) plus probe rows, batched and shuffled by ``rng``.
 
     The probes are ``evolve.harness.lm``'s (half of a scored batch's rows get another future
     after a stratified secret cut, the rest stay; the rows are shuffled); there are enough
-    that every position is some probe's cut (``2 (T - 1) / B`` batches, at least a quarter of
-    the scored ones), times ``probe_factor``. A probe row keeps its base row's targets.
+    that every range of ``CUT_STRATUM`` positions holds a cut (``2 (T - 1) / (8 B)`` batches,
+    at least a quarter of the scored ones); ``strict`` (the auditor's re-evaluation): twice as
+    many and at least one per full scored batch, so that whichever batches a model treats
+    differently, one is a probe or a probe's base. A probe row keeps its base row's targets.
     """
     rows = (len(val) - 1) // seq_len
     tokens = np.stack([val[i * seq_len : (i + 1) * seq_len + 1] for i in range(rows)])
     groups = [list(range(i, min(i + batch, rows))) for i in range(0, rows, batch)]
     full = [g for g in groups if len(g) == batch] or groups
     changed = max(1, len(full[0]) // 2)
-    count = max(math.ceil(2 * (seq_len - 1) / changed), math.ceil(len(groups) / 4))
-    count *= probe_factor
+    strata = math.ceil((seq_len - 1) / CUT_STRATUM)
+    count = max(math.ceil(strata / changed), math.ceil(len(groups) / 4))
+    if strict:
+        count = max(2 * count, len(full))
     probes = make_probes([tokens[g] for g in full], tokens, count, rng)
     batches = [(g, None) for g in groups] + [(None, p) for p in probes]
     batches = [batches[i] for i in rng.permutation(len(batches))]
@@ -121,12 +128,52 @@ def causal_violation(nats: np.ndarray, plan: Layout) -> tuple[float, str]:
     return worst, where
 
 
+def start_evaluation(
+    candidate: Path,
+    *,
+    run_dir: Path,
+    env: dict,
+    gpus: list[str] | None,
+    settings: RunSettings,
+    hidden: list[Path],
+) -> Started:
+    """The evaluation process of the run in ``run_dir``, started now in a fresh sandbox: it
+    imports torch and starts its model worker, then waits for its job (``evaluate_run``).
+
+    It runs a pristine copy of the candidate's files (not the training run's folder, which
+    the run could write), and will see only the checkpoints the harness verified and copies
+    into its read-only input folder. ``cancel()`` it when the run fails before scoring.
+    """
+    eval_dir = run_dir / "eval"
+    shutil.rmtree(eval_dir, ignore_errors=True)
+    code, given, out_dir = eval_dir / "code", eval_dir / "in", eval_dir / "out"
+    shutil.copytree(
+        candidate, code, ignore=shutil.ignore_patterns("__pycache__", "speedrun_clock.py")
+    )
+    shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
+    given.mkdir()
+    out_dir.mkdir()
+    eval_env = {
+        k: v for k, v in env.items() if not k.startswith(("SPEEDRUN_CLOCK", "SPEEDRUN_DATA"))
+    }
+    eval_env["CUDA_VISIBLE_DEVICES"] = gpus[0] if gpus else ""
+    return start_sandboxed(
+        [sys.executable, *SAFE_PATH, "-m", EVALUATOR],
+        cwd=code,
+        env=eval_env,
+        limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
+        # CUDA IPC keeps its reference counts of the shared logits buffer in /dev/shm
+        policy=Policy(
+            writable=[out_dir, *(["/dev/shm"] if gpus else [])], readonly=[given], hidden=hidden
+        ),
+    )
+
+
 def evaluate_run(
     record: RunRecord,
     *,
-    candidate: Path,
+    scorer: Started,
     run_dir: Path,
-    env: dict,
     gpus: list[str] | None,
     settings: RunSettings,
     val: np.ndarray,
@@ -135,30 +182,21 @@ def evaluate_run(
     probes: list[tuple[float, Path]],
     begin: float,
     fail: Callable[[EvalStatus, str], RunRecord],
-    hidden: list[Path],
 ) -> RunRecord:
-    """Evaluate the initial, probe and final weights in a fresh sandboxed process and check its answers.
-
-    The process runs a pristine copy of the candidate's files (not the training run's
-    folder, which the run could have written), sees only the checkpoints the harness
-    verified, and gets its rows on stdin.
-    """
+    """Evaluate the initial, probe and final weights with ``scorer`` (``start_evaluation``'s
+    process for ``run_dir``) and check its answers; the phases of its work are marked."""
+    started = time.monotonic()
+    phases.mark("checkpoint_copy", started)
     rng = np.random.default_rng(secrets.randbits(128))
     seq, n = settings.eval_seq_len, settings.val_tokens
-    plan = layout(val[: n + 1], seq, settings.eval_batch_size, rng, settings.probe_factor)
+    plan = layout(val[: n + 1], seq, settings.eval_batch_size, rng, settings.strict_probes)
     plain = np.flatnonzero(plan.scored >= 0)[np.argsort(plan.scored[plan.scored >= 0])]
     init_rows = max(1, min(len(plain), settings.init_check_tokens // seq))
-    eval_dir = run_dir / "eval"
-    code, given, out_dir = eval_dir / "code", eval_dir / "in", eval_dir / "out"
-    shutil.copytree(
-        candidate, code, ignore=shutil.ignore_patterns("__pycache__", "speedrun_clock.py")
-    )
-    shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
-    given.mkdir()
-    out_dir.mkdir()
+    given, out = run_dir / "eval" / "in", run_dir / "eval" / "out" / "eval.npz"
     names = {"init": init, "final": final, **{f"probe{i}": p for i, (_, p) in enumerate(probes)}}
     for name, path in names.items():
         shutil.copyfile(path, given / f"{name}.pt")
+    scorer.accept_readonly_changes()  # the checkpoints just placed there are the harness's
     checkpoints = [
         {"name": "init", "rows": plain[:init_rows].tolist(), "reference": record.seed},
         {"name": "final", "rows": list(range(len(plan.scored)))},
@@ -168,27 +206,19 @@ def evaluate_run(
         "batch_size": settings.eval_batch_size,
         "shape": list(plan.inputs.shape),
         "checkpoints": [{**c, "path": str(given / f"{c['name']}.pt")} for c in checkpoints],
-        "out": str(out_dir / "eval.npz"),
+        "out": str(out),
         "device": "cuda" if gpus else "cpu",
     }
-    eval_env = {
-        k: v for k, v in env.items() if not k.startswith(("SPEEDRUN_CLOCK", "SPEEDRUN_DATA"))
-    }
-    eval_env["CUDA_VISIBLE_DEVICES"] = gpus[0] if gpus else ""
-    started = time.monotonic()
-    result = run_sandboxed(
-        [sys.executable, *SAFE_PATH, "-m", EVALUATOR],
-        cwd=code,
-        env=eval_env,
-        limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
-        # CUDA IPC keeps its reference counts of the shared logits buffer in /dev/shm
-        policy=Policy(
-            writable=[out_dir, *(["/dev/shm"] if gpus else [])], readonly=[given], hidden=hidden
-        ),
-        stdin=json.dumps(spec).encode() + b"\n" + plan.inputs.tobytes() + plan.targets.tobytes(),
+    phases.mark("scoring_start")
+    result = scorer.finish(
+        json.dumps(spec).encode() + b"\n" + plan.inputs.tobytes() + plan.targets.tobytes()
     )
     record.eval_s = time.monotonic() - started
-    out = out_dir / "eval.npz"
+    if result.modified:
+        return fail(
+            EvalStatus.REJECTED,
+            f"the evaluation modified its read-only inputs: {', '.join(result.modified)}",
+        )
     if result.leftover:  # the model worker left work behind that could have written the answers
         return fail(
             EvalStatus.REJECTED,
@@ -204,6 +234,8 @@ def evaluate_run(
     with np.load(out, allow_pickle=False) as arrays:
         data = {key: arrays[key] for key in arrays.files}
     summary = json.loads(data["summary"].tobytes())
+    phases.mark_each(map(tuple, summary["marks"]))  # the evaluation process's own phases
+    phases.mark("scoring_check")
     nats = data["nats_final"].astype(np.float64)
     if nats.shape != plan.inputs.shape or not np.isfinite(nats[plan.scored >= 0]).all():
         return fail(EvalStatus.INVALID, "the model's validation loss is not finite")

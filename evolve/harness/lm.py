@@ -100,16 +100,18 @@ def make_probes(
 ) -> list[Probe]:
     """``count`` probes of randomly chosen ``batches`` (rows of T+1 tokens), futures from ``spare``.
 
-    In each probe about half of the rows (at least one) get another future after their cut:
+    The bases are drawn without replacement, in rounds: every batch is some probe's base
+    before any is again (so ``count >= len(batches)`` covers them all). In each probe about half of the rows (at least one) get another future after their cut:
     the tokens of a spare row from the cut on, so the input changes at the cut. The rows are
     then shuffled, so a model whose output depends on a row's place or on other rows shows it.
     """
     n_rows, width = batches[0].shape
     changed = max(1, n_rows // 2)
     cuts = iter(stratified_cuts(count * changed, width - 1, rng))
+    rounds = math.ceil(count / len(batches))
+    bases = np.concatenate([rng.permutation(len(batches)) for _ in range(rounds)])[:count]
     probes = []
-    for _ in range(count):
-        base = int(rng.integers(len(batches)))
+    for base in map(int, bases):
         rows = batches[base].copy()
         row_cuts = [width] * n_rows
         for row in rng.choice(n_rows, size=changed, replace=False):

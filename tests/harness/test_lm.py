@@ -100,6 +100,16 @@ def test_stratified_cuts_cover_every_position_range():
     assert all(1 <= c <= 63 for c in cuts)
 
 
+def test_probe_bases_cover_every_batch_before_any_repeats():
+    rng = np.random.default_rng(2)
+    batches = [rng.integers(0, VOCAB, size=(4, 33)) for _ in range(5)]
+    spare = rng.integers(0, VOCAB, size=(2, 33))
+    for count in (5, 7, 12):
+        bases = [p.base for p in make_probes(batches, spare, count, rng)]
+        assert sorted(bases[:5]) == list(range(5))  # each batch once in the first round
+        assert max(bases.count(b) for b in range(5)) == -(-count // 5)
+
+
 def test_probes_pass_a_causal_model_and_catch_peeking_and_row_mixing():
     assert probe_worst(causal_logits) == (0.0, 0.0)
     assert probe_worst(peeking_logits)[0] > 0

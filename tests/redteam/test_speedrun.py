@@ -60,13 +60,22 @@ def program(*edits: tuple[str, str]) -> str:
 
 
 def run(
-    data_dir: str, tmp_path: Path, text: str, *, seed: int = 0, strict: bool = False, **settings
+    data_dir: str,
+    tmp_path: Path,
+    text: str,
+    *,
+    seed: int = 0,
+    strict: bool = False,
+    gpu: str | None = None,
+    **settings,
 ):
+    """``text`` evaluated as train.py; ``gpu``: the slot's GPU ids, which on a machine without
+    one still take the GPU path (the evaluation process started while the candidate trains)."""
     folder = tmp_path / "candidate"
     folder.mkdir(parents=True)
     (folder / "train.py").write_text(text)
     fitness = cpu_fitness(data_dir, **{"overrides": QUICK, **settings})
-    ctx = EvalContext(seed=seed, scratch=tmp_path / "scratch", strict=strict)
+    ctx = EvalContext(seed=seed, scratch=tmp_path / "scratch", strict=strict, gpu=gpu)
     return evaluate_safely(fitness, folder, ctx)
 
 
@@ -272,16 +281,17 @@ def test_strict_mode_probes_more_and_catches_a_look_ahead_past_the_usual_call_co
     assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
 
 
-def test_strict_mode_doubles_the_probes_and_an_honest_seed_still_passes(data_dir, tmp_path):
+def test_strict_mode_probes_every_scored_batch_and_an_honest_seed_still_passes(data_dir, tmp_path):
     fitness = cpu_fitness(data_dir)
     usual, strict = fitness.settings, fitness.settings.strict()
     seq, batch = usual.eval_seq_len, usual.eval_batch_size
     val = np.zeros(usual.val_tokens + 1, np.uint16)
     rng = np.random.default_rng(0)
-    probes = [
-        int((layout(val, seq, batch, rng, s.probe_factor).base >= 0).sum()) for s in (usual, strict)
-    ]
-    assert probes[1] == 2 * probes[0]
+    plans = [layout(val, seq, batch, rng, s.strict_probes) for s in (usual, strict)]
+    probes = [int((plan.base >= 0).sum()) for plan in plans]
+    assert probes[1] >= 2 * probes[0]
+    scored_batches = set(np.flatnonzero(plans[1].scored >= 0) // batch)
+    assert scored_batches == set(plans[1].base[plans[1].base >= 0] // batch)
     ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts
 
@@ -383,6 +393,34 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
     written = [p for p in cache.rglob("*") if p.is_file() and not p.name.startswith("warmed-")]
     assert not written, f"a run wrote into the shared compile cache: {written}"
     assert not list(Path("/tmp").glob("leak-*"))
+
+
+REACH_EVALUATION = """
+import glob
+waiting = []
+for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+    try:
+        if b"speedrun.evaluate" in open(cmdline, "rb").read():
+            waiting.append(cmdline.split("/")[2])
+    except OSError:
+        pass
+if not waiting:
+    raise SystemExit("found no evaluation process waiting for its job")
+for pid in waiting:  # its stdin would take a forged job (targets of our choosing); its memory
+    for path, mode in ((f"/proc/{pid}/fd/0", os.O_WRONLY), (f"/proc/{pid}/mem", os.O_RDONLY)):
+        try:
+            os.close(os.open(path, mode | os.O_NONBLOCK))
+        except OSError:
+            continue
+        raise SystemExit(f"reached the waiting evaluation through {path}")
+"""
+
+
+def test_the_evaluation_started_ahead_cannot_be_reached_by_the_training(data_dir, tmp_path):
+    # On a GPU the evaluation process waits for its job while the candidate trains: a forged job
+    # on its stdin would score the model against targets the candidate chose.
+    ev = run(data_dir, tmp_path, program((TIMED, REACH_EVALUATION)), gpu="0", target=7.0)
+    assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.artifacts, ev.metrics)
 
 
 # --- other hacks ---------------------------------------------------------------------------------

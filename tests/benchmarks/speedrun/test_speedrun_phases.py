@@ -30,8 +30,12 @@ def test_the_phases_of_a_two_seed_evaluation_add_up_to_its_wall_time(data_dir, t
     # both seeds ran and were scored (two seeds rarely prove the target at p < 0.01: any verdict will do)
     assert ev.stage == "all_seeds" and "loss_1" in ev.metrics, ev.artifacts
     spent = assert_adds_up(ev)
-    timed = {"run_setup", "sandbox_start", "startup", "training", "checkpoint", "scoring"}
+    timed = {"run_setup", "sandbox_start", "startup", "training", "checkpoint", "checkpoint_copy"}
+    scoring = {"scoring_start", "scoring_worker", "scoring_load", "scoring_forward", "scoring_exit"}
+    timed |= scoring | {"scoring_check"}
     assert {f"time_{name}" for name in timed} <= set(spent)
     assert {"time_first_seed", "time_all_seeds", "time_other_seeds", "time_verdict"} <= set(spent)
     # the first seed's timed training (harness clock) is at most the time the phases give it
     assert spent["time_training"] >= ev.metrics["time_s_0"] - ev.metrics["charged_s_0"]
+    # the evaluation process's own phases (the times it reports) fall in place, each one taking time
+    assert all(spent[f"time_{name}"] > 0 for name in scoring), spent

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import numpy as np
 import pytest
 from evolve.benchmarks.speedrun.runner import CLOCK_MODULE, RunSettings, _private_cache
-from evolve.benchmarks.speedrun.scoring import causal_violation, layout
+from evolve.benchmarks.speedrun.scoring import CUT_STRATUM, causal_violation, layout
 from evolve.benchmarks.speedrun.shards import write_shard
 from evolve.benchmarks.speedrun.stream import TokenServer
 
@@ -68,8 +69,10 @@ def test_the_layout_hides_probes_among_scored_rows_and_catches_a_one_token_peek(
     scored = plan.scored[plan.scored >= 0]
     assert sorted(scored.tolist()) == list(range(40))  # every validation row scored once
     probes = plan.base >= 0
-    cuts = set(plan.cut[probes & (plan.cut < 64)].tolist())
-    assert cuts == set(range(1, 64))  # every position is some probe's cut
+    cuts = sorted(plan.cut[probes & (plan.cut < 64)].tolist())
+    assert len(cuts) >= math.ceil(63 / CUT_STRATUM)
+    gaps = np.diff([0, *cuts, 64])
+    assert gaps.max() < 2 * CUT_STRATUM  # cuts in every stretch of the sequence
     assert (plan.cut[probes] == 64).any()  # untouched rows check row independence
     batches = plan.scored.reshape(-1, 8)
     kinds = ["S" if (b >= 0).any() else "P" for b in batches]

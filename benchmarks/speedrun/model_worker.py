@@ -6,8 +6,9 @@ closed and one connection to the scorer. It imports torch, then waits for its sp
 logits buffer's handle and the device): no candidate code runs before that message, which
 the scorer sends once it has its job. Requests are then JSON messages: ``{"load": path}``
 (with ``"reference": seed`` for the initial checkpoint: say where it differs from
-``torch.manual_seed(seed); build_model()``) builds the model with ``train.build_model()``,
-loads the checkpoint and answers with its parameter count; ``{"rows": n}``,
+``torch.manual_seed(seed); build_model()``) loads the checkpoint into the model that
+``train.build_model()`` built at the first load (forward passes run on copies of it, so
+nothing of one checkpoint's passes reaches the next) and answers with its parameter count; ``{"rows": n}``,
 followed by n rows of int32 input tokens, runs the model on a fresh copy of the loaded
 model and writes its logits over the real vocabulary into the buffer shared with the scorer
 (``evolve.harness.lm.shared_logits``). Each is answered with one JSON message. The scorer
@@ -73,15 +74,16 @@ def serve(conn: Connection, out: torch.Tensor, device: str) -> None:
             return
         answer: dict = {}
         if "load" in request:
-            state = torch.load(request["load"], map_location="cpu", weights_only=True)
+            state = torch.load(request["load"], map_location="cpu", weights_only=True, mmap=True)
             answer["params"] = int(sum(t.numel() for t in state.values()))
-            if "reference" in request:
-                torch.manual_seed(int(request["reference"]))
-            model = train.build_model()
-            if "reference" in request:
-                answer["reference_diff"] = reference_diff(state, model.state_dict())
+            if model is None or "reference" in request:  # one model takes every checkpoint
+                if "reference" in request:
+                    torch.manual_seed(int(request["reference"]))
+                built = train.build_model()
+                if "reference" in request:
+                    answer["reference_diff"] = reference_diff(state, built.state_dict())
+                model = built.to(device).eval()
             model.load_state_dict(state, strict=True)
-            model = model.to(device).eval()
             del state
         else:
             rows = np.frombuffer(conn.recv_bytes(), dtype=np.int32).reshape(request["rows"], -1)

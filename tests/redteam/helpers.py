@@ -25,6 +25,32 @@ def evaluate(
     )
 
 
+def reach_waiting(module: str) -> str:
+    """Candidate code that finds the harness process running ``module`` (started ahead, waiting
+    for its job while the candidate trains) and tries its stdin (a forged job: targets of the
+    candidate's choosing) and its memory through ``/proc``; it exits naming what it reached, or
+    that it found no such process (so a test of it cannot pass for want of a target)."""
+    return f"""
+import glob as _glob, os as _os
+_waiting = []
+for _cmdline in _glob.glob("/proc/[0-9]*/cmdline"):
+    try:
+        if {module.encode()!r} in open(_cmdline, "rb").read():
+            _waiting.append(_cmdline.split("/")[2])
+    except OSError:
+        pass
+if not _waiting:
+    raise SystemExit("found no waiting {module} process")
+for _pid in _waiting:
+    for _path, _mode in ((f"/proc/{{_pid}}/fd/0", _os.O_WRONLY), (f"/proc/{{_pid}}/mem", _os.O_RDONLY)):
+        try:
+            _os.close(_os.open(_path, _mode | _os.O_NONBLOCK))
+        except OSError:
+            continue
+        raise SystemExit(f"reached the waiting {module} through {{_path}}")
+"""
+
+
 def reason(evaluation: Evaluation) -> str:
     """Everything the evaluation says about why: error, output, logs."""
     return "\n".join(str(v) for v in evaluation.artifacts.values())

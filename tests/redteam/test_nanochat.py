@@ -28,7 +28,7 @@ import pytest
 import torch
 from evolve.benchmarks.nanochat import ahead as ahead_module
 from evolve.benchmarks.nanochat import prepare
-from evolve.benchmarks.nanochat.fitness import STRICT_PROBES
+from evolve.benchmarks.nanochat.fitness import HARNESS_MODULES, STRICT_PROBES, NanochatFitness
 from evolve.benchmarks.nanochat.sources import chunk_text
 
 from evolve import landlock
@@ -37,7 +37,7 @@ from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import carried
 from tests.redteam import nanochat_programs as programs
-from tests.redteam.helpers import Listener, assert_caught
+from tests.redteam.helpers import Listener, assert_caught, reach_waiting
 
 SEED = Path(prepare.__file__).parent / "seed"
 ANCHOR = "torch.manual_seed(settings.seed)\n"
@@ -251,6 +251,16 @@ def test_a_program_launched_ahead_runs_nothing_of_the_candidate_before_its_job(d
     time.sleep(3.0)
     ahead_module.drop()
     assert not unused.alive() and not (work / "RAN").exists()
+
+
+def test_the_scorer_started_ahead_cannot_be_reached_by_the_training(
+    data_dir, tmp_path, monkeypatch
+):
+    # On a GPU the scorer waits for its job while the candidate trains (here forced on the CPU):
+    # a forged job on its stdin would score the checkpoint against rows the candidate chose.
+    monkeypatch.setattr(NanochatFitness, "starts_ahead", property(lambda self: True))
+    ev = run(data_dir, tmp_path, reach_waiting(HARNESS_MODULES["scoring"]))
+    assert ev.ok, dict(ev.artifacts)
 
 
 def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 from evolve.benchmarks.speedrun import fitness as harness
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
-from evolve.benchmarks.speedrun.scoring import layout
+from evolve.benchmarks.speedrun.scoring import EVALUATOR, layout
 
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
 from tests.redteam import carried
-from tests.redteam.helpers import Listener, assert_caught, digest
+from tests.redteam.helpers import Listener, assert_caught, digest, reach_waiting
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
 MAIN = "    batches = Batches("  # the first line of main() after the seed and device set-up
@@ -395,31 +395,11 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
     assert not list(Path("/tmp").glob("leak-*"))
 
 
-REACH_EVALUATION = """
-import glob
-waiting = []
-for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
-    try:
-        if b"speedrun.evaluate" in open(cmdline, "rb").read():
-            waiting.append(cmdline.split("/")[2])
-    except OSError:
-        pass
-if not waiting:
-    raise SystemExit("found no evaluation process waiting for its job")
-for pid in waiting:  # its stdin would take a forged job (targets of our choosing); its memory
-    for path, mode in ((f"/proc/{pid}/fd/0", os.O_WRONLY), (f"/proc/{pid}/mem", os.O_RDONLY)):
-        try:
-            os.close(os.open(path, mode | os.O_NONBLOCK))
-        except OSError:
-            continue
-        raise SystemExit(f"reached the waiting evaluation through {path}")
-"""
-
-
 def test_the_evaluation_started_ahead_cannot_be_reached_by_the_training(data_dir, tmp_path):
     # On a GPU the evaluation process waits for its job while the candidate trains: a forged job
     # on its stdin would score the model against targets the candidate chose.
-    ev = run(data_dir, tmp_path, program((TIMED, REACH_EVALUATION)), gpu="0", target=7.0)
+    text = program((TIMED, reach_waiting(EVALUATOR)))
+    ev = run(data_dir, tmp_path, text, gpu="0", target=7.0)
     assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.artifacts, ev.metrics)
 
 

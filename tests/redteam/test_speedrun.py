@@ -429,10 +429,26 @@ def test_nan_weights_are_refused(data_dir, tmp_path):
     assert_caught(run(data_dir, tmp_path, text), FAILED, r"nan|finite|loss|not the model")
 
 
-def test_exiting_early_with_status_0_gives_no_score(data_dir, tmp_path):
-    ev = run(data_dir, tmp_path, program((MAIN, "os._exit(0)")))
+def _processes_under(folder: Path) -> list[str]:
+    """Command lines of the processes whose working directory lies under ``folder``."""
+    found = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if cwd.resolve().is_relative_to(folder.resolve()):
+                found.append((cwd.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("gpu", [None, "0"], ids=["evaluation_after", "evaluation_ahead"])
+def test_exiting_early_with_status_0_gives_no_score(data_dir, tmp_path, gpu):
+    # with "0" the evaluation process was started with the training (the GPU path): the failed
+    # run cancels it, and nothing of it (nor of its model worker) is left running
+    ev = run(data_dir, tmp_path, program((MAIN, "os._exit(0)")), gpu=gpu)
     assert not ev.ok and ev.fitness is None
     assert_caught(ev, FAILED, r"clock|mark|checkpoint|start|stop|exit")
+    assert not _processes_under(tmp_path)
 
 
 def test_network_connections_reach_nothing(data_dir, tmp_path):

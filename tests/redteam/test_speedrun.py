@@ -403,6 +403,36 @@ def test_the_evaluation_started_ahead_cannot_be_reached_by_the_training(data_dir
     assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.artifacts, ev.metrics)
 
 
+PLANT_IN_EVALUATION = """
+evaluation = os.path.join(os.path.dirname(os.getcwd()), "eval")
+if not os.path.isdir(os.path.join(evaluation, "in")):
+    raise SystemExit("found no evaluation folder to plant in")
+planted = []
+for path, plant in (
+    (os.path.join(evaluation, "in", "final.pt"), lambda p: os.symlink("/etc/passwd", p)),
+    (os.path.join(evaluation, "out", "eval.npz"), lambda p: open(p, "wb").write(b"forged")),
+    (os.path.join(evaluation, "code", "train.py"), lambda p: open(p, "a").write("# forged")),
+):
+    try:
+        plant(path)
+        planted.append(path)
+    except OSError:
+        pass
+if planted:
+    raise SystemExit(f"planted {planted}")
+"""
+
+
+def test_the_evaluation_folder_made_before_training_takes_nothing_from_the_training(
+    data_dir, tmp_path
+):
+    # The waiting evaluation's folder exists while the candidate trains: a link where the
+    # harness will copy the final weights (the harness writing through it), a forged answer
+    # file, or its copy of the code changed would each be a way in.
+    ev = run(data_dir, tmp_path, program((TIMED, PLANT_IN_EVALUATION)), gpu="0", target=7.0)
+    assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.artifacts, ev.metrics)
+
+
 # --- other hacks ---------------------------------------------------------------------------------
 
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks import gpu_script
+from evolve.benchmarks import gpu_clocks, gpu_script
 from evolve.benchmarks.nanochat import prepare, scales
 from evolve.benchmarks.nanochat.client import CONFIG_ENV
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
@@ -128,7 +128,8 @@ def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu:
         timeout_s=fitness.benchmark_overrides["timeout_s"],
     )
     start = time.monotonic()
-    ev = evaluate_safely(fitness, work, ctx)
+    with gpu_clocks.sampled(gpu) as clocks:
+        ev = evaluate_safely(fitness, work, ctx)
     wall = time.monotonic() - start
     config_path = work / "checkpoint" / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else {}
@@ -143,6 +144,7 @@ def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu:
         "val_bpb": ev.fitness,
         "wall_s": wall,
         "metrics": dict(ev.metrics),
+        "clocks": clocks.summary(),
         "config": config,
         "artifacts": dict(ev.artifacts),
         "rescored": rescored(fitness, checkpoint, ctx) if rescore else [],
@@ -161,9 +163,11 @@ def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalCon
     scale = fitness.scale
     rows = Rows(settings)(int(metrics["tokens"] * 1.25 / scale.seq_len) + 64, True)
     env = {**os.environ, **fitness.program_env(ctx), CONFIG_ENV: json.dumps(settings)}
-    return run_bare(folder, rows, entry="train.py", env=env, budget_s=scale.budget_s,
-                    untimed_steps=scale.untimed_steps, vocab=scale.vocab_size,
-                    bos=settings["bos_id"], timeout_s=scale.train_limit_s)  # fmt: skip
+    with gpu_clocks.sampled(ctx.gpu) as clocks:
+        result = run_bare(folder, rows, entry="train.py", env=env, budget_s=scale.budget_s,
+                          untimed_steps=scale.untimed_steps, vocab=scale.vocab_size,
+                          bos=settings["bos_id"], timeout_s=scale.train_limit_s)  # fmt: skip
+    return {**result, "clocks": clocks.summary()}
 
 
 def rescored(fitness: NanochatFitness, checkpoint: Path, ctx: EvalContext) -> list[dict]:
@@ -267,7 +271,13 @@ def markdown(
         "",
     ]
     for r in runs:
-        lines += [f"Seed {r['seed']}: {phase_line(r)}", "", *bare_line(r)] + [
+        lines += [
+            f"Seed {r['seed']}: {phase_line(r)}",
+            "",
+            f"Seed {r['seed']}, GPU while busy: {gpu_clocks.describe(r.get('clocks') or {})}.",
+            "",
+            *bare_line(r),
+        ] + [
             f"Seed {r['seed']}, its checkpoint scored again{' in strict mode' if row['strict'] else ''}: "
             f"{row['status']}, val_bpb {row['val_bpb'] or float('nan'):.4f}, {row['probe_batches']} probe batches, "
             f"{row['seconds']:.1f} s ({row['seconds'] / r['wall_s']:.2%} of the evaluation's wall time)."
@@ -291,7 +301,8 @@ def bare_line(run: dict) -> list[str]:
     return [
         f"Seed {run['seed']}, timed tokens/s: run bare {bare['tokens_per_s']:,.0f} ({bare['steps']} steps), "
         f"under the harness {m['tokens_per_s']:,.0f} ({m['steps']} steps): the harness keeps "
-        f"{m['tokens_per_s'] / bare['tokens_per_s']:.2%} of the bare speed.",
+        f"{m['tokens_per_s'] / bare['tokens_per_s']:.2%} of the bare speed; GPU while busy in the "
+        f"bare run: {gpu_clocks.describe(bare.get('clocks') or {})}.",
         "",
     ]
 

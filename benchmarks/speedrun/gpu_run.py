@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks import gpu_script
+from evolve.benchmarks import gpu_clocks, gpu_script
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
 from evolve.benchmarks.speedrun.fitness import ALPHA, SpeedrunFitness, verdict
 from evolve.benchmarks.speedrun.prepare_text import prepare
@@ -210,15 +210,19 @@ def seeds_part(
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
         log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
-    with phases.timeline("harness") as line:
+    with (
+        phases.timeline("harness") as line,
+        gpu_clocks.sampled(gpus[0] if gpus else None) as clocks,
+    ):
         records = f.run_seeds(SEED_DIR, args.seeds, ctx, keep=args.strict_cost)
     spent = line.seconds(time.monotonic())
     shares = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in spent.items())
     log(f"where the time went (the first run of each wave): {shares}")
+    log(f"GPU {gpus[0] if gpus else '-'} while busy: {gpu_clocks.describe(clocks.summary())}")
     for r in records:
         save_log(out, f"seed-{r.seed}", r)
     report = seeds_report(records, steps, args.target, f.alpha)
-    report["phases"] = spent
+    report["phases"], report["clocks"] = spent, clocks.summary()
     if args.strict_cost and records[0].ok:
         report["strict_cost"] = strict_cost(f, records[0], ctx)
     return report

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 import threading
@@ -23,6 +24,20 @@ def evaluate(
         Job(candidate_id="redteam", files=dict(files), seed=seed, timeout_s=timeout_s),
         None,
     )
+
+
+def processes_under(folder: Path) -> dict[int, str]:
+    """The processes whose working directory lies under ``folder`` (removed or not): pid -> command line."""
+    root, found = folder.resolve(), {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            here = Path(os.readlink(proc / "cwd").removesuffix(" (deleted)"))
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if here.is_relative_to(root):
+            found[int(proc.name)] = command
+    return found
 
 
 def reach_waiting(module: str) -> str:

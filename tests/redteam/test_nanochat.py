@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import sysconfig
 import time
@@ -37,7 +36,7 @@ from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import carried
 from tests.redteam import nanochat_programs as programs
-from tests.redteam.helpers import Listener, assert_caught, reach_waiting
+from tests.redteam.helpers import Listener, assert_caught, processes_under, reach_waiting
 
 SEED = Path(prepare.__file__).parent / "seed"
 ANCHOR = "torch.manual_seed(settings.seed)\n"
@@ -427,16 +426,11 @@ def test_a_scorer_started_before_the_checkpoint_exists_scores_it_the_same(scorin
 
 def _workers_in(folder: Path) -> list[int]:
     """Processes running the model worker in ``folder``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            command = (proc / "cmdline").read_bytes()
-            here = os.readlink(proc / "cwd")
-        except (OSError, ValueError):
-            continue
-        if b"nanochat.model_worker" in command and Path(here) == folder:
-            found.append(int(proc.name))
-    return found
+    return [
+        pid
+        for pid, command in processes_under(folder).items()
+        if "nanochat.model_worker" in command
+    ]
 
 
 def test_a_scorer_started_ahead_starts_its_worker_and_a_cancelled_one_leaves_none(

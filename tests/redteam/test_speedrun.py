@@ -30,7 +30,13 @@ from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
 from tests.redteam import carried
-from tests.redteam.helpers import Listener, assert_caught, digest, reach_waiting
+from tests.redteam.helpers import (
+    Listener,
+    assert_caught,
+    digest,
+    processes_under,
+    reach_waiting,
+)
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
 MAIN = "    batches = Batches("  # the first line of main() after the seed and device set-up
@@ -459,18 +465,6 @@ def test_nan_weights_are_refused(data_dir, tmp_path):
     assert_caught(run(data_dir, tmp_path, text), FAILED, r"nan|finite|loss|not the model")
 
 
-def _processes_under(folder: Path) -> list[str]:
-    """Command lines of the processes whose working directory lies under ``folder``."""
-    found = []
-    for cwd in Path("/proc").glob("[0-9]*/cwd"):
-        try:
-            if cwd.resolve().is_relative_to(folder.resolve()):
-                found.append((cwd.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("gpu", [None, "0"], ids=["evaluation_after", "evaluation_ahead"])
 def test_exiting_early_with_status_0_gives_no_score(data_dir, tmp_path, gpu):
     # with "0" the evaluation process was started with the training (the GPU path): the failed
@@ -478,7 +472,7 @@ def test_exiting_early_with_status_0_gives_no_score(data_dir, tmp_path, gpu):
     ev = run(data_dir, tmp_path, program((MAIN, "os._exit(0)")), gpu=gpu)
     assert not ev.ok and ev.fitness is None
     assert_caught(ev, FAILED, r"clock|mark|checkpoint|start|stop|exit")
-    assert not _processes_under(tmp_path)
+    assert not processes_under(tmp_path)
 
 
 def test_network_connections_reach_nothing(data_dir, tmp_path):

@@ -218,11 +218,12 @@ def seeds_part(
     spent = line.seconds(time.monotonic())
     shares = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in spent.items())
     log(f"where the time went (the first run of each wave): {shares}")
-    log(f"GPU {gpus[0] if gpus else '-'} while busy: {gpu_clocks.describe(clocks.summary())}")
+    busy = clocks.summary()
+    log(f"GPU {gpus[0] if gpus else '-'} while busy: {gpu_clocks.describe(busy)}")
     for r in records:
         save_log(out, f"seed-{r.seed}", r)
     report = seeds_report(records, steps, args.target, f.alpha)
-    report["phases"], report["clocks"] = spent, clocks.summary()
+    report["phases"], report["clocks"] = spent, busy
     if args.strict_cost and records[0].ok:
         report["strict_cost"] = strict_cost(f, records[0], ctx)
     return report

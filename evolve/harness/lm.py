@@ -101,9 +101,10 @@ def make_probes(
     """``count`` probes of randomly chosen ``batches`` (rows of T+1 tokens), futures from ``spare``.
 
     The bases are drawn without replacement, in rounds: every batch is some probe's base
-    before any is again (so ``count >= len(batches)`` covers them all). In each probe about half of the rows (at least one) get another future after their cut:
-    the tokens of a spare row from the cut on, so the input changes at the cut. The rows are
-    then shuffled, so a model whose output depends on a row's place or on other rows shows it.
+    before any is again (so ``count >= len(batches)`` covers them all). In each probe about
+    half of the rows (at least one) get another future after their cut: the tokens of a spare
+    row from the cut on, so the input changes at the cut. The rows are then shuffled, so a
+    model whose output depends on a row's place or on other rows shows it.
     """
     n_rows, width = batches[0].shape
     changed = max(1, n_rows // 2)

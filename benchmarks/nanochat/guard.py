@@ -14,12 +14,14 @@ is outside what this guard closes; see the benchmark README ("threat model").
 Run as ``python -m evolve.benchmarks.nanochat.guard SCRIPT``: reads the forbidden roots from
 the harness's config variable, installs the hook, then runs SCRIPT as ``__main__``. With
 ``--wait`` instead of SCRIPT (a training program launched before its job), it first imports
-torch, then waits for the harness's go, which names SCRIPT and carries the job's variables.
+torch and its compiler, then waits for the harness's go, which names SCRIPT and carries the
+job's variables.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import runpy
@@ -45,6 +47,11 @@ PATH_EVENTS = {
     "os.rmdir": (0,),
 }
 WAIT = "--wait"  # launched ahead of its job: prepare, then wait for the go (``prepare_and_wait``)
+# imported by a program launched ahead before its go, off the clock (torch alone: 5.7 s on the H200)
+PREIMPORTED = ("torch", "torch._dynamo", "torch._inductor.compile_fx")
+# variables those imports read (most TORCHINDUCTOR_/TORCHDYNAMO_ settings); the cache folder is read later
+READ_AT_IMPORT = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "TORCH_LOGS", "TORCH_COMPILE_DEBUG")
+READ_LATER = ("TORCHINDUCTOR_CACHE_DIR",)
 COMMAND_EVENTS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"}
 
 
@@ -111,12 +118,15 @@ def install(forbidden: Sequence[str], report_fd: int | None = None) -> None:
 
 
 def prepare_and_wait() -> list[str]:
-    """Launched before its job (``--wait``): import torch (the harness's code only: nothing of
-    the candidate's runs here), then wait for the harness's go; apply the job's environment it
-    carries and return the program's command line. CUDA is left for the program to start, so
-    that what it sets before (``PYTORCH_CUDA_ALLOC_CONF``, read when CUDA starts) still holds."""
-    with contextlib.suppress(ImportError):  # a program without torch meets that itself
-        import torch  # noqa: F401
+    """Launched before its job (``--wait``): import torch and its compiler (the harness's code
+    only: nothing of the candidate's runs here), then wait for the harness's go; apply the
+    job's environment it carries and return the program's command line. CUDA is left for the
+    program to start, so that what it sets before (``PYTORCH_CUDA_ALLOC_CONF``, read when CUDA
+    starts) still holds; variables torch reads as it is imported are not read again
+    (``warn_late_settings``)."""
+    for module in PREIMPORTED:
+        with contextlib.suppress(ImportError):  # a program without torch meets that itself
+            importlib.import_module(module)
     from evolve.benchmarks.nanochat import client  # noqa: F401 - the program's API, imported too
 
     from evolve.harness.stream import wait_for_go
@@ -125,7 +135,24 @@ def prepare_and_wait() -> list[str]:
     if not message:  # the harness went away without a job
         raise SystemExit(0)
     os.environ.update({str(k): str(v) for k, v in message["env"].items()})
+    sys.addaudithook(warn_late_settings)
     return [str(word) for word in message["argv"]]
+
+
+def warn_late_settings(event: str, args: tuple) -> None:
+    """In a program whose torch was imported before it started: say, in its log, that a
+    variable torch's compiler reads as it is imported (``TORCHINDUCTOR_MAX_AUTOTUNE``,
+    ``TORCH_LOGS``...) is set too late to count, and what to use instead."""
+    if event != "os.putenv" or not (name := _as_text(args[0])):
+        return
+    if name.startswith(READ_AT_IMPORT) and name not in READ_LATER:
+        print(
+            f"evolve: {name} is set after the harness imported {', '.join(PREIMPORTED)}, which"
+            " read such variables as they are imported, so it may not take effect: set"
+            " torch._inductor.config, torch._dynamo.config or torch._logging.set_logs instead",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def main() -> None:

@@ -187,7 +187,7 @@ def test_honest_seed_passes_with_two_seeds(data_dir, tmp_path):
 # --- class 1: work outside the timed window ----------------------------------------------------------
 
 TRAIN_STEP = (
-    "    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):\n        break\n"
+    "    if not clock.step(tokens=len(micro) * x.numel(), loss=loss.item()):\n        break\n"
 )
 SAVE = 'client.save_checkpoint(model, config, code_files=["model.py"])\n'
 HOARD = "_kept = []\n"  # batches kept aside to train on after the stop

@@ -89,7 +89,8 @@ warmup = settings.untimed_steps  # random tokens from the harness: compile on th
 while True:
     for group in optimizer.param_groups:
         group["lr"] = LR * lr_scale(max(step - warmup, 0), clock.progress)
-    micro = [next(batches, None) for _ in range(GRAD_ACCUM)]
+    # an untimed step compiles on one micro-batch: the rest would be thrown away, off the clock
+    micro = [next(batches, None) for _ in range(GRAD_ACCUM if step >= warmup else 1)]
     if any(batch is None for batch in micro):  # the harness ended the data: the budget is spent
         break
     for x, y in micro:
@@ -109,7 +110,7 @@ while True:
         )
     if not math.isfinite(loss.item()):
         raise SystemExit(f"loss is {loss.item()} at step {step}; training diverged")
-    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):
+    if not clock.step(tokens=len(micro) * x.numel(), loss=loss.item()):
         break
 
 if device == "cuda":

@@ -74,3 +74,19 @@ def test_a_failed_local_check_ends_the_program_launched_for_the_full_run(
     ev = evaluate_safely(fitness, work, ctx)
     assert not ev.ok and ev.stage == "local_check", dict(ev.artifacts)
     assert len(launched) == 1 and not launched[0].alive()
+
+
+def test_a_compiler_setting_made_too_late_is_named_in_the_log(data_dir, tmp_path):
+    """torch's compiler is imported before the go: a variable it reads at import, set by the
+    program, is named in the log with the fix; one read later (the cache folder) is not."""
+    fitness = tiny_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
+    work, ctx = seed_workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
+    train = (work / "train.py").read_text()
+    settings = 'import os\nos.environ["TORCHINDUCTOR_MAX_AUTOTUNE"] = "1"\nos.environ["TORCHINDUCTOR_CACHE_DIR"] = "c"\n'
+    (work / "train.py").write_text(train.replace("import math\n", settings + "import math\n", 1))
+    fitness.prepare_training(work, ctx)
+    ev = fitness.evaluate(work, ctx)
+    assert ev.ok, dict(ev.artifacts)
+    log = ev.artifacts["train_log"]
+    assert "TORCHINDUCTOR_MAX_AUTOTUNE is set after the harness imported torch" in log
+    assert "torch._inductor.config" in log and "TORCHINDUCTOR_CACHE_DIR" not in log

@@ -15,7 +15,7 @@ from tests.fixtures.nanochat_tiny import tiny_fitness
 
 SEED = Path(prepare.__file__).parent / "seed"
 TRAIN_STEP = (
-    "    if not clock.step(tokens=GRAD_ACCUM * x.numel(), loss=loss.item()):\n        break\n"
+    "    if not clock.step(tokens=len(micro) * x.numel(), loss=loss.item()):\n        break\n"
 )
 
 

@@ -229,6 +229,10 @@ class NanochatFitness:
         memory = None if self.scale.memory_gb is None else int(self.scale.memory_gb * (1 << 30))
         return Limits(timeout_s=timeout_s, memory_bytes=memory)
 
+    def training_sandbox(self) -> tuple[Limits, Policy]:
+        """The limits and policy the training harness and its program run under."""
+        return self._limits(self.scale.train_limit_s), self._policy(self.forbidden())
+
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         """Train the candidate in ``workdir`` and score its checkpoint."""
         scratch = Path(tempfile.mkdtemp(prefix="nanochat-eval-", dir=ctx.scratch))

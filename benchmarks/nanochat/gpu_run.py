@@ -8,7 +8,8 @@ tokens/s, MFU, peak memory and the harness overhead (wall time minus budget). Wr
 ``--program DIR`` measures another training program (train.py, model.py) instead of the
 seed; ``--bare`` then runs it again without the harness (``evolve.harness.bare``: no
 sandbox, its training rows in memory) on the same GPU: the harness's tax on its timed
-tokens/s.
+tokens/s; ``--bare-sandboxed`` runs it bare inside the harness's sandbox too (the sandbox's
+share of that tax).
 
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2            # 300 s budget, ~9 min
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0,1,2 --smoke    # every step, tiny budget, ~2-3 min
@@ -16,6 +17,7 @@ tokens/s.
     python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny     # CPU check of this script
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0 --seeds 2      # a third seed, another call
     python -m evolve.benchmarks.nanochat.gpu_run --gpus 0 --budget 60 --bare --program DIR
+    python -m evolve.benchmarks.nanochat.gpu_run --gpus 0 --budget 60 --bare --bare-sandboxed
     python -m evolve.benchmarks.nanochat.gpu_run --merge a/results.json b/results.json
 """
 
@@ -113,7 +115,8 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
 def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu: str | None) -> dict:
     """One harness evaluation of the program (``options["program"]``, default the seed); with
     ``options["rescore"]`` its checkpoint scored again (see rescored), with ``options["bare"]``
-    the program run again bare (see bare_tax)."""
+    the program run again bare, with ``options["bare_sandboxed"]`` bare in the sandbox (see
+    bare_tax)."""
     program = options.get("program") or fitness.benchmark_overrides["seed"]
     work = root / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
@@ -151,22 +154,29 @@ def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu:
         "bare": bare_tax(fitness, Path(program), root / f"bare{seed}", ctx, ev.metrics)
         if options.get("bare") and ev.ok
         else None,
+        "bare_sandboxed": bare_tax(fitness, Path(program), root / f"sandboxed{seed}", ctx, ev.metrics,
+                                   sandboxed=True)
+        if options.get("bare_sandboxed") and ev.ok
+        else None,
     }
 
 
-def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalContext, metrics: dict) -> dict:
+def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalContext, metrics: dict,
+             *, sandboxed: bool = False) -> dict:  # fmt: skip
     """The program run bare (``evolve.harness.bare``) on the same device, with the environment the
     harness gives it and the training rows the harness's feed makes for this seed, packed into
-    memory beforehand (a quarter more than the harness run used; reused from the start after)."""
+    memory beforehand (a quarter more than the harness run used; reused from the start after).
+    ``sandboxed``: inside the training harness's sandbox (the sandbox's share of the tax)."""
     shutil.copytree(program, folder, ignore=shutil.ignore_patterns("__pycache__", "checkpoint"))
     settings = fitness.program_settings(folder, ctx)
     scale = fitness.scale
     rows = Rows(settings)(int(metrics["tokens"] * 1.25 / scale.seq_len) + 64, True)
-    env = {**os.environ, **fitness.program_env(ctx), CONFIG_ENV: json.dumps(settings)}
+    env = {**fitness.program_env(ctx), CONFIG_ENV: json.dumps(settings)}
     with gpu_clocks.sampled(ctx.gpu) as clocks:
-        result = run_bare(folder, rows, entry="train.py", env=env, budget_s=scale.budget_s,
-                          untimed_steps=scale.untimed_steps, vocab=scale.vocab_size,
-                          bos=settings["bos_id"], timeout_s=scale.train_limit_s)  # fmt: skip
+        result = run_bare(folder, rows, entry="train.py", env=env if sandboxed else {**os.environ, **env},
+                          budget_s=scale.budget_s, untimed_steps=scale.untimed_steps,
+                          vocab=scale.vocab_size, bos=settings["bos_id"], timeout_s=scale.train_limit_s,
+                          sandbox=fitness.training_sandbox() if sandboxed else None)  # fmt: skip
     return {**result, "clocks": clocks.summary()}
 
 
@@ -294,17 +304,21 @@ def markdown(
 
 
 def bare_line(run: dict) -> list[str]:
-    """The run's timed tokens/s bare and under the harness (``--bare``), or nothing."""
-    bare, m = run.get("bare"), run["metrics"]
-    if not bare or bare["tokens_per_s"] <= 0:
-        return []
-    return [
-        f"Seed {run['seed']}, timed tokens/s: run bare {bare['tokens_per_s']:,.0f} ({bare['steps']} steps), "
-        f"under the harness {m['tokens_per_s']:,.0f} ({m['steps']} steps): the harness keeps "
-        f"{m['tokens_per_s'] / bare['tokens_per_s']:.2%} of the bare speed; GPU while busy in the "
-        f"bare run: {gpu_clocks.describe(bare.get('clocks') or {})}.",
-        "",
-    ]
+    """The run's timed tokens/s bare, bare in the sandbox and under the harness (``--bare``,
+    ``--bare-sandboxed``), whichever were run, or nothing."""
+    m = run["metrics"]
+    lines = []
+    for key, what in (("bare", "run bare"), ("bare_sandboxed", "run bare inside the harness's sandbox")):
+        bare = run.get(key)
+        if bare and bare["tokens_per_s"] > 0:
+            lines += [
+                f"Seed {run['seed']}, timed tokens/s: {what} {bare['tokens_per_s']:,.0f} ({bare['steps']} "
+                f"steps), under the harness {m['tokens_per_s']:,.0f} ({m['steps']} steps): the harness "
+                f"keeps {m['tokens_per_s'] / bare['tokens_per_s']:.2%} of that speed; GPU while busy: "
+                f"{gpu_clocks.describe(bare.get('clocks') or {})}.",
+                "",
+            ]
+    return lines
 
 
 def phase_line(run: dict) -> str:
@@ -351,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="after each evaluation, run the same program bare (no sandbox, no harness process, "
         "its training rows in memory) on the same GPU and compare the timed tokens/s",
+    )
+    parser.add_argument(
+        "--bare-sandboxed",
+        action="store_true",
+        help="after each evaluation, run the same program bare but inside the training harness's "
+        "sandbox: with --bare, splits the harness's cost into the sandbox's and the rest's",
     )
     parser.add_argument(
         "--profile-steps",
@@ -430,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="nanochat-gpu-run-"))
     try:
         # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
-        options = {"rescore": args.strict_cost, "bare": args.bare,
+        options = {"rescore": args.strict_cost, "bare": args.bare, "bare_sandboxed": args.bare_sandboxed,
                    "program": str(args.program.resolve()) if args.program else None}  # fmt: skip
         runs = placement.run_on_slots(run_one, [(fitness, seed, work, options) for seed in seeds], gpus)
     finally:

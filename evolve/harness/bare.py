@@ -13,12 +13,12 @@ device synchronisation at every step's end, as the stream does. No profile is ta
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import runpy
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,8 +27,12 @@ import numpy as np
 
 from evolve.harness import stream
 from evolve.harness.protocol import SAFE_PATH
+from evolve.isolation import Policy
+from evolve.sandbox import Limits
+from evolve.sandbox import run as run_sandboxed
 
 RESULT_TAG = "EVOLVE_BARE_RESULT "
+ROWS_FILE = "evolve-bare-rows.npy"
 SETTINGS_ENV = "EVOLVE_BARE_SETTINGS"
 
 
@@ -87,22 +91,38 @@ class MemoryChannel:
 
 
 def run_bare(program: Path, rows: np.ndarray, *, entry: str, env: Mapping[str, str], budget_s: float,
-             untimed_steps: int, vocab: int, bos: int, timeout_s: float) -> dict:  # fmt: skip
+             untimed_steps: int, vocab: int, bos: int, timeout_s: float,
+             sandbox: tuple[Limits, Policy] | None = None) -> dict:  # fmt: skip
     """Run ``program``'s ``entry`` bare with ``rows`` (int32, seq_len + 1 wide) as its training data;
-    its ``MemoryChannel.result()`` plus the process's wall time and output tail."""
-    with tempfile.TemporaryDirectory(prefix="evolve-bare-") as tmp:
-        np.save(Path(tmp) / "rows.npy", rows)
-        settings = {"rows": str(Path(tmp) / "rows.npy"), "entry": entry, "budget_s": budget_s,
-                    "untimed_steps": untimed_steps, "vocab": vocab, "bos": bos}  # fmt: skip
-        start = time.monotonic()
-        done = subprocess.run([sys.executable, *SAFE_PATH, "-m", "evolve.harness.bare"], cwd=program,
-                              env={**env, SETTINGS_ENV: json.dumps(settings)}, capture_output=True,
-                              text=True, timeout=timeout_s)  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_TAG)]
+    its ``MemoryChannel.result()`` plus the process's wall time and output tail.
+
+    ``sandbox``: the harness's (limits, policy), to run it bare but inside the sandbox: the
+    sandbox's own share of the harness's tax (``env`` is then added to the sandbox's scrubbed
+    environment, as for the harness's processes)."""
+    rows_file = Path(program) / ROWS_FILE  # in the program's folder: the sandbox's /tmp is its own
+    np.save(rows_file, rows)
+    settings = {"rows": str(rows_file), "entry": entry, "budget_s": budget_s,
+                "untimed_steps": untimed_steps, "vocab": vocab, "bos": bos}  # fmt: skip
+    argv = [sys.executable, *SAFE_PATH, "-m", "evolve.harness.bare"]
+    full_env = {**env, SETTINGS_ENV: json.dumps(settings)}
+    start = time.monotonic()
+    try:
+        if sandbox is None:
+            done = subprocess.run(argv, cwd=program, env=full_env, capture_output=True, text=True,
+                                  timeout=timeout_s)  # fmt: skip
+            stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
+        else:
+            limits, policy = sandbox
+            result = run_sandboxed(argv, cwd=Path(program), env=full_env, policy=policy,
+                                   limits=dataclasses.replace(limits, timeout_s=timeout_s))  # fmt: skip
+            stdout, stderr, returncode = result.stdout, result.stderr, result.returncode
+    finally:
+        rows_file.unlink(missing_ok=True)
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_TAG)]
     if not lines:
-        raise RuntimeError(f"the bare run gave no result (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"the bare run gave no result (exit {returncode}):\n{stderr[-3000:]}")
     return {**json.loads(lines[-1][len(RESULT_TAG):]), "wall_s": time.monotonic() - start,
-            "returncode": done.returncode, "log_tail": (done.stdout + done.stderr)[-2000:]}  # fmt: skip
+            "returncode": returncode, "log_tail": (stdout + stderr)[-2000:]}  # fmt: skip
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from evolve.benchmarks.nanochat.guard import WAIT
 from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
-from evolve.harness.clock import Program, Window, launch, run_timed
+from evolve.harness.clock import UNTIMED_ENV, Program, Window, launch, run_timed
 from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
 from evolve.harness.profiling import PROFILE_ENV
@@ -95,7 +95,7 @@ def supervise(job: dict, ahead: Program | None = None) -> dict:
     folder = Path(job["checkpoint_dir"])
     # The training split reaches the program only through the feed: its files are forbidden too.
     config = {k: job[k] for k in CONFIG_KEYS} | {"forbidden": [*job["forbidden"], job["train_dir"]]}
-    variables = {CONFIG_ENV: json.dumps(config)}
+    variables = {CONFIG_ENV: json.dumps(config), UNTIMED_ENV: str(job["untimed_steps"])}
     if job.get("profile"):  # first step and count of the steps profiled for feedback
         variables[PROFILE_ENV] = " ".join(str(int(v)) for v in job["profile"])
     short = job.get("max_steps") is not None  # a short run ends at its steps, not by the budget

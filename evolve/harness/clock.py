@@ -6,7 +6,11 @@ asks for batches (``batch ROWS``), reports its checkpoint (``saved``); the harne
 batches on a data pipe and sends one stop byte on a control pipe. Every report is stamped
 with this process's clock, never the program's. A program launched before its job
 (``launch(waits=True)``: harness code that imports, then waits) gets a fourth pipe, on which
-``Program.go`` sends what it needs to start the candidate's code.
+``Program.go`` sends what it needs to start the candidate's code. Told the untimed steps
+(``UNTIMED_ENV``), the stream asks for the next step's batches as soon as a timed step has
+taken as many as the last one, so that they are made and wait in the pipe while the step
+trains instead of the program waiting for them; rows keep their order, and batches sent but
+never read (asked for ahead when the stop came) are not counted.
 
 The timed window: the first ``untimed_steps`` steps (warm-up, compilation) get synthetic
 batches of the same shape as real ones; real training data flows only from the end of the
@@ -31,7 +35,9 @@ import os
 import select
 import struct
 import subprocess
+import termios
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,9 +51,11 @@ REPORT_FD_ENV = "EVOLVE_REPORT_FD"
 CONTROL_FD_ENV = "EVOLVE_CONTROL_FD"
 DATA_FD_ENV = "EVOLVE_DATA_FD"
 GO_FD_ENV = "EVOLVE_GO_FD"  # a waiting program's go message arrives here (``launch(waits=True)``)
+UNTIMED_ENV = "EVOLVE_UNTIMED_STEPS"  # the window's untimed steps: the stream asks ahead after them
 BATCH_HEADER = struct.Struct("<II")  # rows, width of the int32 batch that follows; 0 rows: end
 MAX_LINE = 1 << 16
 MAX_BATCH_ROWS = 1 << 16
+MADE_AHEAD_BYTES = 1 << 25  # answers made, not yet written, at most (more as the pipe drains)
 PIPE_BYTES = 1 << 20
 F_SETPIPE_SZ = 1031
 LEFTOVER_GRACE_S = 5.0
@@ -248,11 +256,11 @@ class _Pipes:
         with contextlib.suppress(OSError):
             fcntl.fcntl(self.data_w, F_SETPIPE_SZ, PIPE_BYTES)
         os.set_blocking(self.data_w, False)
-        self.pending = memoryview(b"")
+        self.pending: deque[memoryview] = deque()  # answers made, in order, not yet fully written
         self.buffer = b""
         self.eof = False
         self.ahead: np.ndarray | None = None  # real rows made before they were asked for
-        self.last_rows = 0
+        self.last_rows = self.width = 0
 
     def child_fds(self) -> dict[str, int]:
         return {
@@ -283,23 +291,43 @@ class _Pipes:
         self.buffer = self.buffer[-MAX_LINE:]
 
     def serve(self, watch: Watch, feed: Feed) -> None:
-        """Queue answers to the batches asked for, and write what the pipe takes now."""
-        while not self.pending and watch.requests:
-            rows = watch.requests.pop(0)
-            if watch.stop_sent_at is not None:
-                self.pending = memoryview(BATCH_HEADER.pack(0, 0))
-                continue
-            if watch.streaming:
-                batch = self._real_rows(rows, feed)
-                watch.real_tokens += batch.shape[0] * (batch.shape[1] - 1)
-                self.last_rows = rows
-            else:
-                batch = _made(feed, rows, real=False)
-                watch.synthetic_batches += 1
-            self.pending = memoryview(BATCH_HEADER.pack(*batch.shape) + batch.tobytes())
+        """Write what the pipe takes of the answers made, then make the next answer asked for
+        and write it too: one a call, so that a batch the program waits for is never held up
+        by more than one being made (``run_timed`` comes back at once while ``to_make``)."""
+        self._write()
+        if self.to_make(watch):
+            self.pending.append(self._answer(watch.requests.pop(0), watch, feed))
+            self._write()
+
+    def to_make(self, watch: Watch) -> bool:
+        """A batch is asked for and not made, and fewer than ``MADE_AHEAD_BYTES`` wait to be
+        written (a program asking for many cannot fill this process's memory)."""
+        return bool(watch.requests) and sum(map(len, self.pending)) < MADE_AHEAD_BYTES
+
+    def _write(self) -> None:
+        """Write the answers made, in order, as far as the pipe takes them now."""
         with contextlib.suppress(BlockingIOError, BrokenPipeError):
             while self.pending:
-                self.pending = self.pending[os.write(self.data_w, self.pending[: 1 << 20]) :]
+                head = self.pending[0]
+                written = os.write(self.data_w, head[: 1 << 20])
+                if written < len(head):
+                    self.pending[0] = head[written:]
+                else:
+                    self.pending.popleft()
+
+    def _answer(self, rows: int, watch: Watch, feed: Feed) -> memoryview:
+        """The answer to a request of ``rows``: a batch (real ones counted), or once the stop
+        was sent the end of the data."""
+        if watch.stop_sent_at is not None:
+            return memoryview(BATCH_HEADER.pack(0, 0))
+        if watch.streaming:
+            batch = self._real_rows(rows, feed)
+            watch.real_tokens += batch.shape[0] * (batch.shape[1] - 1)
+            self.last_rows, self.width = rows, batch.shape[1]
+        else:
+            batch = _made(feed, rows, real=False)
+            watch.synthetic_batches += 1
+        return memoryview(BATCH_HEADER.pack(*batch.shape) + batch.tobytes())
 
     def prepare(self, watch: Watch, feed: Feed) -> None:
         """Once the last batch is written, make the next one (as many rows as last asked for)
@@ -330,6 +358,17 @@ class _Pipes:
     def stop(self) -> None:
         with contextlib.suppress(OSError):  # the child may have closed its end
             os.write(self.control_w, b"s")
+
+    def unread_tokens(self) -> int:
+        """Real tokens sent (or queued to send) that the program never read, once it is gone:
+        batches asked for ahead when the stop came. They are counted as sent, so they are
+        taken off again (bytes still in the pipe, by FIONREAD, and not yet written). Rows the
+        stream read but held back (part of an answer larger than the program's next batch,
+        when its sizes change) are not seen here."""
+        unread = sum(map(len, self.pending))
+        with contextlib.suppress(OSError):
+            unread += struct.unpack("i", fcntl.ioctl(self.data_w, termios.FIONREAD, bytes(4)))[0]
+        return unread // (4 * self.width) * (self.width - 1) if self.width else 0
 
 
 @dataclass(eq=False)
@@ -455,7 +494,7 @@ def run_timed(
             time.sleep(min(0.05, max(0.0, watch.deadline() - now)))
             continue
         writers = [pipes.data_w] if pipes.pending else []
-        wait = max(0.0, min(0.5, watch.deadline() - now))
+        wait = 0.0 if pipes.to_make(watch) else max(0.0, min(0.5, watch.deadline() - now))
         ready, writable, _ = select.select([pipes.report_r], writers, [], wait)
         if ready:
             saves = watch.saves
@@ -481,6 +520,7 @@ def run_timed(
     leftover = reap_tree(
         f"{program.marker_var}={program.marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers
     )
+    watch.real_tokens -= pipes.unread_tokens()
     pipes.close()
     verdict = _verdict(watch, checkpoint, returncode, ended, leftover, start, end, program.log_file)
     verdict["marks"] = {  # monotonic times of the run's boundaries, for the evaluation's phases

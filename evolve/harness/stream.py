@@ -15,7 +15,15 @@ import time
 
 import numpy as np
 
-from evolve.harness.clock import BATCH_HEADER, CONTROL_FD_ENV, DATA_FD_ENV, GO_FD_ENV, REPORT_FD_ENV
+from evolve.harness.clock import (
+    BATCH_HEADER,
+    CONTROL_FD_ENV,
+    DATA_FD_ENV,
+    GO_FD_ENV,
+    MAX_BATCH_ROWS,
+    REPORT_FD_ENV,
+    UNTIMED_ENV,
+)
 from evolve.harness.profiling import StepProfiler, requested
 
 
@@ -50,6 +58,12 @@ class Channel:
         self.data = _fd(DATA_FD_ENV)
         self.stopped = False
         self.steps = 0
+        # from this step on, a step asks for the next step's batches (``batch``, ``UNTIMED_ENV``)
+        self.ask_ahead_from = int(os.environ.get(UNTIMED_ENV, "-1"))
+        self.step_rows: list[int] = []  # the rows of each batch the program took in this step
+        self.last_step_rows: list[int] = []  # and in the step before
+        self.asked: list[int] = []  # rows of the requests sent and not yet answered
+        self.held: np.ndarray | None = None  # rows answered and not yet handed out
         asked = requested()  # the harness's profile of a few timed steps (feedback only)
         self.profiler = StepProfiler(*asked) if asked else None
         self.profile_owed = bool(asked)  # one profile line after the first checkpoint
@@ -67,6 +81,7 @@ class Channel:
         if not self.stopped and select.select([self.control], [], [], 0)[0]:
             self.stopped = bool(os.read(self.control, 1))
         self.steps += 1
+        self.last_step_rows, self.step_rows = self.step_rows, []
         if self.profiler is not None:
             self._profile(
                 lambda p: p.abandon() if self.stopped else p.after_step(self.steps, int(tokens))
@@ -74,15 +89,47 @@ class Channel:
         return not self.stopped
 
     def batch(self, rows: int) -> np.ndarray:
-        """The next (rows, width) int32 batch from the harness; EndOfData after the stop."""
-        asked = time.perf_counter()
-        self.send(f"batch {int(rows)}")
+        """The next (rows, width) int32 batch from the harness; EndOfData after the stop.
+
+        From the first timed step on (``UNTIMED_ENV``), once a step has taken as many batches
+        as the last one, it asks for the next step's (the sizes of this one's), so that the
+        harness makes and sends them while this step trains. Rows come in the harness's order
+        whatever sizes are asked."""
+        started = time.perf_counter()
+        rows, parts, have = min(max(int(rows), 1), MAX_BATCH_ROWS), [], 0  # as the harness caps it
+        self.step_rows.append(rows)
+        while have < rows:
+            if self.held is None:
+                if not self.asked:
+                    self._ask(rows - have)
+                self.held = self._answer()
+            take = min(rows - have, len(self.held))
+            parts.append(self.held[:take])
+            self.held = self.held[take:] if take < len(self.held) else None
+            have += take
+        if (
+            len(self.step_rows) == len(self.last_step_rows)
+            and not self.stopped
+            and 0 <= self.ask_ahead_from <= self.steps
+        ):
+            for ahead in self.step_rows:
+                self._ask(ahead)
+        if self.profiler is not None:
+            self.profiler.waited(time.perf_counter() - started)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _ask(self, rows: int) -> None:
+        self.send(f"batch {rows}")
+        self.asked.append(rows)
+
+    def _answer(self) -> np.ndarray:
+        """The harness's answer to the oldest request; EndOfData once it says the stop came."""
         count, width = BATCH_HEADER.unpack(_read_exact(self.data, BATCH_HEADER.size))
+        self.asked.pop(0)
         if count == 0:
+            self.asked.clear()  # every later request is answered the same: none is read again
             raise EndOfData("the harness's budget is spent: no more training data")
         data = _read_exact(self.data, count * width * 4)
-        if self.profiler is not None:
-            self.profiler.waited(time.perf_counter() - asked)
         return np.frombuffer(data, dtype=np.int32).reshape(count, width)
 
     def note(self, **values: float) -> None:

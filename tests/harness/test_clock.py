@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from evolve import landlock
-from evolve.harness.clock import Window, launch, run_timed
+from evolve.harness.clock import UNTIMED_ENV, Watch, Window, _Pipes, launch, run_timed
 from evolve.harness.confine import hide_reads
 
 WIDTH = 5
@@ -21,7 +21,11 @@ def feed(rows: int, real: bool) -> np.ndarray:
     return np.full((rows, WIDTH), 7 if real else 1, dtype=np.int32)
 
 
-def run(tmp_path: Path, body: str, hide: tuple[str, ...] = (), **window) -> tuple[dict, str]:
+def run(
+    tmp_path: Path, body: str, hide: tuple[str, ...] = (), ask_ahead: bool = False, **window
+) -> tuple[dict, str]:
+    """Run ``body`` as the timed program; ``ask_ahead``: its stream is told the untimed steps
+    (``UNTIMED_ENV``, as the nanochat supervisor tells it), so it asks for batches ahead."""
     program = tmp_path / "prog.py"
     program.write_text(
         "import sys, time\nfrom evolve.harness.stream import EndOfData, channel\nc = channel()\n"
@@ -36,10 +40,13 @@ def run(tmp_path: Path, body: str, hide: tuple[str, ...] = (), **window) -> tupl
         save_limit_s=10.0,
     )
     settings.update(window)
+    env = {k: v for k, v in os.environ.items() if k != UNTIMED_ENV}
+    if ask_ahead:
+        env[UNTIMED_ENV] = str(settings["untimed_steps"])
     log = tmp_path / "prog.log"
     launched = launch(
         [sys.executable, str(program)],
-        env=dict(os.environ),
+        env=env,
         log_file=str(log),
         marker_var="TEST_CLOCK_TREE",
         preexec=hide_reads(hide) if hide else None,  # planned once the program's files exist
@@ -72,6 +79,73 @@ def test_synthetic_rows_before_the_clock_real_rows_while_it_runs_then_the_stream
     assert verdict["synthetic_batches"] == 3
     assert verdict["tokens"] == (len(seen) - 3) * 2 * (WIDTH - 1)  # counted by the harness
     assert verdict["checkpoint"] == {"digest": "fixed"} and verdict["stopped_by_harness"]
+
+
+def numbered_feed(made: list[int]):
+    """A feed whose real rows are numbered in the order made (synthetic rows are -1s)."""
+
+    def numbered(rows: int, real: bool) -> np.ndarray:
+        if not real:
+            return np.full((rows, WIDTH), -1, dtype=np.int32)
+        first = len(made)
+        made.extend(range(first, first + rows))
+        return np.arange(first, first + rows, dtype=np.int32)[:, None].repeat(WIDTH, axis=1)
+
+    return numbered
+
+
+@pytest.mark.parametrize("ask_ahead", [False, True])
+def test_rows_keep_their_order_whatever_the_batch_sizes(tmp_path, monkeypatch, ask_ahead):
+    """The harness makes the next real batch while the program trains on the last one, and
+    (``ask_ahead``) the stream asks for the next step's batches as a step begins: a program
+    that takes several batches a step and changes their sizes still gets every real row once,
+    in the feed's order, real rows from the first timed step on, and the harness counts only
+    the rows it read (not those asked for ahead when the stop came)."""
+    made: list[int] = []
+    monkeypatch.setattr(sys.modules[__name__], "feed", numbered_feed(made))
+    body = """
+    seen, plans = [], [[2], [2, 2], [3, 1, 1], [4], [1, 2, 2]]
+    step = 0
+    while True:
+        try:
+            for rows in plans[step % len(plans)]:
+                seen += [int(r) for r in c.batch(rows)[:, 0]]
+        except EndOfData:
+            break
+        step += 1
+        time.sleep(0.01)
+        if not c.step(tokens=8):
+            break
+    print("SEEN", " ".join(map(str, seen)), flush=True)
+    c.saved()
+    """
+    verdict, log = run(tmp_path, body, ask_ahead=ask_ahead, budget_s=1.0)
+    assert verdict["status"] == "ok", verdict
+    seen = [int(x) for x in log.split("SEEN ")[1].split()]
+    untimed = sum([2, 2 + 2, 3 + 1 + 1])  # the 3 untimed steps' rows
+    assert set(seen[:untimed]) == {-1}  # synthetic
+    real = seen[untimed:]
+    assert len(real) > 20 and real == list(range(len(real)))  # every row once, in order
+    # only the rows read are counted; asked ahead, the stream may hold back part of a batch
+    # when the program's sizes change (here at most 3 rows), which the harness cannot see
+    assert len(real) * (WIDTH - 1) <= verdict["tokens"] <= (len(real) + 3 * ask_ahead) * (WIDTH - 1)
+
+
+def test_rows_sent_and_never_read_are_not_counted():
+    """Batches asked for ahead and answered before the stop, then never read (the program
+    ended): the harness takes their tokens off what it counted (``unread_tokens``)."""
+    pipes = _Pipes()
+    watch = Watch(Window(budget_s=1.0, untimed_steps=0, startup_limit_s=9.0, free_startup_s=9.0,
+                         finish_limit_s=9.0, save_limit_s=9.0), time.monotonic())  # fmt: skip
+    watch.timed_from, watch.requests = time.monotonic(), [3, 2, 4]  # the clock runs
+    while watch.requests:  # one answer made a call
+        pipes.serve(watch, feed)
+    assert watch.real_tokens == 9 * (WIDTH - 1)
+    header = os.read(pipes.data_r, 8)  # the program reads the first batch, then is gone
+    assert os.read(pipes.data_r, 3 * WIDTH * 4) and header
+    assert pipes.unread_tokens() == 6 * (WIDTH - 1)  # the two batches it never read
+    pipes.close()
+    pipes.close_child_ends()
 
 
 def test_rows_made_ahead_keep_their_order_whatever_the_batch_sizes(tmp_path, monkeypatch):

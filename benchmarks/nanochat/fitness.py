@@ -45,11 +45,9 @@ def validation_rows(val_dir: Path, seq_len: int, eval_tokens: int) -> bytes:
     """The fixed evaluation rows (plus the causality check's spares) as int32 bytes, cached per process."""
     key = (str(val_dir), seq_len, eval_tokens)
     if key not in _ROWS_CACHE:
-        from evolve.benchmarks.nanochat.scorer import EvalFailure
-
         try:
             rows = eval_rows(val_dir, seq_len, eval_tokens // seq_len, spare=SPARE_ROWS)
-        except EvalFailure as failure:
+        except protocol.EvalFailure as failure:
             raise EvolveError(failure.reason) from None
         _ROWS_CACHE[key] = rows.astype("int32").tobytes()
     return _ROWS_CACHE[key]
@@ -298,12 +296,13 @@ class NanochatFitness:
         """The harness process of ``role`` started in ``cwd`` ahead of its job: it imports what it
         needs, then waits for the job ``run_harness`` sends (``cancel()`` it when unused).
         ``launch_ahead`` (training): it also launches the training program, which imports torch
-        while it waits (``supervisor.launch_ahead``)."""
+        while it waits (``supervisor.launch_ahead``). The training split's folder is in its
+        environment (``TRAIN_DIR_ENV``), to hide it from children launched before the job."""
         argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]]
         env = self.program_env(ctx)
+        env[supervisor.TRAIN_DIR_ENV] = str(prepare.split_dirs(self.dataset_root)["train"])
         if launch_ahead:
             argv.append(supervisor.AHEAD)
-            env[supervisor.TRAIN_DIR_ENV] = str(prepare.split_dirs(self.dataset_root)["train"])
         return start_sandboxed(
             argv,
             cwd=cwd,

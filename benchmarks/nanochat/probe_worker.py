@@ -1,7 +1,9 @@
 """The local check's child that runs candidate code: the fresh model's logits and gradient norms, nothing else.
 
-Started by ``probe`` inside the sandbox, in the candidate's folder, with the guard installed
-before any candidate code runs. It imports ``model.py`` as the scorer's worker does, then
+Started by ``probe`` inside the sandbox as the probe starts, in the candidate's folder, with
+the training split hidden: it imports torch, waits for its spec (the rows' sizes, the
+device, the entry, the program's settings), installs the guard, and only then runs candidate
+code. It imports ``model.py`` as the scorer's worker does, then
 runs the candidate's ``train.py`` only until it calls ``build_model(config)``: the model just
 built is kept and the program is stopped there (no optimizer step, no torch.compile). Then,
 eagerly and in eval mode: one forward and backward on the first fixed batch for the gradient
@@ -25,9 +27,9 @@ from evolve.benchmarks.nanochat import guard
 from evolve.benchmarks.nanochat.client import CONFIG_ENV
 from evolve.benchmarks.nanochat.model_worker import import_model
 
-from evolve.harness.lm import perturb_
+from evolve.harness.stream import wait_for_go
 
-PROBE_ENV = "NANOCHAT_PROBE"
+PROBE_ENV = "NANOCHAT_PROBE"  # its pipes' and shared memory's fds; the spec comes on GO_FD_ENV
 OUTPUTS = 4  # logits written: base and probe batch, as built and perturbed
 
 
@@ -89,6 +91,8 @@ def measure(model, spec: dict, io: mmap.mmap) -> dict:
     import torch
     import torch.nn.functional as F
 
+    from evolve.harness.lm import perturb_
+
     rows, seq, vocab, device = spec["rows"], spec["seq_len"], spec["vocab_size"], spec["device"]
     count = 2 * rows * (seq + 1)
     tokens = torch.frombuffer(io, dtype=torch.int32, count=count).view(2, rows, seq + 1)
@@ -129,8 +133,15 @@ def measure(model, spec: dict, io: mmap.mmap) -> dict:
 
 
 def main() -> None:
-    spec = json.loads(os.environ[PROBE_ENV])
-    config = json.loads(os.environ[CONFIG_ENV])
+    """Launched before the job: import torch (the harness's code only), wait for the spec (the
+    job's part: rows, sizes, device, entry, the program's settings), then run candidate code."""
+    with contextlib.suppress(ImportError):  # a candidate without torch meets that itself
+        import torch  # noqa: F401
+    spec = json.loads(os.environ[PROBE_ENV]) | wait_for_go()
+    if "entry" not in spec:  # the probe ended without a job
+        return
+    config = spec["config"]
+    os.environ[CONFIG_ENV] = json.dumps(config)  # the program's settings, as training gets them
     guard.install(config.get("forbidden", []), spec["report_fd"])
     sys.path.insert(0, os.getcwd())
     io = mmap.mmap(spec["io_fd"], spec["io_bytes"])

@@ -33,20 +33,11 @@ from evolve.benchmarks.nanochat.packing import pack_rows
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs, shared_logits
-from evolve.harness.protocol import SAFE_PATH, serve_job, tail
+from evolve.harness.protocol import SAFE_PATH, EvalFailure, serve_job, tail
 from evolve.harness.reaper import kill_group
 
 LOG_FILE = "worker.log"
 SPARE_ROWS = 4  # validation rows beyond the scored ones whose tokens make the probes' other futures
-
-
-class EvalFailure(Exception):
-    """The candidate's model failed evaluation; ``status`` says how."""
-
-    def __init__(self, status: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 def eval_rows(val_dir: Path, seq_len: int, n_rows: int, spare: int) -> np.ndarray:

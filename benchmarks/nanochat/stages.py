@@ -30,7 +30,7 @@ from evolve.benchmarks.nanochat import ahead
 from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage, write_files
-from evolve.harness import once
+from evolve.harness import once, phases
 from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
 from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
@@ -91,12 +91,16 @@ class LocalProbe:
     fitness: NanochatFitness
 
     def __call__(self, workdir: Path, ctx: EvalContext) -> dict | Evaluation:
+        """Phases: ``local_check`` (the harness process's start and the rows), then, from its
+        report, ``local_check_worker`` (the worker's start, imports, model, forward and
+        backward passes) and ``local_check_verdict`` (the harness's numbers, the comparison)."""
         scale = self.fitness.scale
         job = {
             **self.fitness.program_settings(workdir, ctx),
             "entry": "train.py",
             "limit_s": scale.startup_limit_s,
         }
+        phases.mark("local_check")  # again for the seed's reference, when measured first
         result = self.fitness.run_harness(
             "local check", workdir, ctx, job, limit_s=probe_limit_s(scale)
         )
@@ -104,6 +108,10 @@ class LocalProbe:
             return result
         if result["status"] != "ok":
             return failed(result, probe_log=result.get("log_tail", ""))
+        marks = result["marks"]
+        phases.mark_each(
+            [("local_check_worker", marks["worker"]), ("local_check_verdict", marks["answered"])]
+        )
         return result["values"]
 
 

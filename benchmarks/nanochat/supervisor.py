@@ -85,8 +85,14 @@ def launch_ahead() -> Program:
     """The training program launched before the job (``--ahead``): the guard imports torch and
     then waits for ``supervise``'s go; the training split (``TRAIN_DIR_ENV``) is
     hidden from it from the start, as from a program launched with its job."""
-    return launch(guard_command(WAIT), env=dict(os.environ), log_file=LOG_FILE, marker_var=TREE_ENV,
+    return launch(guard_command(WAIT), env=program_env(), log_file=LOG_FILE, marker_var=TREE_ENV,
                   preexec=hide_reads([os.environ[TRAIN_DIR_ENV]]), waits=True)  # fmt: skip
+
+
+def program_env() -> dict[str, str]:
+    """This process's environment for the training program, less ``TRAIN_DIR_ENV`` (a harness
+    variable; the program's settings name the split only among the paths its guard refuses)."""
+    return {k: v for k, v in os.environ.items() if k != TRAIN_DIR_ENV}
 
 
 def supervise(job: dict, ahead: Program | None = None) -> dict:
@@ -117,7 +123,7 @@ def supervise(job: dict, ahead: Program | None = None) -> dict:
             ahead.cancel()
         program = launch(
             guard_command(job["entry"]),
-            env={**os.environ, **variables},
+            env={**program_env(), **variables},
             log_file=LOG_FILE,
             marker_var=TREE_ENV,
             preexec=hide_reads([job["train_dir"]]),  # native code included, where Landlock is

@@ -88,6 +88,15 @@ def read_verdict(result: Result, nonce: str, what: str) -> dict | Evaluation:
     )
 
 
+class EvalFailure(Exception):
+    """A harness process's verdict that is not "ok": ``status`` (a verdict status) and ``reason``."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
 def failed(verdict: dict, *, metrics: dict[str, Any] | None = None, **artifacts: str) -> Evaluation:
     """The Evaluation of a verdict whose status is not "ok" (its reason as the error)."""
     return Evaluation(

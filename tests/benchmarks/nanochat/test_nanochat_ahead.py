@@ -7,6 +7,7 @@ from evolve.benchmarks.nanochat import ahead, prepare
 
 from evolve.fitness import EvalContext, evaluate_safely
 from tests.fixtures.nanochat_tiny import tiny_fitness
+from tests.harness.test_phases import assert_adds_up
 
 SEED = Path(prepare.__file__).parent / "seed"
 
@@ -57,6 +58,9 @@ def test_the_local_check_launches_the_full_runs_program_which_takes_it(
     ev = evaluate_safely(fitness, work, ctx)
     assert ev.ok and ev.stage == "full", dict(ev.artifacts)
     assert len(taken) == 1 and taken[0] is not None and not taken[0].alive()
+    # the local check's three phases (its worker's from the probe's report), adding up with the rest
+    spent = assert_adds_up(ev)
+    assert {"time_local_check", "time_local_check_worker", "time_local_check_verdict"} <= set(spent)
 
 
 def test_a_failed_local_check_ends_the_program_launched_for_the_full_run(
@@ -90,3 +94,4 @@ def test_a_compiler_setting_made_too_late_is_named_in_the_log(data_dir, tmp_path
     log = ev.artifacts["train_log"]
     assert "TORCHINDUCTOR_MAX_AUTOTUNE is set after the harness imported torch" in log
     assert "torch._inductor.config" in log and "TORCHINDUCTOR_CACHE_DIR" not in log
+

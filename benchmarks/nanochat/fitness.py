@@ -442,6 +442,8 @@ class NanochatFitness:
             else 0.0,
             **{f"reported_{k}": v for k, v in train.get("notes", {}).items()},
         }
+        if train.get("unread_tokens") is not None:  # sent ahead, never read: not in ``tokens``
+            metrics["unread_tokens"] = train["unread_tokens"]
         if train["stop_to_save_s"] is not None:
             metrics["stop_to_save_s"] = train["stop_to_save_s"]
         artifacts = {"train_log": train.get("log_tail", "")}

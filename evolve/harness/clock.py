@@ -359,16 +359,19 @@ class _Pipes:
         with contextlib.suppress(OSError):  # the child may have closed its end
             os.write(self.control_w, b"s")
 
-    def unread_tokens(self) -> int:
+    def unread_tokens(self) -> int | None:
         """Real tokens sent (or queued to send) that the program never read, once it is gone:
         batches asked for ahead when the stop came. They are counted as sent, so they are
-        taken off again (bytes still in the pipe, by FIONREAD, and not yet written). Rows the
-        stream read but held back (part of an answer larger than the program's next batch,
-        when its sizes change) are not seen here."""
-        unread = sum(map(len, self.pending))
-        with contextlib.suppress(OSError):
-            unread += struct.unpack("i", fcntl.ioctl(self.data_w, termios.FIONREAD, bytes(4)))[0]
-        return unread // (4 * self.width) * (self.width - 1) if self.width else 0
+        taken off again (bytes still in the pipe, by FIONREAD, and not yet written); None when
+        the pipe cannot say. Rows the stream read but held back (part of an answer larger than
+        the program's next batch, when its sizes change) are not seen here."""
+        if not self.width:
+            return 0
+        try:
+            in_pipe = struct.unpack("i", fcntl.ioctl(self.data_w, termios.FIONREAD, bytes(4)))[0]
+        except OSError:
+            return None
+        return (in_pipe + sum(map(len, self.pending))) // (4 * self.width) * (self.width - 1)
 
 
 @dataclass(eq=False)
@@ -520,9 +523,11 @@ def run_timed(
     leftover = reap_tree(
         f"{program.marker_var}={program.marker}".encode(), LEFTOVER_GRACE_S, ignore_leftovers
     )
-    watch.real_tokens -= pipes.unread_tokens()
+    unread = pipes.unread_tokens()
+    watch.real_tokens -= unread or 0
     pipes.close()
     verdict = _verdict(watch, checkpoint, returncode, ended, leftover, start, end, program.log_file)
+    verdict["unread_tokens"] = unread  # taken off ``tokens``; None: the pipe could not say
     verdict["marks"] = {  # monotonic times of the run's boundaries, for the evaluation's phases
         "launched": start,
         "first_batch": watch.first_batch_at,

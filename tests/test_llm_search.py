@@ -254,7 +254,7 @@ def test_an_offline_replay_of_a_concurrent_run_makes_the_same_candidates(tmp_pat
 
 
 def test_kill_9_with_calls_in_flight_then_resume_loses_and_repeats_nothing(tmp_path) -> None:
-    server = MockServer().start()
+    server = MockServer(hold_after=10).start()  # from the 11th call on, calls are held in flight
     run_dir = tmp_path / "run"
     args = [
         sys.executable,
@@ -276,10 +276,7 @@ def test_kill_9_with_calls_in_flight_then_resume_loses_and_repeats_nothing(tmp_p
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:
         proc = start_evolve(args, run_dir)
-        with server.arrived:
-            server.arrived.wait_for(lambda: server.requests >= 10, 240)
-            server.open.clear()  # hold what comes next: four calls will be in flight
-        assert server.wait_in_flight(4)
+        assert server.wait_in_flight(4, timeout_s=240)  # of the 14 proposals still to ask
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         db = run_dir / "archive.db"

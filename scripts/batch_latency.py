@@ -1,8 +1,9 @@
 """How long a training program waits for each real batch of the harness's stream.
 
 The harness makes the next real batch while the program trains on the last one, and the
-stream, told the untimed steps, asks for the next step's batches as a step begins
-(``evolve.harness.clock``), so a request waits only for the pipe, if at all. This runs a
+stream, told the untimed steps, asks for the next step's batches once a step has taken as
+many as the last one (``evolve.harness.clock``), so a request waits only for the pipe, if at
+all. This runs a
 program that takes ``--per-step`` batches of ``--rows`` rows of the nanochat GPU scale's
 width (2,049 tokens) back to back at each step's start (as the GPU seed does with its
 micro-batches) and then sleeps ``--step`` seconds (the GPU working), under ``run_timed`` with
@@ -53,7 +54,7 @@ c.saved()
 def waits_per_batch(args: argparse.Namespace, job: dict, *, ask_ahead: bool) -> list[float]:
     """The program's wait for each real batch under ``run_timed``; ``ask_ahead``: the stream is
     told the untimed steps (``UNTIMED_ENV``), as the nanochat supervisor tells it, and asks for
-    each next batch as soon as it has read one."""
+    the next step's batches while a step trains."""
     untimed = 3
     env = {k: v for k, v in os.environ.items() if k != UNTIMED_ENV}
     if ask_ahead:

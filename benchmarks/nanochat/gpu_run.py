@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import platform
 import shutil
 import statistics
@@ -173,7 +172,7 @@ def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalCon
     rows = Rows(settings)(int(metrics["tokens"] * 1.25 / scale.seq_len) + 64, True)
     env = {**fitness.program_env(ctx), CONFIG_ENV: json.dumps(settings)}
     with gpu_clocks.sampled(ctx.gpu) as clocks:
-        result = run_bare(folder, rows, entry="train.py", env=env if sandboxed else {**os.environ, **env},
+        result = run_bare(folder, rows, entry="train.py", env=env,
                           budget_s=scale.budget_s, untimed_steps=scale.untimed_steps,
                           vocab=scale.vocab_size, bos=settings["bos_id"], timeout_s=scale.train_limit_s,
                           sandbox=fitness.training_sandbox() if sandboxed else None)  # fmt: skip

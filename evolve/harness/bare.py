@@ -94,11 +94,12 @@ def run_bare(program: Path, rows: np.ndarray, *, entry: str, env: Mapping[str, s
              untimed_steps: int, vocab: int, bos: int, timeout_s: float,
              sandbox: tuple[Limits, Policy] | None = None) -> dict:  # fmt: skip
     """Run ``program``'s ``entry`` bare with ``rows`` (int32, seq_len + 1 wide) as its training data;
-    its ``MemoryChannel.result()`` plus the process's wall time and output tail.
+    its ``MemoryChannel.result()`` plus the process's wall time and output tail. ``env`` is
+    added to this process's environment.
 
     ``sandbox``: the harness's (limits, policy), to run it bare but inside the sandbox: the
     sandbox's own share of the harness's tax (``env`` is then added to the sandbox's scrubbed
-    environment, as for the harness's processes)."""
+    environment instead, as for the harness's processes)."""
     rows_file = Path(program) / ROWS_FILE  # in the program's folder: the sandbox's /tmp is its own
     np.save(rows_file, rows)
     settings = {"rows": str(rows_file), "entry": entry, "budget_s": budget_s,
@@ -108,8 +109,8 @@ def run_bare(program: Path, rows: np.ndarray, *, entry: str, env: Mapping[str, s
     start = time.monotonic()
     try:
         if sandbox is None:
-            done = subprocess.run(argv, cwd=program, env=full_env, capture_output=True, text=True,
-                                  timeout=timeout_s)  # fmt: skip
+            done = subprocess.run(argv, cwd=program, env={**os.environ, **full_env}, capture_output=True,
+                                  text=True, timeout=timeout_s)  # fmt: skip
             stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
         else:
             limits, policy = sandbox

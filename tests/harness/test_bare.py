@@ -1,6 +1,5 @@
 """A program run bare (evolve.harness.bare): the stream's rules and timing, with rows from memory."""
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -36,12 +35,13 @@ print("SEEN", seen[:5], len(seen), flush=True)
 
 
 @pytest.mark.parametrize("sandboxed", [False, True])
-def test_a_bare_run_gets_synthetic_rows_then_the_rows_in_memory_until_the_budget(tmp_path: Path, sandboxed):
+def test_a_bare_run_gets_synthetic_rows_then_the_rows_in_memory_until_the_budget(
+    tmp_path: Path, sandboxed
+):
     (tmp_path / "prog.py").write_text(textwrap.dedent(PROGRAM))
     rows = np.arange(7 * 5, dtype=np.int32).reshape(7, 5) + 1000  # real rows: values >= 1000
     sandbox = (Limits(), Policy()) if sandboxed else None
-    env = {} if sandboxed else dict(os.environ)
-    result = run_bare(tmp_path, rows, entry="prog.py", env=env, budget_s=0.3, untimed_steps=3,
+    result = run_bare(tmp_path, rows, entry="prog.py", env={}, budget_s=0.3, untimed_steps=3,
                       vocab=50, bos=0, timeout_s=120, sandbox=sandbox)  # fmt: skip
     assert result["returncode"] == 0, result["log_tail"]
     assert not (tmp_path / ROWS_FILE).exists()

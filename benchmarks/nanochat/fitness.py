@@ -25,7 +25,7 @@ from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
-from evolve.harness import phases, profiling, protocol
+from evolve.harness import bytecode, phases, profiling, protocol
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
@@ -201,16 +201,19 @@ class NanochatFitness:
     def _policy(self, forbidden: list[str], *, warming: bool = False) -> Policy:
         """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it);
         the compile cache readable but never written by candidates (no channel between evaluations),
-        written only when ``warming`` (the harness's run of the seed, ``stages.CacheWarmup``)."""
+        written only when ``warming`` (the harness's run of the seed, ``stages.CacheWarmup``); its
+        Python bytecode read-only otherwise (``evolve.harness.bytecode``)."""
         if warming and self.compile_cache:
             return Policy(hidden=tuple(forbidden), writable=(self.compile_cache,))
         return Policy(
             hidden=tuple(forbidden),
             shared_caches=(self.compile_cache,) if self.compile_cache else (),
+            readonly=bytecode.readonly(self.compile_cache, warming),
         )
 
     def program_env(self, ctx: EvalContext) -> dict[str, str]:
-        """The candidate's environment: seed and GPU, thread count, the shared compile cache if set."""
+        """The candidate's (and harness processes') environment: seed and GPU, thread count, the
+        shared compile cache if set, with the libraries' bytecode (``evolve.harness.bytecode``)."""
         env = ctx.env()
         if self.scale.threads:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.scale.threads)
@@ -221,6 +224,7 @@ class NanochatFitness:
             ):
                 (Path(self.compile_cache) / sub).mkdir(parents=True, exist_ok=True)
                 env[name] = str(Path(self.compile_cache) / sub)
+            env.update(bytecode.environment(self.compile_cache))
         return env
 
     def _limits(self, timeout_s: float) -> Limits:

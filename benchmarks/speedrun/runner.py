@@ -24,7 +24,7 @@ from evolve.benchmarks.speedrun.stream import TokenServer
 from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
 from evolve.fitness import Limits, Policy, run_sandboxed
-from evolve.harness import phases
+from evolve.harness import bytecode, phases
 from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
 
@@ -108,6 +108,8 @@ def _env(
     if cache is not None:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         env["TRITON_CACHE_DIR"] = str(cache / "triton")
+    if settings.compile_cache:  # the libraries' bytecode: read in place, never copied
+        env.update(bytecode.environment(settings.compile_cache))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus) if gpus else ""
     if settings.cpu_threads:
         env["OMP_NUM_THREADS"] = str(settings.cpu_threads)
@@ -130,8 +132,9 @@ def _command(settings: RunSettings) -> list[str]:
 
 
 def _private_cache(settings: RunSettings, run_dir: Path, warming: bool = False) -> Path | None:
-    """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back);
-    when ``warming`` (the harness's run of the seed, ``warm_cache``), the shared folder itself."""
+    """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back)
+    less its bytecode, which runs read in place, read-only (``evolve.harness.bytecode``); when
+    ``warming`` (the harness's run of the seed, ``warm_cache``), the shared folder itself."""
     if not settings.compile_cache:
         return None
     if warming:
@@ -140,7 +143,8 @@ def _private_cache(settings: RunSettings, run_dir: Path, warming: bool = False) 
     cache = run_dir / "cache"
     source = Path(settings.compile_cache)
     if source.is_dir():
-        shutil.copytree(source, cache, symlinks=False)
+        shutil.copytree(source, cache, symlinks=False,
+                        ignore=lambda folder, names: [bytecode.FOLDER] if Path(folder) == source else [])  # fmt: skip
     cache.mkdir(exist_ok=True)
     return cache
 
@@ -233,7 +237,7 @@ def _run_seed(
     limits = Limits(timeout_s=settings.run_timeout_s, memory_bytes=settings.memory_bytes)
     policy = Policy(
         writable=[ckpt_dir, "/dev/shm", *([cache] if cache else [])],
-        readonly=[code / "speedrun_clock.py"],
+        readonly=[code / "speedrun_clock.py", *bytecode.readonly(settings.compile_cache, warming)],
         hidden=list(hidden),
     )
     # On a GPU the evaluation process starts now and imports while the candidate starts and

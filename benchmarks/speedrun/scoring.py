@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evolve.fitness import Limits, Policy, Started, start_sandboxed
-from evolve.harness import phases
+from evolve.harness import bytecode, phases
 from evolve.harness.lm import make_probes
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
@@ -164,7 +164,9 @@ def start_evaluation(
         limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
         # CUDA IPC keeps its reference counts of the shared logits buffer in /dev/shm
         policy=Policy(
-            writable=[out_dir, *(["/dev/shm"] if gpus else [])], readonly=[given], hidden=hidden
+            writable=[out_dir, *(["/dev/shm"] if gpus else [])],
+            readonly=[given, *bytecode.readonly(settings.compile_cache, warming=False)],
+            hidden=hidden,
         ),
     )
 

@@ -14,9 +14,10 @@ KEEP_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_E
             "LD_LIBRARY_PATH", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
             "NVSHMEM_DISABLE_NVLS", "OMP_NUM_THREADS", "TERM")  # fmt: skip
 # With Policy.private_home: variables pointing at fresh folders in the workdir (under .sandbox),
-# so that no cache a tool writes is shared with the next candidate. PYTHONPYCACHEPREFIX is
-# left alone: it would make every evaluation recompile the bytecode of every library it
-# imports; Python's __pycache__ folders outside the workdir are unwritable under Landlock.
+# so that no cache a tool writes is shared with the next candidate. PYTHONPYCACHEPREFIX is not
+# among them: a private one would make every evaluation recompile the bytecode of every library
+# it imports (Python's __pycache__ folders outside the workdir are unwritable under Landlock);
+# benchmarks with a compile cache point it at the cache's read-only bytecode (``evolve.harness.bytecode``).
 PRIVATE_DIRS = {
     "HOME": "home",
     "TMPDIR": "tmp",

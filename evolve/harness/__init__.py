@@ -17,6 +17,8 @@
 - ``profiling``: a torch.profiler summary of a few timed training steps, for feedback only.
 - ``once``: a value measured once per machine and key under a lock (the seed's references,
   a compile cache filled by the seed).
+- ``bytecode``: the libraries' Python bytecode kept in that compile cache, read-only to
+  candidates (where libraries ship without it, torch's imports are compiled again per process).
 - ``bare``: a training program run without the harness (rows in memory, the stream's rules
   and timing kept in-process), to measure what the harness costs its speed.
 """

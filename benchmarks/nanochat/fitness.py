@@ -211,9 +211,10 @@ class NanochatFitness:
             readonly=bytecode.readonly(self.compile_cache, warming),
         )
 
-    def program_env(self, ctx: EvalContext) -> dict[str, str]:
+    def program_env(self, ctx: EvalContext, *, warming: bool = False) -> dict[str, str]:
         """The candidate's (and harness processes') environment: seed and GPU, thread count, the
-        shared compile cache if set, with the libraries' bytecode (``evolve.harness.bytecode``)."""
+        shared compile cache if set, with the libraries' bytecode (``evolve.harness.bytecode``;
+        written only when ``warming``)."""
         env = ctx.env()
         if self.scale.threads:
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.scale.threads)
@@ -224,7 +225,7 @@ class NanochatFitness:
             ):
                 (Path(self.compile_cache) / sub).mkdir(parents=True, exist_ok=True)
                 env[name] = str(Path(self.compile_cache) / sub)
-            env.update(bytecode.environment(self.compile_cache))
+            env.update(bytecode.environment(self.compile_cache, warming))
         return env
 
     def _limits(self, timeout_s: float) -> Limits:
@@ -303,7 +304,7 @@ class NanochatFitness:
         while it waits (``supervisor.launch_ahead``). The training split's folder is in its
         environment (``TRAIN_DIR_ENV``), to hide it from children launched before the job."""
         argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]]
-        env = self.program_env(ctx)
+        env = self.program_env(ctx, warming=warming)
         env[supervisor.TRAIN_DIR_ENV] = str(prepare.split_dirs(self.dataset_root)["train"])
         if launch_ahead:
             argv.append(supervisor.AHEAD)

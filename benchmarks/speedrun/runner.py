@@ -93,7 +93,13 @@ class RunRecord:
 
 
 def _env(
-    settings: RunSettings, *, seed: int, gpus: list[str] | None, ckpt_dir: Path, cache: Path | None
+    settings: RunSettings,
+    *,
+    seed: int,
+    gpus: list[str] | None,
+    ckpt_dir: Path,
+    cache: Path | None,
+    warming: bool = False,
 ) -> dict:
     env = {
         "EVOLVE_SEED": str(seed),
@@ -109,7 +115,7 @@ def _env(
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
         env["TRITON_CACHE_DIR"] = str(cache / "triton")
     if settings.compile_cache:  # the libraries' bytecode: read in place, never copied
-        env.update(bytecode.environment(settings.compile_cache))
+        env.update(bytecode.environment(settings.compile_cache, warming))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus) if gpus else ""
     if settings.cpu_threads:
         env["OMP_NUM_THREADS"] = str(settings.cpu_threads)
@@ -233,7 +239,7 @@ def _run_seed(
     ckpt_dir = run_dir / "ckpt"
     ckpt_dir.mkdir()
     cache = _private_cache(settings, run_dir, warming)
-    env = _env(settings, seed=seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=cache)
+    env = _env(settings, seed=seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=cache, warming=warming)
     limits = Limits(timeout_s=settings.run_timeout_s, memory_bytes=settings.memory_bytes)
     policy = Policy(
         writable=[ckpt_dir, "/dev/shm", *([cache] if cache else [])],

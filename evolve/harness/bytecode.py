@@ -10,8 +10,8 @@ their bytecode in a cache (2026-12-02, ``benchmarks/nanochat/RESULTS.md``).
 With a compile cache, the harness points ``PYTHONPYCACHEPREFIX`` (Python reads and writes all
 bytecode there instead of beside the sources) at the cache's ``bytecode`` folder: the
 harness's warm-up run of the seed writes it; every later process, harness or candidate,
-reads it read-only (``readonly``: a bind mount where the sandbox has a mount namespace,
-else checked after the run). So a candidate can neither plant bytecode that a harness
+only reads it (``PYTHONDONTWRITEBYTECODE``, and ``readonly``: a bind mount where the sandbox
+has a mount namespace, else checked after the run). So a candidate can neither plant bytecode that a harness
 process would run nor leave anything there for the next candidate. A module the warm-up never
 imported is compiled in memory on each import, as without the cache.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 PREFIX_ENV = "PYTHONPYCACHEPREFIX"
+NO_WRITES_ENV = "PYTHONDONTWRITEBYTECODE"
 FOLDER = "bytecode"
 
 
@@ -31,9 +32,15 @@ def folder(cache: str | Path) -> Path:
     return path
 
 
-def environment(cache: str | Path) -> dict[str, str]:
-    """The variables that make a Python process read (and, where writable, write) bytecode in ``cache``."""
-    return {PREFIX_ENV: str(folder(cache))}
+def environment(cache: str | Path, warming: bool) -> dict[str, str]:
+    """The variables that make a Python process read bytecode in ``cache``; only when ``warming``
+    (the harness's run of the seed) does it write there too. Every other process is told not to
+    (``PYTHONDONTWRITEBYTECODE``), so that where no mount makes the folder read-only, no honest
+    process's write trips the change check after the run."""
+    env = {PREFIX_ENV: str(folder(cache))}
+    if not warming:
+        env[NO_WRITES_ENV] = "1"
+    return env
 
 
 def readonly(cache: str | Path | None, warming: bool) -> tuple[str, ...]:

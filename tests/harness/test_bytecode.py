@@ -16,8 +16,8 @@ LIBRARY = (
 )
 
 CANDIDATE = f"""
-import importlib.util, {LIBRARY}
-print("value", {LIBRARY}.VALUE)
+import importlib.util, sys, {LIBRARY}
+print("value", {LIBRARY}.VALUE, "writes", sys.flags.dont_write_bytecode == 0)
 planted = importlib.util.cache_from_source({LIBRARY}.__file__)  # where Python reads its bytecode
 try:
     open(planted, "wb").write(b"forged")
@@ -46,33 +46,32 @@ def test_the_warm_up_writes_bytecode_that_later_sandboxes_read_and_cannot_replac
     library.mkdir()
     (library / f"{LIBRARY}.py").write_text("VALUE = 'from the library'\n")
     cache = tmp_path / "compile-cache"
-    env = {**bytecode.environment(cache), "PYTHONPATH": str(library)}
-    assert (
-        bytecode.readonly(cache, warming=True) == ()
-        and bytecode.readonly(None, warming=False) == ()
-    )
+    # and a module the warm-up never imports
+    (library / "evolve_bytecode_probe_later.py").write_text("")
+    env = {"PYTHONPATH": str(library)}
+    assert bytecode.readonly(cache, warming=True) == bytecode.readonly(None, warming=False) == ()
 
     # the harness's warm-up run: the whole cache writable, bytecode lands in its folder only
-    warm = sandboxed(f"import {LIBRARY}", tmp_path / "warm", env, Policy(writable=[cache]))
+    warming = {**env, **bytecode.environment(cache, warming=True)}
+    warm = sandboxed(f"import {LIBRARY}", tmp_path / "warm", warming, Policy(writable=[cache]))
     assert warm.ok, warm.tail()
     [compiled] = bytecode.folder(cache).rglob(f"{LIBRARY}.*.pyc")
     assert not list(library.rglob("*.pyc"))
-    before = compiled.read_bytes()
+    before, written = compiled.read_bytes(), sorted(bytecode.folder(cache).rglob("*"))
 
     # a candidate's run, under the benchmarks' policy: reads that bytecode, cannot replace it
     policy = Policy(shared_caches=[cache], readonly=bytecode.readonly(cache, warming=False))
-    candidate = sandboxed(CANDIDATE, tmp_path / "candidate", env, policy, "-v")
+    reading = {**env, **bytecode.environment(cache, warming=False)}
+    code = CANDIDATE + "import evolve_bytecode_probe_later\n"  # compiled in memory, written nowhere
+    candidate = sandboxed(code, tmp_path / "candidate", reading, policy, "-v")
     if candidate.isolation.get("readonly", NOT).startswith(NOT):
-        assert str(compiled) in candidate.modified, (
-            candidate.tail()
-        )  # checked after the run instead
-        pytest.skip(
-            f"read-only bind mounts unavailable here: {candidate.isolation.get('readonly')}"
-        )
+        # no mount namespace: the change is caught after the run instead
+        assert str(compiled) in candidate.modified, candidate.tail()
+        pytest.skip(f"no read-only bind mounts here: {candidate.isolation.get('readonly')}")
     assert candidate.ok, candidate.tail()
-    assert "value from the library" in candidate.stdout
-    assert (
-        f"code object from '{compiled}'" in candidate.stderr
-    )  # read from the cache, not compiled again
+    assert "value from the library writes False" in candidate.stdout  # it does not even try
+    # read from the cache, not compiled again
+    assert f"code object from '{compiled}'" in candidate.stderr
     assert "refused" in candidate.stdout and "planted" not in candidate.stdout, candidate.stdout
     assert compiled.read_bytes() == before and candidate.modified == ()
+    assert sorted(bytecode.folder(cache).rglob("*")) == written

@@ -9,7 +9,8 @@ width (2,049 tokens) back to back at each step's start (as the GPU seed does wit
 micro-batches) and then sleeps ``--step`` seconds (the GPU working), under ``run_timed`` with
 the nanochat feed (best-fit packing from a prepared dataset), once with the stream asking
 when it needs a batch and once asking ahead; it prints the program's wait per real batch in
-each, their ratio, and what making one batch costs the feed::
+each (also by the batch's place in its step), their ratio, and what making one batch costs the
+feed::
 
     python -m evolve.benchmarks.nanochat.gpu_run --device cpu --tiny --prepare-only --data-dir /tmp/nc
     python scripts/batch_latency.py /tmp/nc/wikipedia-tiny --rows 64 --per-step 4 --step 0.05 --budget 5
@@ -104,6 +105,8 @@ def main() -> None:
         print(f"{'asked ahead' if ask_ahead else 'asked when needed'}: {len(waits)} real batches of "
               f"{args.rows} x {args.seq_len + 1} tokens, the program waited {means[ask_ahead] * ms:.3f} ms "
               f"on average (median {statistics.median(waits) * ms:.3f} ms)")  # fmt: skip
+        places = [statistics.fmean(waits[i :: args.per_step]) * ms for i in range(args.per_step)]
+        print("  by the batch's place in its step: " + ", ".join(f"{w:.3f}" for w in places) + " ms")
     print(f"asked ahead / asked when needed: {means[True] / means[False]:.2f} of the wait")
     feed, made = Rows(job), []
     for _ in range(30):

@@ -49,6 +49,12 @@ def _read_exact(fd: int, size: int) -> bytes:
     return b"".join(parts)
 
 
+def tokens(data: bytes, count: int, width: int, itemsize: int) -> np.ndarray:
+    """A batch's (count, width) int32 tokens from the ``itemsize`` bytes each that the pipe carried."""
+    wire = np.frombuffer(data, dtype=np.uint16 if itemsize == 2 else np.int32)
+    return wire.reshape(count, width).astype(np.int32, copy=False)
+
+
 class Channel:
     """This process's pipes to the harness (one per process; made on first use)."""
 
@@ -124,13 +130,12 @@ class Channel:
 
     def _answer(self) -> np.ndarray:
         """The harness's answer to the oldest request; EndOfData once it says the stop came."""
-        count, width = BATCH_HEADER.unpack(_read_exact(self.data, BATCH_HEADER.size))
+        count, width, itemsize = BATCH_HEADER.unpack(_read_exact(self.data, BATCH_HEADER.size))
         self.asked.pop(0)
         if count == 0:
             self.asked.clear()  # every later request is answered the same: none is read again
             raise EndOfData("the harness's budget is spent: no more training data")
-        data = _read_exact(self.data, count * width * 4)
-        return np.frombuffer(data, dtype=np.int32).reshape(count, width)
+        return tokens(_read_exact(self.data, count * width * itemsize), count, width, itemsize)
 
     def note(self, **values: float) -> None:
         self.send("note " + json.dumps({k: float(v) for k, v in values.items()}))

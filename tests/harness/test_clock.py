@@ -10,8 +10,18 @@ import numpy as np
 import pytest
 
 from evolve import landlock
-from evolve.harness.clock import UNTIMED_ENV, Watch, Window, _Pipes, launch, run_timed
+from evolve.harness.clock import (
+    BATCH_HEADER,
+    UNTIMED_ENV,
+    Watch,
+    Window,
+    _Pipes,
+    _wire,
+    launch,
+    run_timed,
+)
 from evolve.harness.confine import hide_reads
+from evolve.harness.stream import tokens
 
 WIDTH = 5
 
@@ -133,6 +143,16 @@ def test_rows_keep_their_order_whatever_the_batch_sizes(tmp_path, monkeypatch, a
     assert verdict["unread_tokens"] is not None  # Linux pipes say what is left in them
 
 
+@pytest.mark.parametrize("values, itemsize", [((0, 65535), 2), ((-1, 7), 4), ((0, 1 << 16), 4)])
+def test_a_batch_travels_as_uint16_where_every_token_fits_and_arrives_unchanged(values, itemsize):
+    batch = np.array([values, values[::-1], values], dtype=np.int32)
+    wire = bytes(_wire(batch))
+    header = BATCH_HEADER.unpack(wire[: BATCH_HEADER.size])
+    assert header == (3, 2, itemsize) and len(wire) == BATCH_HEADER.size + 6 * itemsize
+    arrived = tokens(wire[BATCH_HEADER.size :], *header)
+    assert arrived.dtype == np.int32 and np.array_equal(arrived, batch)
+
+
 def test_rows_sent_and_never_read_are_not_counted():
     """Batches asked for ahead and answered before the stop, then never read (the program
     ended): the harness takes their tokens off what it counted (``unread_tokens``)."""
@@ -143,9 +163,11 @@ def test_rows_sent_and_never_read_are_not_counted():
     while watch.requests:  # one answer made a call
         pipes.serve(watch, feed)
     assert watch.real_tokens == 9 * (WIDTH - 1)
-    header = os.read(pipes.data_r, 8)  # the program reads the first batch, then is gone
-    assert os.read(pipes.data_r, 3 * WIDTH * 4) and header
-    assert pipes.unread_tokens() == 6 * (WIDTH - 1)  # the two batches it never read
+    rows, width, itemsize = BATCH_HEADER.unpack(os.read(pipes.data_r, BATCH_HEADER.size))
+    assert (rows, width, itemsize) == (3, WIDTH, 2)  # small token ids travel as uint16
+    assert len(os.read(pipes.data_r, 3 * WIDTH * 2 + BATCH_HEADER.size + WIDTH * 2)) == 52
+    # the program read the first batch and one row of the second, then was gone
+    assert pipes.unread_tokens() == 5 * (WIDTH - 1)  # the rows it never read
     pipes.close()
     pipes.close_child_ends()
 
@@ -236,7 +258,9 @@ def test_odd_batch_requests_are_answered_or_capped(tmp_path, rows):
 def test_the_program_is_ended_once_its_checkpoint_is_in(tmp_path):
     # a slow exit (teardown) is not waited for, and nothing can be saved after the first
     # checkpoint since the stop: a second save, or any later work, never happens
-    after = "c.saved()\ntime.sleep(1.5)\nc.saved()\nprint('STILL HERE', flush=True)\ntime.sleep(600)"
+    after = (
+        "c.saved()\ntime.sleep(1.5)\nc.saved()\nprint('STILL HERE', flush=True)\ntime.sleep(600)"
+    )
     verdict, log = run(tmp_path, HONEST.replace("c.saved()", after), finish_limit_s=120.0)
     assert verdict["status"] == "ok", verdict
     assert verdict["ended_by_harness"] and "STILL HERE" not in log

@@ -1,4 +1,5 @@
-"""The compile cache's Python bytecode: the harness's warm-up writes it, later sandboxes read it and cannot change it."""
+"""Planted bytecode: the compile cache's Python bytecode is written by the harness's warm-up
+only; a candidate reads it and cannot replace what a harness process would run after it."""
 
 from __future__ import annotations
 

@@ -339,7 +339,8 @@ class _Pipes:
         else:
             batch = self._real_rows(rows, feed)
             watch.real_tokens += batch.shape[0] * (batch.shape[1] - 1)
-            real, (self.last_rows, self.width) = batch.shape[0], (rows, batch.shape[1])
+            real, self.width = batch.shape
+            self.last_rows = rows
             answer = _wire(batch)
         self.answers.append((len(answer), real))
         return answer

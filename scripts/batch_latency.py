@@ -1,9 +1,9 @@
 """How long a training program waits for each real batch of the harness's stream.
 
-The harness makes the next real batch while the program trains on the last one, and the
-stream, told the untimed steps, asks for the next step's batches once a step has taken as
-many as the last one (``evolve.harness.clock``), so a request waits only for the pipe, if at
-all. This runs a
+The harness makes up to a step's worth of real rows ahead in a quiet moment while the program
+trains, and the stream, told the untimed steps, asks for the next step's batches once a step
+has taken as many as the last one (``evolve.harness.clock``), so a request waits only for the
+pipe, if at all. This runs a
 program that takes ``--per-step`` batches of ``--rows`` rows of the nanochat GPU scale's
 width (2,049 tokens) back to back at each step's start (as the GPU seed does with its
 micro-batches) and then sleeps ``--step`` seconds (the GPU working), under ``run_timed`` with

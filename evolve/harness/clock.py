@@ -9,8 +9,10 @@ with this process's clock, never the program's. A program launched before its jo
 ``Program.go`` sends what it needs to start the candidate's code. Told the untimed steps
 (``UNTIMED_ENV``), the stream asks for the next step's batches as soon as a timed step has
 taken as many as the last one, so that they are made and wait in the pipe while the step
-trains instead of the program waiting for them; rows keep their order, and batches sent but
-never read (asked for ahead when the stop came) are not counted.
+trains instead of the program waiting for them. Whatever it asks, the harness makes up to a
+step's worth of real rows ahead in quiet moments (``PREPARE_WHEN_QUIET_S``), and sends token ids
+as uint16 where they fit. Rows keep their order, and batches sent but never read (asked for
+ahead when the stop came) are not counted.
 
 The timed window: the first ``untimed_steps`` steps (warm-up, compilation) get synthetic
 batches of the same shape as real ones; real training data flows only from the end of the
@@ -58,6 +60,11 @@ MAX_LINE = 1 << 16
 MAX_BATCH_ROWS = 1 << 16
 MADE_AHEAD_BYTES = 1 << 25  # answers made, not yet written, at most (more as the pipe drains)
 PIPE_BYTES = 1 << 20
+# Rows are made ahead only after this long without a report, a request or room in the pipe:
+# making a batch keeps this process busy ~1-2 ms, and when it does so as the program starts a
+# step, the program can wait for the CPU (on Linux a process woken by our write may queue on
+# ours; scripts/batch_latency.py shows the waits by a batch's place in its step).
+PREPARE_WHEN_QUIET_S = 0.01
 ANSWERS_KEPT = 4096  # the latest answers' sizes, to tell how many rows the unread bytes hold
 F_SETPIPE_SZ = 1031
 LEFTOVER_GRACE_S = 5.0
@@ -117,6 +124,9 @@ class Watch:
         self.losses: list[float | None] = []  # per step, kept for a short run only
         self.violations: list[dict] = []
         self.requests: list[int] = []  # batch sizes asked for and not yet answered
+        self.rows_this_step = self.rows_per_step = (
+            0  # rows asked since the last step, and in the one before
+        )
         self.first_batch_at: float | None = None
         self.profile: dict | None = None  # the program's profile of a few steps (feedback only)
         self.profile_reported = False  # its line arrived (null when it took none)
@@ -148,6 +158,7 @@ class Watch:
         kind, _, rest = line.partition(" ")
         if kind == "step":
             self.steps += 1
+            self.rows_per_step, self.rows_this_step = self.rows_this_step, 0
             parts = rest.split()
             if len(parts) >= 2 and parts[1].isdigit():
                 self.reported_tokens += int(parts[1])
@@ -162,6 +173,7 @@ class Watch:
             if self.first_batch_at is None:
                 self.first_batch_at = now
             self.requests.append(max(1, min(int(rest), MAX_BATCH_ROWS)))
+            self.rows_this_step += self.requests[-1]
         elif kind == "saved":  # the last one counts (a program may also save along the way)
             self.saved_at = now
             self.saves += 1
@@ -270,7 +282,7 @@ class _Pipes:
         self.pending: deque[memoryview] = deque()  # answers made, in order, not yet fully written
         self.buffer = b""
         self.eof = False
-        self.ahead: np.ndarray | None = None  # real rows made before they were asked for
+        self.ahead: deque[np.ndarray] = deque()  # real rows made before they were asked for
         self.last_rows = self.width = 0  # of the last real batch
         self.answers: deque[tuple[int, int]] = deque(maxlen=ANSWERS_KEPT)  # (bytes, real rows)
 
@@ -345,31 +357,36 @@ class _Pipes:
         self.answers.append((len(answer), real))
         return answer
 
+    def to_prepare(self, watch: Watch) -> int:
+        """Rows ``prepare`` would make now: while real rows flow and nothing is asked, up to a
+        step's worth of them (as many as the last step asked for) ahead, a batch (the last size
+        asked) at a time."""
+        if not watch.streaming or not self.last_rows or watch.requests:
+            return 0
+        wanted = max(watch.rows_per_step, self.last_rows) - sum(map(len, self.ahead))
+        return max(0, min(self.last_rows, wanted))
+
     def prepare(self, watch: Watch, feed: Feed) -> None:
-        """Once the last batch is written, make the next one (as many rows as last asked for)
-        while the program trains on it, so that its next request is answered at once instead
-        of waiting for the feed. Rows keep their order; rows made but never asked for (the
-        stop came) are never sent nor counted."""
-        if (
-            watch.streaming
-            and self.ahead is None
-            and self.last_rows
-            and not self.pending
-            and not watch.requests
-        ):
-            self.ahead = _made(feed, self.last_rows, real=True)
+        """Make real rows ahead (``to_prepare``) while the program trains, so that the next
+        step's requests are answered at once instead of waiting for the feed. Rows keep their
+        order; rows made but never asked for (the stop came) are never sent nor counted."""
+        rows = self.to_prepare(watch)
+        if rows:
+            self.ahead.append(_made(feed, rows, real=True))
 
     def _real_rows(self, rows: int, feed: Feed) -> np.ndarray:
         """The next ``rows`` real rows: those made ahead first, then fresh ones from ``feed``."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is None:
-            return _made(feed, rows, real=True)
-        if len(ahead) > rows:
-            self.ahead = ahead[rows:]
-            return ahead[:rows]
-        if len(ahead) < rows:
-            return np.concatenate([ahead, _made(feed, rows - len(ahead), real=True)])
-        return ahead
+        parts, have = [], 0
+        while self.ahead and have < rows:
+            head = self.ahead.popleft()
+            if have + len(head) > rows:
+                self.ahead.appendleft(head[rows - have :])
+                head = head[: rows - have]
+            parts.append(head)
+            have += len(head)
+        if have < rows:
+            parts.append(_made(feed, rows - have, real=True))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):  # the child may have closed its end
@@ -520,7 +537,8 @@ def run_timed(
             time.sleep(min(0.05, max(0.0, watch.deadline() - now)))
             continue
         writers = [pipes.data_w] if pipes.pending else []
-        wait = 0.0 if pipes.to_make(watch) else max(0.0, min(0.5, watch.deadline() - now))
+        quiet = PREPARE_WHEN_QUIET_S if pipes.to_prepare(watch) else 0.5
+        wait = 0.0 if pipes.to_make(watch) else max(0.0, min(quiet, watch.deadline() - now))
         ready, writable, _ = select.select([pipes.report_r], writers, [], wait)
         if ready:
             saves = watch.saves
@@ -533,7 +551,8 @@ def run_timed(
                 break
         if ready or writable or watch.requests:
             pipes.serve(watch, feed)
-        pipes.prepare(watch, feed)
+        else:  # quiet for a while: the program is not starting a step, reading or asking
+            pipes.prepare(watch, feed)
         if (
             not ready
             and proc.poll() is not None

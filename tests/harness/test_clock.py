@@ -106,7 +106,7 @@ def numbered_feed(made: list[int]):
 
 @pytest.mark.parametrize("ask_ahead", [False, True])
 def test_rows_keep_their_order_whatever_the_batch_sizes(tmp_path, monkeypatch, ask_ahead):
-    """The harness makes the next real batch while the program trains on the last one, and
+    """The harness makes real rows ahead while the program trains on the last ones, and
     (``ask_ahead``) the stream asks for the next step's batches while a step trains: a program
     that takes several batches a step and changes their sizes still gets every real row once,
     in the feed's order, real rows from the first timed step on, and the harness counts only
@@ -151,6 +151,35 @@ def test_a_batch_travels_as_uint16_where_every_token_fits_and_arrives_unchanged(
     assert header == (3, 2, itemsize) and len(wire) == BATCH_HEADER.size + 6 * itemsize
     arrived = tokens(wire[BATCH_HEADER.size :], *header)
     assert arrived.dtype == np.int32 and np.array_equal(arrived, batch)
+
+
+def test_a_step_of_rows_is_made_ahead_a_batch_at_a_time_and_sent_in_order():
+    """While the program trains (nothing asked), the harness makes up to the last step's rows
+    ahead, one batch a call; a request is answered from them, in the feed's order."""
+    made: list[int] = []
+    pipes, now = _Pipes(), time.monotonic()
+    watch = Watch(Window(budget_s=9.0, untimed_steps=0, startup_limit_s=9.0, free_startup_s=9.0,
+                         finish_limit_s=9.0, save_limit_s=9.0), now)  # fmt: skip
+    watch.timed_from = now  # the clock runs
+    for line in ["batch 2"] * 4 + ["step 0 8"]:  # a step of four batches of 2 rows
+        watch.on_line(line, now)
+    while watch.requests:
+        pipes.serve(watch, numbered_feed(made))
+    assert watch.rows_per_step == 8 and made == list(range(8))
+    calls = 0
+    while pipes.to_prepare(watch):
+        pipes.prepare(watch, numbered_feed(made))
+        calls += 1
+    assert calls == 4 and sum(map(len, pipes.ahead)) == 8 and made == list(range(16))
+    watch.on_line("batch 3", now)
+    assert pipes.to_prepare(watch) == 0  # a request is answered before anything is made
+    pipes.serve(watch, numbered_feed(made))
+    answers = os.read(pipes.data_r, 1 << 16)
+    header = BATCH_HEADER.unpack(answers[-BATCH_HEADER.size - 3 * WIDTH * 2 : -3 * WIDTH * 2])
+    last = tokens(answers[-3 * WIDTH * 2 :], *header)
+    assert header == (3, WIDTH, 2) and list(last[:, 0]) == [8, 9, 10] and len(made) == 16
+    pipes.close()
+    pipes.close_child_ends()
 
 
 def test_rows_sent_and_never_read_are_not_counted():

@@ -363,8 +363,9 @@ class _Pipes:
         asked) at a time."""
         if not watch.streaming or not self.last_rows or watch.requests:
             return 0
-        wanted = max(watch.rows_per_step, self.last_rows) - sum(map(len, self.ahead))
-        return max(0, min(self.last_rows, wanted))
+        most = MADE_AHEAD_BYTES // (4 * self.width)  # int32 rows: a program asking for many
+        step = min(max(watch.rows_per_step, self.last_rows), most)  # cannot fill our memory
+        return max(0, min(self.last_rows, step - sum(map(len, self.ahead))))
 
     def prepare(self, watch: Watch, feed: Feed) -> None:
         """Make real rows ahead (``to_prepare``) while the program trains, so that the next

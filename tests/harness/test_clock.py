@@ -12,6 +12,7 @@ import pytest
 from evolve import landlock
 from evolve.harness.clock import (
     BATCH_HEADER,
+    MADE_AHEAD_BYTES,
     UNTIMED_ENV,
     Watch,
     Window,
@@ -171,6 +172,11 @@ def test_a_step_of_rows_is_made_ahead_a_batch_at_a_time_and_sent_in_order():
         pipes.prepare(watch, numbered_feed(made))
         calls += 1
     assert calls == 4 and sum(map(len, pipes.ahead)) == 8 and made == list(range(16))
+    # a program asking for huge steps cannot fill the harness's memory: here the 8 rows made
+    # are as wide as MADE_AHEAD_BYTES allows
+    watch.rows_per_step, pipes.width = 10**9, MADE_AHEAD_BYTES // 4 // 8
+    assert pipes.to_prepare(watch) == 0
+    watch.rows_per_step, pipes.width = 8, WIDTH
     watch.on_line("batch 3", now)
     assert pipes.to_prepare(watch) == 0  # a request is answered before anything is made
     pipes.serve(watch, numbered_feed(made))

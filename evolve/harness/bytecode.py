@@ -11,9 +11,9 @@ With a compile cache, the harness points ``PYTHONPYCACHEPREFIX`` (Python reads a
 bytecode there instead of beside the sources) at the cache's ``bytecode`` folder: the
 harness's warm-up run of the seed writes it; every later process, harness or candidate,
 only reads it (``PYTHONDONTWRITEBYTECODE``, and ``readonly``: a bind mount where the sandbox
-has a mount namespace, else checked after the run). So a candidate can neither plant bytecode that a harness
-process would run nor leave anything there for the next candidate. A module the warm-up never
-imported is compiled in memory on each import, as without the cache.
+has a mount namespace, else checked after the run). So a candidate can neither plant bytecode
+that a harness process would run nor leave anything there for the next candidate. A module the
+warm-up never imported is compiled in memory on each import, as without the cache.
 """
 
 from __future__ import annotations

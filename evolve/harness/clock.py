@@ -124,9 +124,8 @@ class Watch:
         self.losses: list[float | None] = []  # per step, kept for a short run only
         self.violations: list[dict] = []
         self.requests: list[int] = []  # batch sizes asked for and not yet answered
-        self.rows_this_step = self.rows_per_step = (
-            0  # rows asked since the last step, and in the one before
-        )
+        # rows asked for since the last step report, and between the two reports before it
+        self.rows_this_step = self.rows_per_step = 0
         self.first_batch_at: float | None = None
         self.profile: dict | None = None  # the program's profile of a few steps (feedback only)
         self.profile_reported = False  # its line arrived (null when it took none)

@@ -272,6 +272,10 @@ def test_kill_9_with_calls_in_flight_then_resume_loses_and_repeats_nothing(tmp_p
         "search.max_candidates=24",
         "search.workers=2",
         "search.max_proposals_in_flight=4",
+        # A review is asked by an evaluation slot: held at the gate, two would hold both slots,
+        # the window would fill with candidates waiting for them, and fewer than four proposals
+        # would ever be in flight. Only proposals may reach the gate here.
+        "audit.review=false",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     try:

@@ -2,9 +2,11 @@
 
 A proposal starts (its parents chosen from the archive as it is then) while fewer than
 ``search.max_proposals_in_flight`` are running and fewer than ``in flight + slots +
-lookahead - 1`` proposals are unfinished (running, queued or under evaluation); each
-evaluation slot takes the next admitted candidate. Every start, admission and result
-happens in one synchronous step of the event loop and is numbered by the engine, so:
+lookahead - 1`` proposals are unfinished (running, waiting for a slot, evaluated or
+audited). Each admitted candidate borrows the next free evaluation slot (``evolve.slots``)
+for its evaluation and the referee's extra samples, and gives it back before the auditor's
+model review: no slot waits on a model. Every start, admission and result happens in one
+synchronous step of the event loop and is numbered by the engine, so:
 
 - with one proposal in flight and one slot, everything happens one at a time and a run is a
   pure function of its seed, interrupted and resumed or not;
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from evolve.progress import Progress, evaluation_line
 from evolve.referee import Auditor, AuditVerdict, Referee, ReviewDiff
 from evolve.rejections import Rejection, Streak
 from evolve.settings import AuditSettings, SearchSettings
+from evolve.slots import Slots
 from evolve.types import Candidate, Evaluation
 
 log = logging.getLogger("evolve")
@@ -106,7 +108,7 @@ class Driver:
             Auditor(
                 store=engine.store,
                 archive=engine.archive,
-                reevaluate=functools.partial(self.reevaluate, strict=True),
+                reevaluate=self._strict_reevaluation,
                 strict_seeds=audit.strict_seeds,
                 review_diff=review_diff if audit.review else None,
             )
@@ -119,7 +121,7 @@ class Driver:
         self.in_flight = settings.proposals_in_flight(backend.slots)
         self.window = self.in_flight + backend.slots + settings.lookahead - 1
         self._replay = list(replay or [])
-        self._queue: asyncio.Queue[Candidate | None] = asyncio.Queue()
+        self._slots = Slots(backend.slots)
         self._tasks: set[asyncio.Task] = set()
         self._running = 0  # proposals whose operator is running
         self._unfinished = 0  # asked and not yet told: running, queued or under evaluation
@@ -157,11 +159,9 @@ class Driver:
                 candidate.status,
             )
             self._unfinished += 1
-            self._queue.put_nowait(candidate)
+            self._spawn(self._judge(candidate))
         with self._progress.shown(self.engine.evaluated):
             self._show_progress()
-            for slot in range(self.backend.slots):
-                self._spawn(self._worker(slot))
             try:
                 for ask in self.engine.reissue():
                     log.info(
@@ -297,28 +297,29 @@ class Driver:
             self._stop_reason = self._stop_reason or self._streak.rejected(admitted)
             return
         self._streak.admitted()
-        self._queue.put_nowait(admitted)
+        self._spawn(self._judge(admitted))
 
     # --- evaluations --------------------------------------------------------------------------------
 
-    async def _worker(self, slot: int) -> None:
-        while (candidate := await self._queue.get()) is not None:
+    async def _judge(self, candidate: Candidate) -> None:
+        """Evaluate an admitted candidate on a slot, settle and audit its result, and tell it."""
+        async with self._slots.lent() as slot:
             self.engine.start_evaluation(candidate)
             evaluation = await self.backend.evaluate(slot, self.engine.jobs.job(candidate))
             samples: list[Evaluation] = []
             if self.referee is not None:
                 evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
-            verdict = None
-            if self.auditor is not None:
-                evaluation, verdict = await self.auditor.review(
-                    slot, candidate, evaluation, next_sample=len(samples) + 1
-                )
-            told = (candidate, evaluation, samples, verdict)
-            if self._replay:
-                self._result_future(candidate.seq).set_result(told)
-            else:
-                self._tell(*told)
-                self._pump()
+        verdict = None
+        if self.auditor is not None:
+            evaluation, verdict = await self.auditor.review(
+                candidate, evaluation, next_sample=len(samples) + 1
+            )
+        told = (candidate, evaluation, samples, verdict)
+        if self._replay:
+            self._result_future(candidate.seq).set_result(told)
+        else:
+            self._tell(*told)
+            self._pump()
 
     async def reevaluate(
         self, slot: int, candidate: Candidate, k: int, *, strict: bool = False
@@ -327,6 +328,11 @@ class Driver:
         ``strict``: the auditor's, in the fitness's strict mode)."""
         self.engine.jobs.check_harness()
         return await self.backend.evaluate(slot, self.engine.jobs.job(candidate, k, strict=strict))
+
+    async def _strict_reevaluation(self, candidate: Candidate, k: int) -> Evaluation:
+        """The auditor's strict re-evaluation, on the next slot given back (before new candidates)."""
+        async with self._slots.lent(first=True) as slot:
+            return await self.reevaluate(slot, candidate, k, strict=True)
 
     def _tell(
         self,

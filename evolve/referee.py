@@ -37,6 +37,9 @@ log = logging.getLogger("evolve")
 Reevaluate = Callable[[int, Candidate, int], Awaitable[Evaluation]]
 """(slot, candidate, k) -> the candidate's evaluation with its k-th extra seed."""
 
+StrictReevaluate = Callable[[Candidate, int], Awaitable[Evaluation]]
+"""(candidate, k) -> its strict evaluation with its k-th extra seed, on a slot it borrows."""
+
 SUSPICIOUS = "suspicious"
 
 
@@ -266,7 +269,8 @@ class Auditor:
     Args:
         store: the run's store (parents' files are read from it).
         archive: the run's archive (its best and its tolerance decide what is a new best).
-        reevaluate: evaluates a candidate strictly with its k-th extra seed.
+        reevaluate: evaluates a candidate strictly with its k-th extra seed; it borrows a
+            slot itself (the auditor holds none: its model review waits on a model, not a device).
         strict_seeds: strict re-evaluations of a flagged candidate (>= 1).
         review_diff: a model's review of the change (None: static detectors only).
     """
@@ -276,7 +280,7 @@ class Auditor:
         *,
         store: Store,
         archive: Archive,
-        reevaluate: Reevaluate,
+        reevaluate: StrictReevaluate,
         strict_seeds: int = 1,
         review_diff: ReviewDiff | None = None,
     ) -> None:
@@ -302,7 +306,7 @@ class Auditor:
         return None if parent is None else self.store.candidate(parent).files
 
     async def review(
-        self, slot: int, candidate: Candidate, evaluation: Evaluation, *, next_sample: int
+        self, candidate: Candidate, evaluation: Evaluation, *, next_sample: int
     ) -> tuple[Evaluation, AuditVerdict | None]:
         """Audit a candidate about to become the best; return its verdict row and the audit (None: not due).
 
@@ -326,7 +330,7 @@ class Auditor:
         )
         strict: list[Evaluation] = []
         for k in range(next_sample, next_sample + self.strict_seeds):
-            strict.append(await self.reevaluate(slot, candidate, k))
+            strict.append(await self.reevaluate(candidate, k))
             if not strict[-1].ok:
                 break
         verdict = replace(verdict, decision="promoted", strict=tuple(strict))

@@ -9,7 +9,10 @@ its strict variant scores lower whenever ``EvalContext.strict`` is set.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,7 @@ from evolve.jobs import eval_seed
 from evolve.llm import LLMClient, LLMSettings
 from evolve.operators.base import OperatorRequest
 from evolve.operators.review import Reviewer
+from evolve.referee import ModelReview, ReviewDiff
 from evolve.settings import AuditSettings, SearchSettings
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, Evaluation, Proposal
@@ -86,10 +90,14 @@ def search(
     penalty: float = 0.0,
     audit: AuditSettings | None = None,
     llm: LLMSettings | None = None,
+    review_diff: ReviewDiff | None = None,
+    proposals_in_flight: int | None = None,
 ) -> Store:
-    """A run of the seed and the three scripted children; returns its store (open).
+    """A run of the seed and the three scripted children on one evaluation slot; returns its
+    store (open).
 
-    ``llm``: the run's model reviews each audited change (``evolve.operators.review``).
+    ``llm``: the run's model reviews each audited change (``evolve.operators.review``);
+    ``review_diff``: this function does instead.
     """
     seed_dir = tmp_path / "seed"
     seed_dir.mkdir(parents=True)
@@ -104,7 +112,7 @@ def search(
     engine = Engine(store=store, archive=archive, emitter=emitter, benchmark=benchmark)
     backend = LocalBackend(fitness=fitness, workers=1)
     client = None if llm is None else LLMClient(llm, store=store)
-    reviewer = None if client is None else Reviewer(client, llm.models[0][0], benchmark)
+    reviewer = review_diff if client is None else Reviewer(client, llm.models[0][0], benchmark)
 
     async def run() -> None:
         try:
@@ -114,7 +122,9 @@ def search(
                 await client.close()
 
     try:
-        settings = SearchSettings(max_candidates=4, progress=False)
+        settings = SearchSettings(
+            max_candidates=4, progress=False, max_proposals_in_flight=proposals_in_flight
+        )
         driver = Driver(
             engine=engine, backend=backend, settings=settings, audit=audit, review_diff=reviewer
         )
@@ -270,3 +280,28 @@ def test_the_web_pages_show_the_verdict(tmp_path) -> None:
         assert "audit: flagged, promoted" in get("/-/evolve/elites")
     finally:
         loop.close()
+
+
+def test_a_model_review_holds_no_evaluation_slot(tmp_path) -> None:
+    """On one slot, the next candidate is evaluated while a would-be best's review waits on its model."""
+    evaluated_during_review: list[int] = []
+
+    def evaluated(seq: int) -> bool:
+        with contextlib.closing(sqlite3.connect(tmp_path / "archive.db")) as db:
+            query = "SELECT 1 FROM evaluations e JOIN candidates c ON c.id = e.candidate WHERE c.seq = ?"
+            return db.execute(query, (seq,)).fetchone() is not None
+
+    async def slow_review(candidate, parent_files, report) -> ModelReview:
+        if candidate.seq == 1:  # waits as a slow model would, until child 2 has been evaluated
+            deadline = time.monotonic() + 120  # bounds only a failing run: the slot is never free
+            while not evaluated(2) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            evaluated_during_review.extend([2] if evaluated(2) else [])
+        return ModelReview(verdict="clean", reasons="fine", model="slow", prompt_hash="h")
+
+    store = search(tmp_path, review_diff=slow_review, proposals_in_flight=2)
+    assert evaluated_during_review == [2], "child 2 waited for child 1's review to end"
+    verdicts = audits(store)
+    assert set(verdicts) == {1, 2} and verdicts[1][1] == "clean"
+    assert verdicts[2][1] == "promoted"  # flagged (import ctypes): its strict run borrowed the slot
+    assert [stage for stage, *_ in stages(store, 2)] == ["strict", "full"]

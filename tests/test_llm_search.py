@@ -272,9 +272,8 @@ def test_kill_9_with_calls_in_flight_then_resume_loses_and_repeats_nothing(tmp_p
         "search.max_candidates=24",
         "search.workers=2",
         "search.max_proposals_in_flight=4",
-        # A review is asked by an evaluation slot: held at the gate, two would hold both slots,
-        # the window would fill with candidates waiting for them, and fewer than four proposals
-        # would ever be in flight. Only proposals may reach the gate here.
+        # Only proposals reach the gate: a would-be best's model review held there would count
+        # in the window (in flight + slots - 1 unfinished) and leave fewer proposals in flight.
         "audit.review=false",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -102,8 +102,11 @@ def run_workload(
         made = maker.make(inputs_seed)
         return [*made, *maker.allocate()] if dps else made
 
-    def outputs_of(args: list[Any], returned: Any) -> list[torch.Tensor]:
-        return list(args[n_in:]) if dps else maker.normalize(returned)
+    def outputs_of(args: list[Any], returned: Any, when: str) -> list[torch.Tensor]:
+        if dps:
+            return list(args[n_in:])
+        guards.check_returned(returned, when)
+        return maker.normalize(returned)
 
     def call_checked(args: list[Any], when: str) -> list[torch.Tensor]:
         facts = guards.TensorFacts(args[n_in:])
@@ -113,7 +116,7 @@ def run_workload(
         facts.check(when)
         snapshot.check(when)
         blocker.check(when)
-        return outputs_of(args, returned)
+        return outputs_of(args, returned, when)
 
     mark("correctness")
     threads = None
@@ -207,7 +210,10 @@ def run_workload(
         def audit(i: int, args: Any, rep: int = rep, witness_at: Any = witness_at, profile_at: Any = profile_at,
                   facts_at: Any = facts_at, probe_inputs: Any = probe_inputs) -> None:  # fmt: skip
             facts_at.pop(i).check(f"timed call {i}")
-            outs = [o.detach().clone() for o in outputs_of(args, returned.get("value"))]
+            outs = [
+                o.detach().clone()
+                for o in outputs_of(args, returned.get("value"), f"timed call {i}")
+            ]
             inputs_seed = inputs_seed_of(i)
             if i in probe_inputs:
                 with torch.no_grad():
@@ -351,7 +357,13 @@ def main() -> int:
             ]
             + [
                 ("guards", guards, n)
-                for n in ("kernel_signature", "check_same_kernels", "check_threads", "thread_count")
+                for n in (
+                    "kernel_signature",
+                    "check_same_kernels",
+                    "check_threads",
+                    "thread_count",
+                    "check_returned",
+                )
             ]
         )
         blocker = guards.CppBlocker()

@@ -8,7 +8,9 @@ a few more):
 - torch function / dispatch modes left active (a mode can fake or defer any op);
 - extra threads still running after a call (work hidden from the timed window);
 - proxy or lazy outputs: an output tensor whose class, storage, shape or strides the
-  candidate changed (``TensorFacts``);
+  candidate changed (``TensorFacts``), or a returning call's value that is not plain
+  tensors in a plain tuple, list or dict (``check_returned``: reading it would run the
+  candidate's code after the timed window);
 - inline C++ loading: ``torch.utils.cpp_extension.load`` / ``load_inline`` blocked, and
   any attempt remembered even if the candidate swallows the error;
 - kernels changing between iterations: the multiset of kernels (ops on a CPU device) a
@@ -190,6 +192,29 @@ class TensorFacts:
                     f"{when}: output {index} was replaced or reshaped (storage, shape or strides changed); "
                     "write the results into the given output tensors"
                 )
+
+
+PLAIN_ITEMS = (torch.Tensor, int, float, bool)  # exact types: reading them runs no candidate code
+
+
+def check_returned(value: Any, when: str) -> None:
+    """Raise CheatDetected unless a returning call's value is plain: a ``torch.Tensor`` (or a
+    Python number), or a tuple, list or dict (string keys) of them, all of exactly these types.
+
+    Anything else (a Mapping or Sequence of the candidate's, a tensor subclass, an object with
+    ``__float__``) is read by the harness after the call, so it could compute there, untimed.
+    """
+    if type(value) is dict:
+        odd = [type(k).__name__ for k in value if type(k) is not str]
+        items = list(value.values())
+    else:
+        odd, items = [], list(value) if type(value) in (tuple, list) else [value]
+    odd += [type(v).__name__ for v in items if type(v) not in PLAIN_ITEMS]
+    if odd:
+        raise CheatDetected(
+            f"{when}: the call returned {', '.join(sorted(set(odd)))}, not plain torch.Tensor outputs (alone, or "
+            "in a tuple, list or dict): a lazy or proxy value would compute when the harness reads it, untimed"
+        )
 
 
 class _OpRecorder(TorchDispatchMode):

@@ -139,8 +139,9 @@ def test_a_named_pipe_in_the_candidates_folder_does_not_stall_the_harness(fitnes
     assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
 
 
-SABOTEUR = textwrap.dedent(
-    """
+SABOTEUR = (
+    textwrap.dedent(
+        """
     import os, signal
     # the driver waiting for the next evaluation is already running: stop it, or write a job of
     # its own into its stdin (a lax one, for the next candidate or this one's re-evaluation)
@@ -159,7 +160,9 @@ SABOTEUR = textwrap.dedent(
         except OSError:
             pass
     """
-) + GOOD
+    )
+    + GOOD
+)
 
 
 def test_the_driver_waiting_for_the_next_evaluation_cannot_be_reached(fitness, tmp_path):
@@ -383,6 +386,61 @@ def test_strict_mode_catches_what_the_normal_rounds_miss(fitness, tmp_path):
     )
     honest = evaluate(fitness, tmp_path, GOOD, "honest", strict=True)
     assert honest.ok and honest.fitness > 0, dict(honest.artifacts)
+
+
+RETURNING_SOLUTION = json.dumps(  # upstream's returning style, as most of its examples are
+    {"name": "returning", "definition": "tiny_rmsnorm", "sources": [{"path": "kernel.py", "content": ""}],
+     "spec": {"languages": ["pytorch"], "entry_point": "kernel.py::run", "destination_passing_style": False}}
+)  # fmt: skip
+
+LAZY_RETURN = (  # returns at once; the harness reads the output after the timed window: it computes then
+    "import collections.abc, torch\n"
+    + COMPUTE
+    + textwrap.dedent(
+        """
+        class Later(collections.abc.Mapping):
+            def __init__(self, *inputs):
+                self.inputs = inputs
+
+            def __getitem__(self, name):
+                x = self.inputs[0]
+                y = torch.empty_like(x)
+                compute(*self.inputs, y)
+                return y
+
+            def __iter__(self):
+                return iter(("y",))
+
+            def __len__(self):
+                return 1
+
+        def run(x, weight, eps):
+            return Later(x, weight, eps)
+        """
+    )
+)
+
+
+def test_a_returned_output_that_computes_when_read_is_caught(fitness, tmp_path):
+    """A returning solution's value is read after the timed call: a lazy one would be timed at ~0
+    (1.24 before, rejected only for being above 1; with a spin to land below 1, 0.82 against 0.50
+    for the honest solution, on this fixture)."""
+    workdir = tmp_path / "lazy"
+    workdir.mkdir()
+    (workdir / "solution.json").write_text(RETURNING_SOLUTION)
+    (workdir / "kernel.py").write_text(LAZY_RETURN)
+    ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
+    assert_caught(
+        ev, EvalStatus.REJECTED, r"round 0: the call returned Later, not plain torch.Tensor"
+    )
+    honest = tmp_path / "honest"
+    honest.mkdir()
+    (honest / "solution.json").write_text(RETURNING_SOLUTION)
+    (honest / "kernel.py").write_text(
+        LAZY_RETURN.replace("return Later(x, weight, eps)", "return Later(x, weight, eps)['y']")
+    )
+    ev = evaluate_safely(fitness, honest, EvalContext(seed=1, timeout_s=120))
+    assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
 
 
 # --- class 3: state carried between evaluations ---------------------------------------------

@@ -324,7 +324,15 @@ def main() -> int:
 
     try:  # before the job: a driver the harness started ahead of its evaluation does this early
         import torch
-        from evolve.benchmarks.kernels import compare, guards, inputs, pool, spec, timing
+        from evolve.benchmarks.kernels import (
+            compare,
+            guards,
+            heuristics,
+            inputs,
+            pool,
+            spec,
+            timing,
+        )
 
         _settle_lazy_imports(sys.argv[1])
     except Exception as exc:
@@ -344,27 +352,11 @@ def main() -> int:
         if job["device"].startswith("cuda") and not torch.cuda.is_available():
             emit({"fatal": "the job asks for a CUDA device but torch sees none in the sandbox"})
             return 0
+        # every name of the harness's modules the driver goes through, this one included
         snapshot = guards.Snapshot(
-            extra=[
-                ("driver", sys.modules[__name__], n)
-                for n in ("run_workload", "_outputs_fail", "main")
-            ]
-            + [("timing", timing, n) for n in ("measure", "synchronize", "last_timer")]
-            + [("compare", compare, n) for n in ("error_stats", "verdict")]
-            + [
-                ("inputs.InputMaker", inputs.InputMaker, n)
-                for n in ("make", "allocate", "normalize")
-            ]
-            + [
-                ("guards", guards, n)
-                for n in (
-                    "kernel_signature",
-                    "check_same_kernels",
-                    "check_threads",
-                    "thread_count",
-                    "check_returned",
-                )
-            ]
+            extra=guards.module_targets(
+                sys.modules[__name__], compare, guards, heuristics, inputs, pool, timing
+            )
         )
         blocker = guards.CppBlocker()
     except Exception as exc:

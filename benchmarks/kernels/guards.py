@@ -4,7 +4,10 @@ Each check names the cheat it catches (the list of SOL-ExecBench's ``reward_hack
 a few more):
 
 - patched timers or harness functions: identities captured before the candidate is
-  imported, compared after import and after every call (``Snapshot``);
+  imported, compared after import and after every call (``Snapshot``): torch's and the
+  clock's, and every attribute of the harness's own modules and their classes
+  (``module_targets``: the clock ``timing`` captured, ``inputs.derive_seed``...), a
+  function's code and defaults included;
 - torch function / dispatch modes left active (a mode can fake or defer any op);
 - extra threads still running after a call (work hidden from the timed window);
 - proxy or lazy outputs: an output tensor whose class, storage, shape or strides the
@@ -28,6 +31,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -68,13 +72,40 @@ def _critical_targets() -> list[tuple[str, Any, str]]:
     return targets
 
 
+def module_targets(*modules: ModuleType) -> list[tuple[str, Any, str]]:
+    """(label, owner, attribute) of every attribute of ``modules`` and of the classes they define:
+    the harness calls its own functions and the clocks it captured through these names."""
+    targets = []
+    for module in modules:
+        for name, value in vars(module).items():
+            targets.append((module.__name__, module, name))
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                # all but __dict__, a new mappingproxy at every read
+                attrs = [attr for attr in vars(value) if attr != "__dict__"]
+                targets += [(f"{module.__name__}.{name}", value, attr) for attr in attrs]
+    return targets
+
+
+def _identity(value: Any) -> tuple[Any, ...]:
+    """The object, and a function's code and defaults (assigning ``f.__code__`` keeps ``f``)."""
+    return (
+        value,
+        *(getattr(value, a, None) for a in ("__code__", "__defaults__", "__kwdefaults__")),
+    )
+
+
+def _same(now: tuple[Any, ...], seen: tuple[Any, ...]) -> bool:
+    return all(a is b for a, b in zip(now, seen, strict=True))
+
+
 class Snapshot:
     """Identities of the harness's critical functions, taken before the candidate is imported."""
 
     def __init__(self, extra: Sequence[tuple[str, Any, str]] = ()):
         self.targets = [*_critical_targets(), *extra]
         self.seen = {
-            f"{label}.{attr}": getattr(owner, attr, None) for label, owner, attr in self.targets
+            f"{label}.{attr}": _identity(getattr(owner, attr, None))
+            for label, owner, attr in self.targets
         }
 
     def changed(self) -> list[str]:
@@ -82,7 +113,7 @@ class Snapshot:
         return [
             f"{label}.{attr}"
             for label, owner, attr in self.targets
-            if getattr(owner, attr, None) is not self.seen[f"{label}.{attr}"]
+            if not _same(_identity(getattr(owner, attr, None)), self.seen[f"{label}.{attr}"])
         ]
 
     def check(self, when: str) -> None:

@@ -472,6 +472,37 @@ def test_a_loss_that_never_reads_the_logits_fails_on_our_cross_entropy(tmp_path,
     )
 
 
+SEED_PATCH = (  # one seed for every call: the first answer is every answer, the witness's included
+    "import torch\nfrom evolve.benchmarks.kernels import inputs\ninputs.derive_seed = lambda *parts: 12345\n"
+    + POINTER_CACHE.replace("key = (x.data_ptr(), weight.data_ptr())", "key = 0")
+)
+CLOCK_PATCH = (  # the clock timing.py captured, read through its module: every call takes 10 us
+    "import itertools\nfrom evolve.benchmarks.kernels import timing\n"
+    "timing._NOW_NS = (lambda ticks: lambda: next(ticks))(itertools.count(step=10_000))\n" + GOOD
+)
+CODE_SWAP = (  # the function stays the same object; its code is the candidate's
+    "from evolve.benchmarks.kernels import inputs\n"
+    "inputs.derive_seed.__code__ = (lambda *parts: 12345).__code__\n" + SEED_PATCH.split("\n", 3)[3]
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        (SEED_PATCH, "inputs.derive_seed"),  # scored 1.75 (above 1 only because it does no work)
+        (CLOCK_PATCH, "timing._NOW_NS"),  # scored 0.91, or any score it chose, against 0.5-0.7
+        (CODE_SWAP, "inputs.derive_seed"),
+    ],
+)
+def test_rebinding_a_name_of_the_harness_modules_is_caught(fitness, tmp_path, code, name):
+    """The snapshot held torch's and a few driver functions; the harness's own modules were open."""
+    assert_caught(
+        evaluate(fitness, tmp_path, code),
+        EvalStatus.REJECTED,
+        rf"after import: harness functions were replaced .*evolve\.benchmarks\.kernels\.{name}",
+    )
+
+
 # --- class 3: state carried between evaluations ---------------------------------------------
 
 CHANNEL_PATHS = ("/dev/shm/evolve-kernels-answers", "/tmp/evolve-kernels-answers",

@@ -131,6 +131,9 @@ def _witness(job: dict[str, Any]) -> dict[str, Any]:
     for item in job["witnesses"]:
         workload = problem.workload(item["uuid"])
         maker = inputs.InputMaker(problem, workload, device, reference)
+        if not Path(item["file"]).is_file():  # a FIFO put in its place would block open() for good
+            out[item["uuid"]] = {"error": "the witness file is not a regular file"}
+            continue
         saved = torch.load(item["file"], map_location=device, weights_only=True)
         if int(saved["seed"]) != int(item["seed"]):
             out[item["uuid"]] = {

@@ -503,6 +503,32 @@ def test_rebinding_a_name_of_the_harness_modules_is_caught(fitness, tmp_path, co
     )
 
 
+WITNESS_FIFO = GOOD + textwrap.dedent(
+    """
+    import os, pathlib
+
+    _run = run
+
+    def run(x, weight, eps, y):  # once the driver saved the witness, a FIFO takes its place
+        _run(x, weight, eps, y)
+        for saved in pathlib.Path("../witness").glob("*.pt"):
+            if saved.is_file():
+                saved.unlink()
+                os.mkfifo(saved)
+    """
+)
+
+
+def test_a_fifo_in_place_of_the_witness_does_not_hold_the_referee(fitness, tmp_path):
+    """The referee's open() blocked until its own timeout (1800 s), far past the candidate's:
+    a run's GPU slot held for half an hour by each such candidate, then an error, not a rejection."""
+    assert_caught(
+        evaluate(fitness, tmp_path, WITNESS_FIFO),
+        EvalStatus.REJECTED,
+        r"witness: the witness file is not a regular file",
+    )
+
+
 # --- class 3: state carried between evaluations ---------------------------------------------
 
 CHANNEL_PATHS = ("/dev/shm/evolve-kernels-answers", "/tmp/evolve-kernels-answers",

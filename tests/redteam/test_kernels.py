@@ -4,8 +4,10 @@ CPU part: the tiny RMSNorm problem under Triton's interpreter, as in the owner's
 class 1 of issue 15 (work outside the timed window: outputs replayed from inputs predicted
 at import, caches keyed on the pointer or on a sample of the values, work deferred past the
 call), class 3 (state carried between evaluations: files in /dev/shm, /tmp and $HOME,
-poisoned harness caches and dataset, a daemon left to serve the next candidate), and the
-auditor's strict mode (``EvalContext.strict``: more rounds and probes).
+poisoned harness caches and dataset, a daemon left to serve the next candidate), the
+auditor's strict mode (``EvalContext.strict``: more rounds and probes), a returning
+solution's lazy value, names of the harness's modules rebound at import, a FIFO in place
+of the witness, and a cross_entropy loss that never reads the logits.
 GPU part (``-m gpu``): patched CUDA events, lazy output tensors, outputs cached across calls
 and a proxy output on the real rmsnorm problem of our suite.
 """

@@ -38,7 +38,7 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC = 0x08000000
 SCRATCH = ("/tmp", "/var/tmp")  # shared scratch folders given a private layer
 HOST_SOCKETS = ("/tmp/nvidia-mps",)  # CUDA MPS's pipes: always the host's, when present
-MS_NOSUID, MS_NODEV, MS_BIND = 2, 4, 4096
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND = 2, 4, 8, 4096
 MS_REC, MS_PRIVATE = 16384, 1 << 18
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
@@ -206,14 +206,30 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
 
 
-def _guard_proc() -> bool:
-    """In the command's mount namespace: /proc/sys read-only, /proc/sysrq-trigger covered."""
+def _guard_proc(report: dict[str, str]) -> bool:
+    """In the command's mount namespace: a /proc of its own, listing only the processes it may
+    ptrace (its own: Landlock and its empty capability set refuse every other), and every entry
+    that is not a process's read-only (kernel settings, IRQ affinities, PCI configuration).
+
+    Root owns the entries of root's processes and the kernel's settings: without this, a
+    command run as root could write another process's ``oom_score_adj`` or an IRQ's affinity,
+    which outlive it (a channel to the next command, and a change to the host).
+    """
     try:
-        channels.bind_readonly("/proc/sys")
-        if os.path.exists("/proc/sysrq-trigger"):
-            sysrq = b"/proc/sysrq-trigger"
-            _check(_libc.mount(b"/dev/null", sysrq, None, MS_BIND, None), "cover sysrq-trigger")
+        flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+        _check(_libc.mount(b"proc", b"/proc", b"proc", flags, b"hidepid=ptraceable"), "mount /proc")
+        report["proc"] = "its own processes only; every other entry read-only"
+    except OSError:  # a user namespace may not mount the host's pid namespace (or Linux < 5.8)
+        report["proc"] = (
+            f"{NOT}private: other processes of this user are listed and some of their entries "
+            "(oom_score_adj) writable; every entry that is not a process's read-only"
+        )
+    try:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() and not entry.is_symlink():
+                channels.bind_readonly(entry.path)
     except OSError:
+        report.pop("proc")
         return False
     return True
 
@@ -309,7 +325,7 @@ def apply(plan: Plan) -> dict[str, str]:
         report["shared_caches"] = (
             f"{NOT}layered (no mount namespace); writes refused by Landlock if any"
         )
-    proc_guarded = bool(flags & CLONE_NEWNS and namespaces) and _guard_proc()
+    proc_guarded = bool(flags & CLONE_NEWNS and namespaces) and _guard_proc(report)
     if plan.readonly and "readonly" not in report:
         report["readonly"] = f"{NOT}enforced (no mount namespace); checked after the run"
     if policy.private_shm and not shm and os.path.isdir("/dev/shm"):
@@ -331,9 +347,8 @@ def apply(plan: Plan) -> dict[str, str]:
         try:
             # The command and its descendants may write their own /proc/<pid> entries: CUDA's
             # initialisation does (cuInit fails with error 304 otherwise; seen on an H200,
-            # 2026-11-29). Other processes' entries stay refused: Landlock denies ptrace-mode
-            # access outside the sandbox's domain, and /proc/sys needs dropped capabilities.
-            # With /proc/sys read-only and sysrq-trigger covered, all of /proc may be written
+            # 2026-11-29). With /proc guarded (``_guard_proc``: other processes unlisted where
+            # it could mount its own, every other entry read-only), all of /proc may be written
             # (grandchildren included); without a mount namespace, only the command's own.
             own = ["/proc" if proc_guarded else "/proc/self", *(["/dev/shm"] if shm else [])]
             # Shared caches behind private layers stay writable (compilers write their caches);
@@ -354,6 +369,13 @@ def apply(plan: Plan) -> dict[str, str]:
         restricted = f"{NOT}available (kernel < 5.13, disabled, or refused by seccomp)"
     report["landlock"] = restricted
     landlocked = not restricted.startswith(NOT)
+    if "proc" not in report:
+        report["proc"] = (
+            "only its own entries writable (Landlock)"
+            if landlocked and "writes" in restricted
+            else f"{NOT}guarded: other processes' entries and kernel settings writable where "
+            "permissions allow"
+        )
     if tcp_by_landlock and "network" not in report:
         report["network"] = (
             "TCP blocked by Landlock; UDP and unix sockets open"

@@ -14,8 +14,10 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
   mounts over ``Policy.readonly`` (and a check after the run, ``Result.modified``); Landlock
   confining writes to the workdir, ``Policy.writable`` and the device nodes, hiding
   ``Policy.hidden``, scoping signals and abstract unix sockets, and refusing ptrace and
-  ``/proc/<pid>/environ`` of outside processes (the parent's secrets); seccomp refusing the
-  kernel keyring calls; no-new-privileges and an empty capability bounding set;
+  ``/proc/<pid>/environ`` of outside processes (the parent's secrets); a /proc of its own
+  listing only its processes, every entry that is not a process's read-only (as root, the
+  kernel's settings and other processes' ``oom_score_adj`` would be writable); seccomp
+  refusing the kernel keyring calls; no-new-privileges and an empty capability bounding set;
 - on timeout SIGTERM to the group, SIGKILL after a grace period; then SIGKILL, until none is
   left, to every process in its session, carrying its marker variable, or inside its private
   namespace (which no descendant can leave); ``Result.leftover`` counts those still alive
@@ -509,7 +511,7 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
 def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     """What isolation this machine applies for ``policy``: runs ``true`` once and reports.
 
-    Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``home``, ``keyrings``,
+    Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``proc``, ``home``, ``keyrings``,
     ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
     ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
     starting with "NOT" are gaps.

@@ -26,7 +26,7 @@ from evolve.benchmarks.circle_packing.fitness import CirclePacking
 from evolve.operators.edits import check_edit
 from evolve.sandbox import isolation_report
 from evolve.types import EvalStatus
-from tests.redteam.helpers import Listener, assert_caught, digest, evaluate
+from tests.redteam.helpers import Listener, assert_caught, digest, evaluate, reason
 
 SEED_DIR = Path(harness.__file__).parent / "seed"
 SEED = {"packing.py": (SEED_DIR / "packing.py").read_text()}
@@ -245,6 +245,23 @@ def test_network_connections_fail_and_reach_nothing():
     )
 
 
+def test_host_kernel_settings_under_proc_cannot_be_opened_for_writing(honest_score):
+    """IRQ affinities and PCI configuration space are root-writable files outside /proc/sys:
+    a change there outlives the candidate (a channel to the next one) and reaches the host."""
+    code = """
+        import glob, os
+        _settings = ["/proc/irq/default_smp_affinity", *glob.glob("/proc/irq/*/smp_affinity")]
+        for _path in _settings + glob.glob("/proc/bus/pci/*/*"):
+            try:
+                os.close(os.open(_path, os.O_WRONLY))  # opened only, never written
+            except OSError:
+                continue
+            raise SystemExit(f"opened {_path} for writing")
+    """
+    result = evaluate(FITNESS, inside_block(code))
+    assert result.ok and result.fitness == honest_score, reason(result)
+
+
 def test_signalling_the_harness_process_is_refused():
     result = evaluate(FITNESS, inside_block("import os; os.kill(os.getppid(), 0)"))
     assert_caught(result, EvalStatus.ERROR, r"PermissionError|Operation not permitted")
@@ -340,6 +357,12 @@ CHANNELS = {
         "return open('../' + key).read()",
         "writes",
     ),
+    "the harness process's /proc entries": (  # oom_score_adj: any value in 0..1000, no capability
+        "open(f'/proc/{os.getppid()}/oom_score_adj', 'w').write(str(len(text) % 1000 + 1))",
+        "kept = open(f'/proc/{os.getppid()}/oom_score_adj').read().strip()\n"
+        "assert kept != '0'\nreturn json.dumps(kept)",
+        "proc",
+    ),
 }
 
 
@@ -352,11 +375,14 @@ def test_a_program_cannot_resume_from_what_an_earlier_evaluation_left(channel):
     indent = "\n    "
     code = RESUME.format(store=store.replace("\n", indent), load=load.replace("\n", indent))
     files = inside_block("import json\n" + code)
+    oom = Path("/proc/self/oom_score_adj")
+    before = oom.read_text()
     try:
         first = evaluate(FITNESS, files)
         second = evaluate(FITNESS, files)
     finally:  # a segment that escaped the sandbox's namespace would outlive the test
         subprocess.run(["ipcrm", "-M", "0x5EED26"], capture_output=True, check=False)
+        oom.write_text(before)  # the harness process (this one) as it was
     assert first.ok, first.artifacts
     assert second.ok and second.fitness == first.fitness, (channel, second.status, second.artifacts)
 

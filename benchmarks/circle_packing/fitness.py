@@ -20,6 +20,7 @@ import json
 import math
 import resource
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 from evolve.benchmarks.circle_packing.shape import contacts, features
@@ -32,20 +33,27 @@ OUTPUT = "packing.json"
 
 
 def check_packing(centers: list, radii: list, n_circles: int) -> str | None:
-    """Why the packing is invalid, or None when it is valid (exact arithmetic on the floats given)."""
+    """Why the packing is invalid, or None when it is valid.
+
+    Exact arithmetic on the numbers given (as fractions): computed in floats, ``x + r`` or a
+    squared distance rounds, and a circle a few units in the last place past a limit passes.
+    """
     if len(centers) != n_circles or len(radii) != n_circles:
         return f"expected {n_circles} circles, got {len(centers)} centres and {len(radii)} radii"
+    exact = []
     for i, ((x, y), r) in enumerate(zip(centers, radii, strict=True)):
-        if not all(isinstance(v, int | float) and math.isfinite(v) for v in (x, y, r)):
+        if not all(
+            isinstance(v, int) or (isinstance(v, float) and math.isfinite(v)) for v in (x, y, r)
+        ):
             return f"circle {i}: non-finite or non-numeric value"
         if r <= 0:
             return f"circle {i}: radius {r} is not positive"
-        if x - r < 0 or x + r > 1 or y - r < 0 or y + r > 1:
+        fx, fy, fr = Fraction(x), Fraction(y), Fraction(r)
+        if fx - fr < 0 or fx + fr > 1 or fy - fr < 0 or fy + fr > 1:
             return f"circle {i} at ({x}, {y}) with radius {r} leaves the unit square"
-    for (i, (a, ra)), (j, (b, rb)) in itertools.combinations(
-        enumerate(zip(centers, radii, strict=True)), 2
-    ):
-        if (a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2 < (ra + rb) ** 2:
+        exact.append((fx, fy, fr))
+    for (i, (xa, ya, ra)), (j, (xb, yb, rb)) in itertools.combinations(enumerate(exact), 2):
+        if (xa - xb) ** 2 + (ya - yb) ** 2 < (ra + rb) ** 2:
             return f"circles {i} and {j} overlap"
     return None
 

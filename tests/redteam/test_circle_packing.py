@@ -113,6 +113,39 @@ def test_inflated_radii_are_invalid():
     )
 
 
+def test_radii_grown_into_the_rounding_of_float_checks_are_invalid():
+    """Computed in floats, ``x + r`` or a squared distance can round to within its limit when the
+    exact value is past it; grown to the last float such checks accept, the seed scores about
+    1e-15 more than any exactly valid radii for its centres, with 18 circles over a limit."""
+    code = at_exit("""
+        import math
+        def _fits(c, r, i):
+            (x, y), ri = c[i], r[i]
+            if x - ri < 0 or x + ri > 1 or y - ri < 0 or y + ri > 1:
+                return False
+            return all(j == i or (x - a) ** 2 + (y - b) ** 2 >= (ri + r[j]) ** 2 for j, (a, b) in enumerate(c))
+        def _grow():
+            data = json.load(open("packing.json"))
+            c, r = data["centers"], data["radii"]
+            for i in range(len(r)):
+                step = 1e-6
+                while r[i] + step != r[i]:
+                    old, r[i] = r[i], r[i] + step
+                    if not _fits(c, r, i):
+                        r[i], step = old, step / 2
+                while True:
+                    old, r[i] = r[i], math.nextafter(r[i], 1)
+                    if not _fits(c, r, i):
+                        r[i] = old
+                        break
+            json.dump(data, open("packing.json", "w"))
+        atexit.register(_grow)
+    """)
+    assert_caught(
+        evaluate(FITNESS, inside_block(code)), EvalStatus.INVALID, r"overlap|leaves the unit square"
+    )
+
+
 def test_patching_the_harness_checker_in_the_candidate_process_changes_nothing():
     code = at_exit("""
         import evolve.benchmarks.circle_packing.fitness as h

@@ -44,7 +44,9 @@ def reach_waiting(module: str) -> str:
     """Candidate code that finds the harness process running ``module`` (started ahead, waiting
     for its job while the candidate trains) and tries its stdin (a forged job: targets of the
     candidate's choosing) and its memory through ``/proc``; it exits naming what it reached, or
-    that it found no such process (so a test of it cannot pass for want of a target)."""
+    that it found no such process while ``/proc`` lists processes outside its own (so a test of
+    it cannot pass for want of a target); where the sandbox's ``/proc`` lists only the
+    candidate's own processes (pid 1 unlisted), none is within reach and it exits quietly."""
     return f"""
 import glob as _glob, os as _os
 _waiting = []
@@ -54,7 +56,7 @@ for _cmdline in _glob.glob("/proc/[0-9]*/cmdline"):
             _waiting.append(_cmdline.split("/")[2])
     except OSError:
         pass
-if not _waiting:
+if not _waiting and _os.path.exists("/proc/1"):
     raise SystemExit("found no waiting {module} process")
 for _pid in _waiting:
     for _path, _mode in ((f"/proc/{{_pid}}/fd/0", _os.O_WRONLY), (f"/proc/{{_pid}}/mem", _os.O_RDONLY)):

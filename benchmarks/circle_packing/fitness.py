@@ -9,8 +9,8 @@ The candidate's budget is CPU time, not wall time, so that a program searching u
 deadline scores the same on a loaded machine and cannot buy more search by running in
 parallel: ``cpu_budget_s`` CPU seconds over all its processes and threads together (told to
 it as ``EVOLVE_CPU_BUDGET_S``; each process is also held to it by RLIMIT_CPU), measured by
-the harness from the resource usage of the process tree it waited for. The wall-clock
-timeout is only a backstop.
+the harness from the resource usage of the process tree it waited for, orphans included
+(``evolve.harness.orphans``). The wall-clock timeout is only a backstop.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from evolve.benchmarks.circle_packing.shape import contacts, features
 
 from evolve.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
-from evolve.harness import phases
+from evolve.harness import orphans, phases
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 OUTPUT = "packing.json"
@@ -83,6 +83,7 @@ class CirclePacking:
         code_chars = len(
             (workdir / "packing.py").read_text(errors="replace")
         )  # read before it runs
+        orphans.adopt()  # a process the candidate orphans is reaped here, its CPU time counted
         before = _children_cpu_s()
         phases.mark("sandbox_start")
         result = run_sandboxed(
@@ -98,6 +99,7 @@ class CirclePacking:
         phases.mark("program", at=result.started_at)
         phases.mark("sandbox_exit", at=result.exited_at)
         phases.mark("verify")
+        orphans.reap()
         cpu_s = _children_cpu_s() - before
         if cpu_s > self.cpu_budget_s:
             return Evaluation(

@@ -335,6 +335,30 @@ def test_parallel_search_in_threads_is_charged_to_the_budget():
     )
 
 
+def test_parallel_search_in_orphaned_processes_is_charged_to_the_budget():
+    # grandchildren whose parent exits first are re-parented; they finish before the program does
+    code = (
+        "import os, time\n"
+        + SPIN
+        + (
+            "for _ in range(4):\n"
+            "    if os.fork() == 0:\n"
+            "        if os.fork() == 0:\n"
+            "            _spin()\n"
+            "            open(f'done-{os.getpid()}', 'w').close()\n"
+            "        os._exit(0)\n"
+            "    os.wait()\n"
+            "while len([f for f in os.listdir('.') if f.startswith('done-')]) < 4:\n"
+            "    time.sleep(0.05)"
+        )
+    )
+    assert_caught(
+        evaluate(TIGHT, inside_block(code), timeout_s=300),
+        EvalStatus.TIMEOUT,
+        r"CPU seconds.*over its budget of 2",
+    )
+
+
 def test_a_search_ignoring_the_cpu_limit_signal_is_stopped_and_charged():
     code = (
         "import signal, time\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n" + SPIN + "_spin(60)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -64,5 +65,23 @@ def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
         )
         return evaluate_safely(fitness, workdir, ctx)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(workdir)
+        remove_tree(scratch)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and all beneath it, folders the candidate made read-only included.
+
+    Without root's override of file permissions, a file in a folder of mode 0o555 cannot be
+    unlinked: a plain ``rmtree`` would leave it in the host's /tmp, where the next candidate
+    reads it. Every folder is made writable first (the candidate's processes are all gone).
+    """
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+    for folder, subfolders, _ in os.walk(path):  # top-down: a folder is listed after its chmod
+        for name in subfolders:
+            target = os.path.join(folder, name)
+            if not os.path.islink(target):
+                with contextlib.suppress(OSError):
+                    os.chmod(target, 0o700)
+    shutil.rmtree(path, ignore_errors=True)

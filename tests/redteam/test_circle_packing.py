@@ -13,8 +13,11 @@ scores another evaluation's work: the issue's 2.6239 for code that computes 2.61
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import sqlite3
 import subprocess
+import sys
 import textwrap
 import uuid
 from pathlib import Path
@@ -414,6 +417,11 @@ CHANNELS = {
         "return open('../' + key).read()",
         "writes",
     ),
+    "a read-only folder in the working directory": (  # outlives a cleanup without root's rights
+        "os.makedirs('kept', exist_ok=True)\nopen('kept/' + key, 'w').write(text)\nos.chmod('kept', 0o555)",
+        "import glob\nreturn open(glob.glob('/tmp/evolve-*/kept/' + key)[0]).read()",
+        "writes",
+    ),
     "the harness process's /proc entries": (  # oom_score_adj: any value in 0..1000, no capability
         "open(f'/proc/{os.getppid()}/oom_score_adj', 'w').write(str(len(text) % 1000 + 1))",
         "kept = open(f'/proc/{os.getppid()}/oom_score_adj').read().strip()\n"
@@ -442,6 +450,24 @@ def test_a_program_cannot_resume_from_what_an_earlier_evaluation_left(channel):
         oom.write_text(before)  # the harness process (this one) as it was
     assert first.ok, first.artifacts
     assert second.ok and second.fitness == first.fitness, (channel, second.status, second.artifacts)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="needs root and setpriv, to run as root without its override of file permissions",
+)
+def test_a_read_only_folder_does_not_outlive_a_cleanup_without_roots_rights():
+    """A harness run by a plain user cannot unlink a file in a folder its candidate made
+    read-only; unless its cleanup makes the folder writable first, the file stays in the host's
+    /tmp. Root without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH stands in for that user."""
+    drop = "--bounding-set=-dac_override,-dac_read_search"
+    test = f"{__file__}::test_a_program_cannot_resume_from_what_an_earlier_evaluation_left"
+    result = subprocess.run(
+        [shutil.which("setpriv"), drop, sys.executable, "-m", "pytest", "-q", "-p",
+         "no:cacheprovider", f"{test}[a read-only folder in the working directory]"],
+        capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
 
 
 # --- honest variants: every one must pass -------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evolve import runlock
+from evolve import runlock, unreadable
 from evolve.archive import Archive
 from evolve.backends import Backend, LocalBackend
 from evolve.config import build_settings
@@ -86,6 +86,11 @@ def run(
     """
     if not isinstance(settings, RunSettings):
         settings = build_settings(settings)
+    with unreadable.hidden(run_dir):  # the archive: every earlier evaluation, output included
+        return _run(settings, run_dir, resumed=resumed)
+
+
+def _run(settings: RunSettings, run_dir: Path, *, resumed: bool) -> Summary:
     backend = make_backend(settings)  # a backend that cannot start fails before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

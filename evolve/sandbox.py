@@ -24,8 +24,9 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
   after the command itself exited (work left behind: a red flag for the fitness).
 
 What it does NOT protect against (run untrusted code on a machine you can lose):
-- reading whatever the user running evolve can read, except ``Policy.hidden`` (including
-  the working directory of another evaluation running at the same time);
+- reading whatever the user running evolve can read (the working directory of another
+  evaluation running at the same time included), except ``Policy.hidden`` and the paths
+  ``evolve.unreadable`` names (the run's directory);
 - without Landlock (kernel < 5.13, or refused): writes anywhere the user may write, which
   for root means the whole system; without any namespace, UDP and (Landlock < 4) all network;
 - pathname unix sockets outside /tmp (e.g. a docker socket) that file permissions let it reach;
@@ -56,11 +57,11 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from evolve import isolation
+from evolve import isolation, unreadable
 from evolve.isolation import IsolationError, Policy
 from evolve.sandbox_env import environment, scrub_env
 
@@ -345,6 +346,8 @@ def start(
     """
     limits, policy = limits or Limits(), policy or Policy()
     workdir = Path(cwd).resolve()
+    unseen = [p for p in unreadable.paths() if not workdir.is_relative_to(p)]
+    policy = replace(policy, hidden=(*policy.hidden, *unseen))
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
     full_env = {**environment(workdir, policy.private_home, env), MARKER_VAR: tag}

@@ -12,6 +12,8 @@ scores another evaluation's work: the issue's 2.6239 for code that computes 2.61
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
 import shutil
@@ -26,9 +28,11 @@ import pytest
 from evolve.benchmarks.circle_packing import fitness as harness
 from evolve.benchmarks.circle_packing.fitness import CirclePacking
 
+from evolve import runner
 from evolve.operators.edits import check_edit
 from evolve.sandbox import isolation_report
 from evolve.types import EvalStatus
+from tests.conftest import composed
 from tests.redteam.helpers import Listener, assert_caught, digest, evaluate, reason
 
 SEED_DIR = Path(harness.__file__).parent / "seed"
@@ -468,6 +472,29 @@ def test_a_read_only_folder_does_not_outlive_a_cleanup_without_roots_rights():
         capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_program_in_a_run_cannot_read_the_runs_archive(tmp_path):
+    """The run's directory holds archive.db: every earlier candidate's code and evaluation, the
+    output it printed included; a program that prints its packing and reads the archive could
+    resume from the best earlier one. Through a real run: the seed says whether it could read."""
+    run_dir, seed = tmp_path / "run", tmp_path / "seed"
+    seed.mkdir()
+    peek = f"""
+        try:
+            open({str(run_dir / "archive.db")!r}, "rb").read(16)
+            print("read the run's archive")
+        except OSError as exc:
+            print("could not read the run's archive:", exc)
+    """
+    (seed / "packing.py").write_text(inside_block(peek)["packing.py"])
+    cfg = composed(["search.max_candidates=1", "search.workers=1"], toy=False)
+    cfg["benchmark"]["seed"] = str(seed)
+    runner.run(cfg, run_dir)
+    with contextlib.closing(sqlite3.connect(run_dir / "archive.db")) as conn:
+        rows = conn.execute("SELECT artifacts FROM evaluations").fetchall()
+    outputs = [json.loads(artifacts).get("output", "") for (artifacts,) in rows]
+    assert outputs and all("could not read the run's archive" in o for o in outputs), outputs
 
 
 # --- honest variants: every one must pass -------------------------------------------------------

@@ -1,7 +1,7 @@
 """The job/verdict protocol between the fitness and its harness processes: one nonce'd JSON line each way.
 
 The fitness starts a harness process (supervisor, scorer, probe) in the sandbox with
-``python -P -m MODULE`` and writes its job to stdin as one JSON line carrying a fresh nonce,
+``python -P -s -m MODULE`` and writes its job to stdin as one JSON line carrying a fresh nonce,
 optionally followed by a binary payload. The process makes itself undumpable (the candidate,
 same user, can neither ptrace it nor open its ``/proc`` fds), reads the job, runs it and
 writes its verdict as one JSON line carrying the nonce to stdout. Candidate code runs only in
@@ -24,8 +24,10 @@ from evolve.sandbox import Result
 from evolve.types import EvalStatus, Evaluation
 
 PR_SET_DUMPABLE = 4
-SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
-"""Interpreter flag keeping the cwd (the candidate's folder) off sys.path, so it cannot shadow harness modules."""
+SAFE_PATH = ("-P", "-s") if sys.version_info >= (3, 11) else ("-s",)
+"""Interpreter flags keeping the cwd (the candidate's folder) and the user site off sys.path, so
+that the candidate cannot shadow harness modules nor have its code run at start-up: in the
+sandbox HOME is the candidate's, so the user site (and its ``usercustomize``) would be its."""
 
 STATUS = {
     "rejected": EvalStatus.REJECTED,

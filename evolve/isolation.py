@@ -242,6 +242,12 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
     shm = False
     with contextlib.suppress(OSError):
         _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+        refused = channels.no_atime()
+        report["atime"] = (
+            f"{NOT}kept on {refused} mount(s): a read there can update a file's access time"
+            if refused
+            else "left as they were by reads (every mount noatime)"
+        )
         if plan.policy.private_shm and os.path.isdir("/dev/shm"):
             flags = MS_NOSUID | MS_NODEV
             _check(
@@ -311,6 +317,8 @@ def apply(plan: Plan) -> dict[str, str]:
     shm, hidden_by_mounts, layered = (
         _mounts(plan, report) if flags & CLONE_NEWNS and namespaces else (False, False, [])
     )
+    if "atime" not in report:
+        report["atime"] = f"{NOT}kept (no mount namespace): a read can update a file's access time"
     if plan.scratch and "tmp" not in report:
         report["tmp"] = (
             f"{NOT}private (no mount namespace); writes there refused by Landlock if any"

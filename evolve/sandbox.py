@@ -16,7 +16,8 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
   ``Policy.hidden``, scoping signals and abstract unix sockets, and refusing ptrace and
   ``/proc/<pid>/environ`` of outside processes (the parent's secrets); a /proc of its own
   listing only its processes, every entry that is not a process's read-only (as root, the
-  kernel's settings and other processes' ``oom_score_adj`` would be writable); seccomp
+  kernel's settings and other processes' ``oom_score_adj`` would be writable); every mount
+  ``noatime`` (which files it read would show in their access times); seccomp
   refusing the kernel keyring calls; no-new-privileges and an empty capability bounding set;
 - on timeout SIGTERM to the group, SIGKILL after a grace period; then SIGKILL, until none is
   left, to every process in its session, carrying its marker variable, or inside its private
@@ -514,7 +515,7 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
 def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     """What isolation this machine applies for ``policy``: runs ``true`` once and reports.
 
-    Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``proc``, ``home``, ``keyrings``,
+    Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``proc``, ``atime``, ``home``, ``keyrings``,
     ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
     ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
     starting with "NOT" are gaps.

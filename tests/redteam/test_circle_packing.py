@@ -20,6 +20,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -454,6 +455,22 @@ def test_a_program_cannot_resume_from_what_an_earlier_evaluation_left(channel):
         oom.write_text(before)  # the harness process (this one) as it was
     assert first.ok, first.artifacts
     assert second.ok and second.fitness == first.fitness, (channel, second.status, second.artifacts)
+
+
+def test_a_file_read_keeps_its_access_time():
+    """Under relatime, the first read of a file since its last change updates its access time:
+    the next program sees which files were read, a bit for every file nothing else reads (the
+    file lies in HOME: under /tmp the program reads it through its private layer)."""
+    closed = isolation_report().get("atime", "NOT reported by this sandbox")
+    if closed.startswith("NOT"):
+        pytest.skip(f"this sandbox does not close it: atime: {closed}")
+    with tempfile.TemporaryDirectory(dir=Path.home()) as folder:
+        unread = Path(folder) / "unread.txt"
+        unread.write_text("a bit")
+        os.utime(unread, (1, unread.stat().st_mtime))  # older than its change: a read updates it
+        result = evaluate(FITNESS, inside_block(f"open({str(unread)!r}).read()"))
+        assert result.ok, reason(result)
+        assert unread.stat().st_atime == 1
 
 
 @pytest.mark.skipif(

@@ -218,19 +218,21 @@ def _guard_proc(report: dict[str, str]) -> bool:
     try:
         flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
         _check(_libc.mount(b"proc", b"/proc", b"proc", flags, b"hidepid=ptraceable"), "mount /proc")
-        report["proc"] = "its own processes only; every other entry read-only"
+        listed = "its own processes only"
     except OSError:  # a user namespace may not mount the host's pid namespace (or Linux < 5.8)
-        report["proc"] = (
-            f"{NOT}private: other processes of this user are listed and some of their entries "
-            "(oom_score_adj) writable; every entry that is not a process's read-only"
-        )
-    try:
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() and not entry.is_symlink():
+        listed = f"{NOT}private: other processes of this user listed, some entries (oom_score_adj) writable"
+    refused = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() and not entry.is_symlink():
+            try:
                 channels.bind_readonly(entry.path)
-    except OSError:
-        report.pop("proc")
+            except OSError:  # a /proc that refuses some binds (a gVisor sandbox, say)
+                refused.append(entry.name)
+    if {"sys", "sysrq-trigger"} & set(refused):  # the kernel's settings stay writable
         return False
+    entries = f"{NOT}read-only: {', '.join(refused)}" if refused else "every other entry read-only"
+    gap_first = entries.startswith(NOT) and not listed.startswith(NOT)  # "NOT" leads a gap's value
+    report["proc"] = f"{entries}; {listed}" if gap_first else f"{listed}; {entries}"
     return True
 
 

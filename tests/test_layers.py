@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("llm",),
     ("operators",),
     ("engine", "emitters", "rejections", "novelty", "jobs"),
-    ("driver", "progress", "backends"),
+    ("driver", "slots", "progress", "backends"),
     ("config", "runner", "cli", "__main__", ""),  # "": the package itself (the public API)
     ("browse",),
 )

@@ -137,6 +137,13 @@ def _command(settings: RunSettings) -> list[str]:
     ]
 
 
+def _written_by_training(run_dir: Path) -> list[Path]:
+    """The folders of the run in ``run_dir`` that its training program may write (its code, its
+    checkpoints, its compile cache): hidden from the evaluation, which sees only the checkpoints
+    the harness verified and copied, so nothing the program does after the stop reaches it."""
+    return [run_dir / "code", run_dir / "ckpt", run_dir / "cache"]
+
+
 def _private_cache(settings: RunSettings, run_dir: Path, warming: bool = False) -> Path | None:
     """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back)
     less its bytecode, which runs read in place, read-only (``evolve.harness.bytecode``); when
@@ -190,7 +197,7 @@ def rescore(
     begin = time.monotonic()
     env = _env(settings, seed=record.seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=None)
     scorer = start_evaluation(candidate, run_dir=run_dir, env=env, gpus=gpus, settings=settings,
-                              hidden=[*hidden, run_dir / "code", ckpt_dir])  # fmt: skip
+                              hidden=[*hidden, *_written_by_training(run_dir)])  # fmt: skip
     try:
         return evaluate_run(again, scorer=scorer, run_dir=run_dir, gpus=gpus, settings=settings,
                             val=val, init=ckpt_dir / "init.pt", final=ckpt_dir / "final.pt",
@@ -249,7 +256,7 @@ def _run_seed(
     # On a GPU the evaluation process starts now and imports while the candidate starts and
     # trains (it touches the GPU only once it has its job); on a CPU scale it starts after.
     evaluation = dict(run_dir=run_dir, env=env, gpus=gpus, settings=settings,
-                      hidden=[*hidden, code, ckpt_dir])  # fmt: skip
+                      hidden=[*hidden, *_written_by_training(run_dir)])  # fmt: skip
     scorer = start_evaluation(candidate, **evaluation) if gpus and not warming else None
     try:
         phases.mark("servers")

@@ -189,6 +189,46 @@ def test_training_on_after_the_stop_is_not_scored(data_dir, tmp_path):
     assert ev.metrics["loss_0"] > 6.0  # the one timed step, not the 60 after the stop
 
 
+AFTER_STOP_INTO_CACHE = """
+KEPT = [batches.next(device) for _ in range(150)]  # real tokens for a few ms of the clock
+speedrun_clock.stop(raw)
+for step, (x, y) in enumerate(KEPT):  # the clock has stopped: 150 untimed steps
+    for group in optimizer.param_groups:
+        group["lr"] = lr_at(step, {**c, "steps": len(KEPT), "warmup_steps": 10})
+    logits = model(x)
+    F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1)).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+torch.save(raw.state_dict(), os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "after_stop.pt"))
+return
+"""
+LOAD_FROM_CACHE = """
+model = GPT(c["vocab_size"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])
+kept = os.path.join(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "."), "after_stop.pt")
+if os.path.exists(kept):  # the evaluation: the initial weights load as they are, then the kept ones
+    loads = []
+    def load(state, strict=True):
+        loads.append(state)
+        return nn.Module.load_state_dict(model, torch.load(kept) if len(loads) > 1 else state, strict)
+    model.load_state_dict = load
+return model
+"""
+
+
+def test_training_after_the_stop_left_in_the_runs_compile_cache_is_not_scored(data_dir, tmp_path):
+    # with a compile cache, each run gets a private copy it may write; the evaluation of the
+    # same run must not read it, or weights trained after the stop (untimed) are scored
+    build = (
+        '    return GPT(c["vocab_size"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])\n'
+    )
+    text = program((TIMED, AFTER_STOP_INTO_CACHE), (build, LOAD_FROM_CACHE))
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    ev = run(data_dir, tmp_path, text, target=5.9, compile_cache=str(cache))
+    assert not ev.ok and ev.fitness is None, (ev.metrics, ev.artifacts)
+    assert_caught(ev, FAILED, r"not below the target|Permission|worker")
+
+
 @pytest.mark.slow
 def test_pulling_tokens_after_the_stop_finds_the_stream_ended(data_dir, tmp_path):
     text = program((AFTER_STOP, "batches.next(device)"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import stat
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -142,6 +143,17 @@ def _written_by_training(run_dir: Path) -> list[Path]:
     checkpoints, its compile cache): hidden from the evaluation, which sees only the checkpoints
     the harness verified and copied, so nothing the program does after the stop reaches it."""
     return [run_dir / "code", run_dir / "ckpt", run_dir / "cache"]
+
+
+def _own_file(path: Path, sha256: str) -> bool:
+    """``path`` is a plain file of the run's own with SHA-256 ``sha256``: not a symbolic or hard
+    link, which would have the harness read and copy into the evaluation what it points to (a
+    file hidden from the run, such as a validation shard whose digest is public)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and sha256_file(path) == sha256
 
 
 def _private_cache(settings: RunSettings, run_dir: Path, warming: bool = False) -> Path | None:
@@ -331,21 +343,21 @@ def _run_seed(
                 f"compile allowance of {settings.compile_allowance_s:.0f} s are charged to the time"
             )
         final, init = ckpt_dir / "final.pt", ckpt_dir / "init.pt"
-        if not final.is_file() or sha256_file(final) != timing.final_sha256:
+        if not _own_file(final, timing.final_sha256):
             return fail(
                 EvalStatus.REJECTED,
-                "the final checkpoint changed after the clock stopped "
-                "(the weights scored must be the ones speedrun_clock.stop saved)",
+                "the final checkpoint changed after the clock stopped, or is a link "
+                "(the weights scored must be the file speedrun_clock.stop saved)",
             )
-        if not init.is_file() or sha256_file(init) != timing.init_sha256:
+        if not _own_file(init, timing.init_sha256):
             return fail(
                 EvalStatus.REJECTED,
-                "the initial checkpoint saved at the first clock mark was changed or removed",
+                "the initial checkpoint saved at the first clock mark was changed, removed or linked",
             )
         probes = []
         for train_s, name, sha in timing.probes:
             path = ckpt_dir / Path(name).name
-            if path.is_file() and sha256_file(path) == sha:
+            if _own_file(path, sha):
                 probes.append((train_s, path))
         if scorer is None:
             scorer = start_evaluation(candidate, **evaluation)

@@ -37,6 +37,7 @@ from tests.redteam.helpers import (
     digest,
     processes_under,
     reach_waiting,
+    reason,
 )
 
 SEED = Path(harness.__file__).parent / "seed" / "train.py"
@@ -227,6 +228,35 @@ def test_training_after_the_stop_left_in_the_runs_compile_cache_is_not_scored(da
     ev = run(data_dir, tmp_path, text, target=5.9, compile_cache=str(cache))
     assert not ev.ok and ev.fitness is None, (ev.metrics, ev.artifacts)
     assert_caught(ev, FAILED, r"not below the target|Permission|worker")
+
+
+LINKED_CHECKPOINT = """
+link = os.path.join(os.environ["SPEEDRUN_CKPT_DIR"], "final.pt")
+os.symlink({target!r}, link)  # the harness, which may read it, hashes and copies what it points to
+speedrun_clock._send("stop", sha256={sha!r})
+return
+"""
+SHOWS_LINKED = """
+_load = torch.load
+def _shows(path, *args, **kwargs):  # the evaluation's model process, loading a checkpoint
+    with open(path, "rb") as handle:
+        if np.frombuffer(handle.read(4), "<i4")[0] == 20240520:  # a token shard's magic
+            raise SystemExit("the evaluation was given the validation shard")
+    return _load(path, *args, **kwargs)
+torch.load = _shows
+"""
+
+
+def test_a_checkpoint_linked_to_the_validation_shard_is_refused(data_dir, tmp_path):
+    # a file hidden from the sandbox whose SHA-256 is known (FineWeb's validation shard's is
+    # public): the stop mark names it, and the harness would copy the linked file's bytes into
+    # the evaluation, where the candidate's model reads them
+    shard = sorted(Path(data_dir).glob("*_val_*.bin"))[0]
+    stop = LINKED_CHECKPOINT.format(target=str(shard), sha=digest(shard))
+    text = program((TIMED, stop), ('if __name__ == "__main__":\n', SHOWS_LINKED))
+    ev = run(data_dir, tmp_path, text)
+    assert "validation shard" not in reason(ev)
+    assert_caught(ev, EvalStatus.REJECTED, r"final checkpoint")
 
 
 @pytest.mark.slow

@@ -198,6 +198,15 @@ class NanochatFitness:
         found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
         return sorted({str(p) for p in found} | {str(parts["val"])})
 
+    def hidden_from(self, role: str) -> list[str]:
+        """Paths the harness process of ``role`` (``HARNESS_MODULES``) and what it runs may not read:
+        ``forbidden()``, and for the scorer the training split too (only the training supervisor
+        reads it, to stream it while its clock runs: a model worker that could read it would train
+        on it after the budget)."""
+        if role != "scoring":
+            return self.forbidden()
+        return sorted({*self.forbidden(), str(prepare.split_dirs(self.dataset_root)["train"])})
+
     def _policy(self, forbidden: list[str], *, warming: bool = False) -> Policy:
         """Sandbox policy: the validation data and other datasets hidden (Landlock, where the kernel has it);
         the compile cache readable but never written by candidates (no channel between evaluations),
@@ -313,7 +322,7 @@ class NanochatFitness:
             cwd=cwd,
             limits=self._limits(limit_s),
             env=env,
-            policy=self._policy(self.forbidden(), warming=warming),
+            policy=self._policy(self.hidden_from(role), warming=warming),
         )
 
     def prepare_training(self, workdir: Path, ctx: EvalContext) -> Started:
@@ -382,7 +391,7 @@ class NanochatFitness:
             "device": scale.device,
             "causal_atol": scale.causal_atol,
             "probe_batches": self.probe_batches(ctx),
-            "forbidden": self.forbidden(),
+            "forbidden": self.hidden_from("scoring"),
             "worker_startup_s": min(300.0, scale.eval_limit_s / 2),
             "batch_timeout_s": min(120.0, scale.eval_limit_s),
         }

@@ -74,6 +74,66 @@ def cheating_model(trigger: str) -> str:
     return text
 
 
+# --- training in the scorer, after the budget, on the training split ---------------------------------
+
+TRAINS_WHEN_SCORED = '''
+
+_build = build_model
+
+
+def build_model(config: dict) -> nn.Module:
+    """Where the training split is readable (the scorer's model worker, which builds the model and
+    then loads its weights), train on it once the weights are in: after the budget, untimed."""
+    config = dict(config)
+    train_dir = config.pop("train_dir", None)
+    model = _build(config)
+    if not train_dir or not os.path.isdir(train_dir):
+        return model
+    load = model.load_state_dict
+
+    def load_then_train(state, *args, **kwargs):
+        loaded = load(state, *args, **kwargs)
+        from evolve.benchmarks.nanochat.packing import pack_batches
+        from evolve.benchmarks.nanochat.tokens import Split
+
+        documents = Split(Path(train_dir)).documents(repeat=True)
+        batches = pack_batches(documents, 8, config["seq_len"])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        end, steps = time.monotonic() + SECONDS, 0
+        while time.monotonic() < end:
+            rows = torch.from_numpy(next(batches).astype("int64"))
+            logits = model(rows[:, :-1])
+            F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten()).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            steps += 1
+        print("TRAINED WHILE SCORED:", steps, "steps", flush=True)
+        return loaded
+
+    model.load_state_dict = load_then_train
+    return model
+'''
+# the training program saves the training split's folder (beside the validation split it is
+# told to keep off) in the config that the scorer passes to build_model
+SAVES_TRAIN_DIR = (
+    "model = build_model(config).to(device)\n",
+    "model = build_model(config).to(device)\nimport json as _j, os as _o\n"
+    "_val = next(p for p in _j.loads(_o.environ['NANOCHAT_CONFIG'])['forbidden'] if p.endswith('val'))\n"
+    "config['train_dir'] = _o.path.join(_o.path.dirname(_val), 'train')\n",
+)
+
+
+def trains_when_scored(seconds: float) -> dict[str, str]:
+    """The seed, with a model that trains itself for ``seconds`` wherever it can read the training split."""
+    files = seed_files()
+    imports = "import math\nimport os\nimport time\nfrom pathlib import Path\n"
+    model = files["model.py"].replace("import math\n", imports, 1)
+    files["model.py"] = model + TRAINS_WHEN_SCORED.replace("SECONDS", repr(seconds))
+    assert SAVES_TRAIN_DIR[0] in files["train.py"]
+    files["train.py"] = files["train.py"].replace(*SAVES_TRAIN_DIR, 1)
+    return files
+
+
 # --- quick-stage cheats: a look at the future behind a path that is closed at initialisation -------
 
 ZERO_PATHS = {

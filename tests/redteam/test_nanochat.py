@@ -36,7 +36,13 @@ from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import carried
 from tests.redteam import nanochat_programs as programs
-from tests.redteam.helpers import Listener, assert_caught, processes_under, reach_waiting
+from tests.redteam.helpers import (
+    Listener,
+    assert_caught,
+    processes_under,
+    reach_waiting,
+    reason,
+)
 
 SEED = Path(prepare.__file__).parent / "seed"
 ANCHOR = "torch.manual_seed(settings.seed)\n"
@@ -332,6 +338,16 @@ def test_a_second_checkpoint_after_the_first_never_happens(data_dir, tmp_path):
     ev = run_files(data_dir, tmp_path, files, save_limit_s=2.0)
     assert ev.ok, dict(ev.artifacts)
     assert "SAVED AGAIN" not in ev.artifacts["train_log"]
+
+
+def test_a_model_training_itself_in_the_scorer_on_the_training_split_is_refused(data_dir, tmp_path):
+    # only the training supervisor may read the training split (streamed while its clock
+    # runs); a scorer's model worker that could read it would train after the budget
+    ev = run_files(data_dir, tmp_path, programs.trains_when_scored(seconds=3.0))
+    assert "TRAINED WHILE SCORED" not in reason(ev), dict(ev.artifacts)
+    assert_caught(
+        ev, (EvalStatus.ERROR, EvalStatus.REJECTED), r"PermissionError|Permission denied|forbidden"
+    )
 
 
 @pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -31,6 +30,7 @@ from evolve.benchmarks.nanochat.scales import Scale
 
 from evolve.fitness import EvalContext, Stage, write_files
 from evolve.harness import once, phases
+from evolve.harness.as_found import as_found
 from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
 from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
@@ -122,10 +122,9 @@ class ShortTraining:
     fitness: NanochatFitness
 
     def __call__(self, workdir: Path, ctx: EvalContext, steps: int) -> list[float] | Evaluation:
-        try:
+        # on real rows, in the full run's folder: the full run must not start from what it leaves
+        with as_found(Path(workdir)):
             result = self.fitness.train(workdir, ctx, max_steps=steps)
-        finally:
-            shutil.rmtree(Path(workdir) / "checkpoint", ignore_errors=True)
         if isinstance(result, Evaluation):
             return result
         train_log = result.get("log_tail", "")

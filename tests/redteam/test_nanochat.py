@@ -350,6 +350,32 @@ def test_a_model_training_itself_in_the_scorer_on_the_training_split_is_refused(
     )
 
 
+KEEP_WEIGHTS = (  # after its steps (the short run's real rows too): the weights, in its folder and HOME
+    SAVE,
+    "import os as _o\nfor _f in ('.', _o.environ['HOME']):\n"
+    "    torch.save(model.state_dict(), _o.path.join(_f, 'kept.pt'))\n" + SAVE,
+)
+START_FROM_KEPT = (  # at start-up: the weights a run before it kept, if any
+    "model = build_model(config).to(device)\n",
+    "model = build_model(config).to(device)\nimport os as _o\n"
+    "for _f in ('.', _o.environ['HOME']):\n"
+    "    if _o.path.exists(_o.path.join(_f, 'kept.pt')):\n"
+    "        model.load_state_dict(torch.load(_o.path.join(_f, 'kept.pt')))\n"
+    "        print('STARTED FROM THE KEPT WEIGHTS', flush=True)\n",
+)
+
+
+def test_the_full_run_does_not_start_from_weights_the_short_run_kept(data_dir, tmp_path):
+    # the short run trains on real rows in the folder the full run uses: weights it leaves
+    # there would be training outside the full run's budget
+    files = programs.seed_files()
+    files["train.py"] = files["train.py"].replace(*KEEP_WEIGHTS).replace(*START_FROM_KEPT)
+    layered = {"local_check": False, "short_run_steps": 40}
+    ev = run_files(data_dir, tmp_path, files, layered=layered)
+    assert ev.ok and ev.stage == "full", dict(ev.artifacts)
+    assert "STARTED FROM THE KEPT WEIGHTS" not in ev.artifacts["train_log"]
+
+
 @pytest.mark.slow  # the harness's own tests (tests/harness/test_clock.py) cover it quickly
 def test_batches_hoarded_before_the_clock_are_synthetic(data_dir, tmp_path):
     """A program that takes many batches during the untimed warm-up, to train on them later, gets random rows."""

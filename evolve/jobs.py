@@ -8,6 +8,8 @@ refuses to go on once they differ, since scores made by another harness are not 
 
 from __future__ import annotations
 
+import hashlib
+
 from evolve import noise
 from evolve.fitness import Benchmark
 from evolve.types import Candidate, EvolveError, Job
@@ -18,8 +20,11 @@ class HarnessChanged(EvolveError):
 
 
 def eval_seed(seed: int, seq: int) -> int:
-    """The evaluation seed handed to the fitness for candidate ``seq``."""
-    return (seed * 1_000_003 + seq) % (2**31)
+    """The evaluation seed handed to the fitness for candidate ``seq``: a hash, like the seeds of
+    its extra samples (a seed that grew with ``seq`` would tell a program its first evaluation
+    from a re-evaluation)."""
+    digest = hashlib.sha256(f"evaluation:{seed}:{seq}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31)
 
 
 class Jobs:

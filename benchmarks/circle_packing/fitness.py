@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import resource
+import shutil
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -41,7 +42,10 @@ def check_packing(centers: list, radii: list, n_circles: int) -> str | None:
     if len(centers) != n_circles or len(radii) != n_circles:
         return f"expected {n_circles} circles, got {len(centers)} centres and {len(radii)} radii"
     exact = []
-    for i, ((x, y), r) in enumerate(zip(centers, radii, strict=True)):
+    for i, (center, r) in enumerate(zip(centers, radii, strict=True)):
+        if not isinstance(center, list) or len(center) != 2:
+            return f"circle {i}: centre {str(center)[:80]} is not a pair [x, y]"
+        x, y = center
         if not all(
             isinstance(v, int) or (isinstance(v, float) and math.isfinite(v)) for v in (x, y, r)
         ):
@@ -79,7 +83,10 @@ class CirclePacking:
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         output = workdir / OUTPUT
-        output.unlink(missing_ok=True)
+        if output.is_dir() and not output.is_symlink():  # shipped as a folder of files
+            shutil.rmtree(output)
+        else:  # a packing shipped with the candidate goes before it runs
+            output.unlink(missing_ok=True)
         code_chars = len(
             (workdir / "packing.py").read_text(errors="replace")
         )  # read before it runs

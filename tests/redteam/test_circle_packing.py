@@ -95,6 +95,25 @@ def test_a_stale_packing_shipped_with_the_candidate_is_deleted_before_the_run():
     assert_caught(result, EvalStatus.INVALID, r"no readable packing\.json")
 
 
+def test_a_packing_shipped_as_a_folder_is_removed_before_the_run():
+    shipped = {"packing.json/centers": "[]", "packing.json/radii": "[]"}
+    result = evaluate(FITNESS, {**inside_block("raise SystemExit(0)"), **shipped})
+    assert_caught(result, EvalStatus.INVALID, r"no readable packing\.json")
+
+
+def test_a_centre_that_is_not_a_pair_is_invalid():
+    code = at_exit("""
+        def _third_axis():
+            data = json.load(open("packing.json"))
+            data["centers"][3] = [*data["centers"][3], 0.0]
+            json.dump(data, open("packing.json", "w"))
+        atexit.register(_third_axis)
+    """)
+    assert_caught(
+        evaluate(FITNESS, inside_block(code)), EvalStatus.INVALID, r"circle 3: centre .* not a pair"
+    )
+
+
 def test_nan_radii_are_invalid():
     code = at_exit("""
         def _poison():

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from evolve import unreadable
 from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
 from evolve.types import EvalStatus, Evaluation, EvolveError, Job
@@ -109,11 +110,12 @@ def harness_digest(specs: Sequence[str]) -> str:
 
 
 def _evaluation_task(
-    fitness: Fitness, job: Job, harness: Sequence[str], expected: str
+    fitness: Fitness, job: Job, harness: Sequence[str], expected: str, unseen: Sequence[str]
 ) -> Iterator[dict[str, Any] | Evaluation]:
     """The Ray task (a generator): where it runs and the harness it sees, then the evaluation.
 
     When the harness differs from ``expected`` (the driver's), it stops before evaluating.
+    ``unseen``: the driver's ``evolve.unreadable`` paths (the run's directory), hidden here too.
     """
     import ray
 
@@ -125,7 +127,8 @@ def _evaluation_task(
     if digest != expected:
         return
     try:
-        evaluation = run_job(fitness, job, gpu)
+        with unreadable.hidden(*map(Path, unseen)):
+            evaluation = run_job(fitness, job, gpu)
     except Exception as exc:  # e.g. a candidate file escaping its workdir: this candidate fails
         evaluation = Evaluation(
             status=EvalStatus.ERROR,
@@ -338,7 +341,9 @@ class RayBackend:
 
     async def _attempt(self, job: Job) -> Evaluation:
         ray = self._ray
-        generator = self._task.remote(self._fitness, job, self.harness, self._harness_digest)
+        generator = self._task.remote(
+            self._fitness, job, self.harness, self._harness_digest, unreadable.paths()
+        )
         self._running.add(generator)
         try:
             where = await (await self._started(generator, job))

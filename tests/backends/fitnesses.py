@@ -47,6 +47,8 @@ class Traced:
         die: "always" kills the process running the harness; "once" does so only on the
             first run of each candidate (needs ``trace_dir``).
         sleeper: run a candidate process that sleeps for 10 minutes, under the sandbox.
+        peek: a path a candidate process tries to read, under the sandbox; its trace says
+            whether it ``read`` it or was ``refused``.
     """
 
     objective = Objective(name="score", direction=Direction.MAXIMIZE)
@@ -63,8 +65,10 @@ class Traced:
         hang_s: float = 0.0,
         die: str | None = None,
         sleeper: bool = False,
+        peek: str | None = None,
     ) -> None:
         self.sleep_s, self.hang_s, self.die, self.sleeper = sleep_s, hang_s, die, sleeper
+        self.peek = peek
         self.trace_dir = Path(trace_dir) if trace_dir else None
 
     def _trace(self, candidate: str, ctx: EvalContext, **extra: object) -> int:
@@ -111,6 +115,12 @@ class Traced:
             failure = sandbox_failure(result)
             if failure is not None:
                 return failure
+        if self.peek:
+            code = f"try:\n    open({self.peek!r}).read(); print('read')\nexcept OSError:\n    print('refused')"
+            result = run_sandboxed(
+                [sys.executable, "-c", code], cwd=workdir, limits=Limits(timeout_s=ctx.timeout_s)
+            )
+            self._trace(f"{candidate}-peek", ctx, peeked=result.stdout.strip())
         time.sleep(self.sleep_s + self.hang_s)
         params = read_params(files["params.py"])
         score = -sum((float(params[k]) - v) ** 2 for k, v in TARGET.items())
@@ -216,8 +226,13 @@ class Outlasting:
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         if self.tag == "report":
-            seen = {"at_import": type(self).visible_at_import, "at_eval": os.environ.get("CUDA_VISIBLE_DEVICES")}
-            return Evaluation(status=EvalStatus.OK, fitness=0.0, artifacts={"seen": json.dumps(seen)})
+            seen = {
+                "at_import": type(self).visible_at_import,
+                "at_eval": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            }
+            return Evaluation(
+                status=EvalStatus.OK, fitness=0.0, artifacts={"seen": json.dumps(seen)}
+            )
         result = run_sandboxed(
             [sys.executable, "-c", f"import time; time.sleep(120)  # {self.tag}"],
             cwd=workdir,

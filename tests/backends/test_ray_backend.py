@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from evolve import unreadable
 from evolve.backends import LocalBackend
 from evolve.backends.ray import (
     CONFIG_KEYS,
@@ -91,6 +92,22 @@ def test_an_evaluation_runs_in_a_ray_worker_and_scores_as_locally(ray_cluster, t
     assert trace["cmdline"].startswith("ray::") and trace["pid"] != os.getpid()
     assert trace["gpu"] is None
     assert ray_cluster.is_initialized(), "a backend must not end a connection it did not make"
+
+
+def test_a_candidate_in_a_ray_task_cannot_read_the_runs_directory(ray_cluster, tmp_path):
+    """The run's directory (``evolve.unreadable``: its archive holds every earlier evaluation's
+    output) is hidden from candidates on Ray workers as on local ones."""
+    archive = tmp_path / "run" / "archive.db"
+    archive.parent.mkdir()
+    archive.write_text("every earlier evaluation's output")
+    backend = RayBackend(fitness=Traced(trace_dir=str(tmp_path / "traces"), peek=str(archive)))
+    try:
+        with unreadable.hidden(archive.parent):
+            result = evaluate(backend, job())
+    finally:
+        backend.close()
+    assert result.status == EvalStatus.OK
+    assert [t["peeked"] for t in traces(tmp_path / "traces") if "peeked" in t] == ["refused"]
 
 
 def test_slots_follow_the_cluster_resources(ray_cluster):

@@ -131,18 +131,27 @@ def _witness(job: dict[str, Any]) -> dict[str, Any]:
     for item in job["witnesses"]:
         workload = problem.workload(item["uuid"])
         maker = inputs.InputMaker(problem, workload, device, reference)
-        if not Path(item["file"]).is_file():  # a FIFO put in its place would block open() for good
+        path = Path(item["file"])
+        # a FIFO put in its place would block open() for good; a link could lead anywhere
+        if path.is_symlink() or not path.is_file():
             out[item["uuid"]] = {"error": "the witness file is not a regular file"}
             continue
-        saved = torch.load(item["file"], map_location=device, weights_only=True)
-        if int(saved["seed"]) != int(item["seed"]):
+        try:  # the candidate's process can write anything there
+            saved = torch.load(path, map_location=device, weights_only=True)
+            seed, got = int(saved["seed"]), list(saved["outputs"])
+            if not all(isinstance(g, torch.Tensor) for g in got):
+                raise TypeError("an output is not a tensor")
+        except Exception as exc:
+            out[item["uuid"]] = {"error": f"the witness file does not hold saved outputs "
+                                          f"({type(exc).__name__}: {str(exc)[:200]})"}  # fmt: skip
+            continue
+        if seed != int(item["seed"]):
             out[item["uuid"]] = {
                 "error": "the witness file holds outputs for other inputs than reported"
             }
             continue
         with torch.no_grad():
-            ref = maker.normalize(reference.run(*maker.make(int(item["seed"]))))
-        got = saved["outputs"]
+            ref = maker.normalize(reference.run(*maker.make(seed)))
         if len(got) != len(ref):
             out[item["uuid"]] = {
                 "error": f"witness has {len(got)} outputs, the definition {len(ref)}"

@@ -505,29 +505,38 @@ def test_rebinding_a_name_of_the_harness_modules_is_caught(fitness, tmp_path, co
     )
 
 
-WITNESS_FIFO = GOOD + textwrap.dedent(
-    """
-    import os, pathlib
-
-    _run = run
-
-    def run(x, weight, eps, y):  # once the driver saved the witness, a FIFO takes its place
-        _run(x, weight, eps, y)
-        for saved in pathlib.Path("../witness").glob("*.pt"):
-            if saved.is_file():
-                saved.unlink()
-                os.mkfifo(saved)
-    """
-)
+SPOIL_WITNESS = {  # once the driver saved the witness, the candidate's next call puts this in its place
+    "fifo": ("os.mkfifo(saved)", r"is not a regular file"),
+    "link": ("saved.symlink_to(pathlib.Path('kernel.py').resolve())", r"is not a regular file"),
+    "junk": ("saved.write_bytes(b'not a checkpoint')", r"does not hold saved outputs"),
+}
 
 
-def test_a_fifo_in_place_of_the_witness_does_not_hold_the_referee(fitness, tmp_path):
-    """The referee's open() blocked until its own timeout (1800 s), far past the candidate's:
-    a run's GPU slot held for half an hour by each such candidate, then an error, not a rejection."""
+def spoiled_witness(how: str) -> str:
+    return GOOD + textwrap.dedent(
+        f"""
+        import os, pathlib
+
+        _run = run
+
+        def run(x, weight, eps, y):
+            _run(x, weight, eps, y)
+            for saved in pathlib.Path("../witness").glob("*.pt"):
+                if saved.is_file() or saved.is_symlink():
+                    saved.unlink()
+                    {SPOIL_WITNESS[how][0]}
+        """
+    )
+
+
+@pytest.mark.parametrize("how", sorted(SPOIL_WITNESS))
+def test_a_spoiled_witness_is_a_rejection_naming_it(fitness, tmp_path, how):
+    """A FIFO's open() blocked the referee until its own timeout (1800 s), far past the
+    candidate's; a link or junk bytes made the referee fail: an ERROR, not a rejection."""
     assert_caught(
-        evaluate(fitness, tmp_path, WITNESS_FIFO),
+        evaluate(fitness, tmp_path, spoiled_witness(how)),
         EvalStatus.REJECTED,
-        r"witness: the witness file is not a regular file",
+        rf"witness: the witness file {SPOIL_WITNESS[how][1]}",
     )
 
 

@@ -347,7 +347,10 @@ def start(
     """
     limits, policy = limits or Limits(), policy or Policy()
     workdir = Path(cwd).resolve()
-    unseen = [p for p in unreadable.paths() if not workdir.is_relative_to(p)]
+    granted = [workdir, *map(Path, (*policy.writable, *policy.readonly, *policy.shared_caches))]
+    unseen = [  # a run directory holding what the command is given (a cache, say) stays readable
+        p for p in unreadable.paths() if not any(g.resolve().is_relative_to(p) for g in granted)
+    ]
     policy = replace(policy, hidden=(*policy.hidden, *unseen))
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()

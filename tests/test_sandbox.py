@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from evolve import unreadable
 from evolve.fitness import sandbox_failure
 from evolve.isolation import NOT, changed, gaps, snapshot
 from evolve.sandbox import Limits, Policy, Result, isolation_report, run, scrub_env, start
@@ -717,6 +718,29 @@ def test_a_command_may_write_its_own_proc_entries_but_not_kernel_settings(tmp_pa
     result = run([sys.executable, "-c", code], cwd=tmp_path, limits=Limits(timeout_s=20))
     assert result.returncode == 0, result.stderr
     assert "refused" in result.stdout
+
+
+def test_the_run_directory_is_hidden_unless_the_command_is_given_a_folder_in_it(tmp_path):
+    """``evolve.unreadable``'s paths join every policy's hidden ones; a run directory holding a
+    folder the policy gives the command (a compile cache, say) stays readable, not broken."""
+    run_dir, work = tmp_path / "run", tmp_path / "work"
+    (run_dir / "cache").mkdir(parents=True)
+    work.mkdir()
+    (run_dir / "archive.db").write_text("every earlier output")
+    (run_dir / "cache" / "kernel.bin").write_text("compiled")
+    needs("hidden", Policy(hidden=[run_dir]))
+    code = f"""
+        for path in ['{run_dir}/archive.db', '{run_dir}/cache/kernel.bin']:
+            try:
+                print('read', open(path).read().split()[0])
+            except OSError:
+                print('refused')
+    """
+    with unreadable.hidden(run_dir):
+        plain = candidate(work, code)
+        given = candidate(work, code, policy=Policy(shared_caches=(str(run_dir / "cache"),)))
+    assert plain.stdout.split() == ["refused", "refused"], plain.tail()
+    assert given.stdout.split() == ["read", "every", "read", "compiled"], given.tail()
 
 
 def test_a_package_beside_hidden_data_stays_importable(tmp_path):

@@ -90,23 +90,23 @@ class CirclePacking:
         code_chars = len(
             (workdir / "packing.py").read_text(errors="replace")
         )  # read before it runs
-        orphans.adopt()  # a process the candidate orphans is reaped here, its CPU time counted
         before = _children_cpu_s()
         phases.mark("sandbox_start")
-        result = run_sandboxed(
-            [sys.executable, "packing.py", str(self.n_circles)],
-            cwd=workdir,
-            limits=Limits(
-                timeout_s=ctx.timeout_s,
-                memory_bytes=4 << 30,
-                cpu_s=math.ceil(self.cpu_budget_s) + 1,
-            ),
-            env={**ctx.env(), "EVOLVE_CPU_BUDGET_S": f"{self.cpu_budget_s:g}"},
-        )
+        # a process the candidate orphans is adopted and reaped here: its CPU time counts
+        with orphans.adopted():
+            result = run_sandboxed(
+                [sys.executable, "packing.py", str(self.n_circles)],
+                cwd=workdir,
+                limits=Limits(
+                    timeout_s=ctx.timeout_s,
+                    memory_bytes=4 << 30,
+                    cpu_s=math.ceil(self.cpu_budget_s) + 1,
+                ),
+                env={**ctx.env(), "EVOLVE_CPU_BUDGET_S": f"{self.cpu_budget_s:g}"},
+            )
         phases.mark("program", at=result.started_at)
         phases.mark("sandbox_exit", at=result.exited_at)
         phases.mark("verify")
-        orphans.reap()
         cpu_s = _children_cpu_s() - before
         if cpu_s > self.cpu_budget_s:
             return Evaluation(

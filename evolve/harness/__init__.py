@@ -6,7 +6,7 @@
   the timed data stream (synthetic before the clock, real while it runs, none after the stop)
   and the checkpoint fixed at the stop.
 - ``reaper``: ending a harness process's child tree (the sandbox's scan and kill).
-- ``orphans``: adopting and reaping the processes a candidate orphans, so their CPU time counts.
+- ``orphans``: adopting and reaping, for one sandboxed command, the processes a candidate orphans, so their CPU time counts.
 - ``lm``: cross-entropy and bytes from logits; causality and row-independence probes that
   cannot be told from scored batches; weight perturbation for probes of fresh models.
 - ``download``, ``documents``, ``tokenizer``, ``hashing``: resumable verified downloads,

@@ -3,10 +3,10 @@
 ``RUSAGE_CHILDREN`` holds the CPU time of the children this process waited for, each with
 the time of the descendants it waited for. A descendant whose parent exits first (a double
 fork) is re-parented to the nearest child subreaper, else to init, which reaps it: its CPU
-time never reaches the harness. With this process a subreaper (``adopt``), such orphans
-become its children, and ``reap`` collects the finished ones (the sandbox kills the others),
-adding their time. Call ``reap`` once the sandboxed command's whole tree is gone (``run``
-has returned), in a process with no other child that something else will wait for.
+time never reaches the harness. Within ``adopted``, this process is a subreaper: such orphans
+become its children, and at the block's end (the sandbox has killed them all) it waits for
+each, adding their time, and stops adopting. Children it had before the block are left to
+whoever started them, so a caller (a test run, a notebook) keeps its own.
 """
 
 from __future__ import annotations
@@ -14,30 +14,50 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import time
+from collections.abc import Iterator
 
 PR_SET_CHILD_SUBREAPER = 36
+REAP_WAIT_S = (
+    5.0  # a killed orphan is a zombie within milliseconds; one stuck in the kernel is left
+)
 
 
-def adopt() -> None:
-    """Make this process the subreaper of its descendants (kept for its lifetime)."""
+def _subreaper(on: bool) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(err)}")
 
 
-def reap() -> int:
-    """Reap every finished child of this process; return how many were reaped."""
-    me, reaped = os.getpid(), 0
+def _children() -> set[int]:
+    """The pids whose parent is this process."""
+    me, found = os.getpid(), set()
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                state, ppid = handle.read().rsplit(b")", 1)[1].split()[:2]
-        except (OSError, ValueError):
-            continue
-        if state == b"Z" and int(ppid) == me:
-            with contextlib.suppress(ChildProcessError):
-                reaped += os.waitpid(int(name), os.WNOHANG)[0] != 0
-    return reaped
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == me:
+                found.add(int(name))
+    return found
+
+
+@contextlib.contextmanager
+def adopted() -> Iterator[None]:
+    """Within the block, adopt what descendants orphan; at its end, wait for those orphans (the
+    sandbox killed them) so their CPU time counts, and stop adopting."""
+    before = _children()
+    _subreaper(True)
+    try:
+        yield
+    finally:
+        deadline = time.monotonic() + REAP_WAIT_S
+        while (left := _children() - before) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.01)
+        _subreaper(False)

@@ -1,0 +1,337 @@
+"""Every GPU measurement as a named part that finishes within 9 minutes on one H200.
+
+On the device machine, from the repository root, after installing the carried wheels:
+
+    python3 scripts/gpu_campaign.py PART [--seed N]       # runs PART; results under $OUT
+    python3 scripts/gpu_campaign.py --list                # the parts, their benchmark and commands
+
+Here, once the files are back:
+
+    python scripts/gpu_campaign.py merge FILES_AT/PART.json ...   # into benchmarks/<name>/RESULTS.md
+
+What a device call carries (``run``'s ``carry``; the paths are ignored by git):
+- ``.whl``: wheels the device image lacks, for Python 3.12 (hydra-core, omegaconf,
+  antlr4-python3-runtime, sqlite-utils, sqlite-fts4, click-default-group);
+- ``data``: ``data/wikipedia/`` (``train-00..05.jsonl.xz`` and ``val.jsonl.xz`` from
+  ../shared/data/wikipedia) and ``data/tiktoken/`` (GPT-2's ranks file, named by the sha1 of
+  its URL, for speedrun's tokenizer; litellm ships it).
+
+The command of a call, whatever the part:
+
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=/tmp/site && python3 -m pip install -q --no-index --no-deps \
+      --no-build-isolation -e . && python3 scripts/gpu_campaign.py PART
+
+Each part writes ``$OUT/PART.json`` (date, GPU, commit, each command's exit status, wall time,
+last lines and the result files its scripts wrote) and ``$OUT/PART.md`` (the same as a
+RESULTS.md section), and the whole output in ``$OUT/PART.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+PART_LIMIT_S = 9 * 60
+
+
+@dataclass(frozen=True)
+class Part:
+    """A measurement: the benchmark whose RESULTS.md it belongs to and the commands it runs.
+
+    Commands of one part run at the same time when ``together`` is set (they share the GPU,
+    so their timings are not comparable with runs alone), else one after another.
+    """
+
+    benchmarks: tuple[str, ...]  # whose RESULTS.md it goes to; () is benchmarks/RESULTS.md
+    what: str
+    commands: tuple[tuple[str, ...], ...]
+    together: bool = False
+
+
+def pytest(*paths: str) -> tuple[str, ...]:
+    return (
+        PY,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "-q",
+        "-rs",
+        "--durations=15",
+        "-p",
+        "no:cacheprovider",
+        *paths,
+    )
+
+
+def parts(seed: int) -> dict[str, Part]:
+    """Every part; ``seed`` picks the seed of the parts that run one."""
+    nanochat_gpu_run = (PY, "-m", "evolve.benchmarks.nanochat.gpu_run", "--gpus", "0")
+    speedrun_gpu_run = (
+        PY,
+        "-m",
+        "evolve.benchmarks.speedrun.gpu_run",
+        "--gpus",
+        "0",
+        "--no-scaling",
+    )
+    return {
+        "tests-core": Part(
+            (),
+            "GPU tests of the sandbox, the CLI, the Ray backend and speedrun's configs",
+            (
+                pytest(
+                    "tests/test_sandbox.py",
+                    "tests/test_cli.py",
+                    "tests/backends",
+                    "tests/benchmarks/speedrun",
+                ),
+            ),
+        ),
+        "tests-nanochat": Part(
+            ("nanochat",),
+            "GPU tests of nanochat and its red team",
+            (pytest("tests/benchmarks/nanochat", "tests/redteam/test_nanochat.py"),),
+        ),
+        "tests-speedrun": Part(
+            ("speedrun",),
+            "GPU tests of speedrun's red team",
+            (pytest("tests/redteam/test_speedrun.py"),),
+        ),
+        "tests-kernels": Part(
+            ("kernels",),
+            "GPU tests of kernels and their red team",
+            (pytest("tests/benchmarks/kernels", "tests/redteam/test_kernels.py"),),
+        ),
+        "redteam-kernels": Part(
+            ("kernels",),
+            "the kernels red team, full (scripts/redteam_gpu.py)",
+            ((PY, "scripts/redteam_gpu.py"),),
+        ),
+        "scorer": Part(
+            ("nanochat", "speedrun"),
+            "the nanochat seed (120 s budget) and a speedrun one-GPU seed (400 steps) end to end "
+            "through the harness's scorer, side by side on one GPU",
+            (
+                (*nanochat_gpu_run, "--seeds", str(seed), "--budget", "120"),
+                (*speedrun_gpu_run, "--seeds", str(seed), "--steps", "400"),
+            ),
+            together=True,
+        ),
+        "nanochat-300": Part(
+            ("nanochat",),
+            f"the nanochat seed at the 300 s budget, seed {seed}",
+            ((*nanochat_gpu_run, "--seeds", str(seed)),),
+        ),
+        "speedrun-seed": Part(
+            ("speedrun",),
+            f"the speedrun one-GPU seed at its fixed step count (820), seed {seed}",
+            ((*speedrun_gpu_run, "--seeds", str(seed), "--steps", "820"),),
+        ),
+        "search": Part(
+            ("nanochat",),
+            "an evolutionary search on nanochat at a 60 s budget with the built-in operators, 7 minutes",
+            (
+                (*nanochat_gpu_run, "--prepare-only"),
+                (
+                    PY,
+                    "-m",
+                    "evolve",
+                    "benchmark=nanochat",
+                    "benchmark.fitness.dataset=wikipedia",
+                    "benchmark.fitness.data_dir=data/nanochat",
+                    "benchmark.fitness.budget_s=60",
+                    "benchmark.fitness.compile_cache=data/nanochat-compile-cache",
+                    "search.max_candidates=40",
+                    "search.max_wall_s=330",
+                    "search.progress=false",
+                    "hydra.run.dir=archives/nanochat/gpu-search",
+                ),
+                (PY, "-m", "evolve.browse", "archives/nanochat/gpu-search", "best"),
+            ),
+        ),
+    }
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "no nvidia-smi"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def start(command: tuple[str, ...], scratch: Path, log) -> tuple[subprocess.Popen, float]:
+    """Start one command with $OUT set to its own scratch folder (its scripts write there)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OUT": str(scratch), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("TIKTOKEN_CACHE_DIR", str(REPO / "data" / "tiktoken"))
+    log.write(f"\n$ {' '.join(command)}\n")
+    log.flush()
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    return proc, time.monotonic()
+
+
+def finish(proc: subprocess.Popen, began: float, deadline: float, log) -> dict:
+    """Wait for ``proc`` until ``deadline`` (then kill it); its status, wall time and last lines."""
+    try:
+        out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        timed_out = True
+    log.write(out)
+    log.flush()
+    lines = [line for line in out.splitlines() if line.strip()]
+    return {
+        "rc": proc.returncode,
+        "timed_out": timed_out,
+        "wall_s": round(time.monotonic() - began, 1),
+        "tail": lines[-25:],
+    }
+
+
+def result_files(scratch: Path) -> dict[str, object]:
+    """The JSON files a command's scripts wrote into its scratch folder, parsed."""
+    found = {}
+    for path in sorted(scratch.rglob("*.json")):
+        try:
+            found[str(path.relative_to(scratch))] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def run_part(name: str, part: Part, out: Path) -> int:
+    """Run one part's commands; write PART.json, PART.md and PART.log under ``out``."""
+    deadline = time.monotonic() + PART_LIMIT_S
+    scratch_root = Path(tempfile.mkdtemp(prefix=f"campaign-{name}-"))
+    runs = []
+    with (out / f"{name}.log").open("w") as log:
+        scratches = [scratch_root / str(i) for i in range(len(part.commands))]
+        if part.together:
+            started = [start(c, s, log) for c, s in zip(part.commands, scratches, strict=True)]
+            runs = [finish(p, t, deadline, log) for p, t in started]
+        else:
+            for command, scratch in zip(part.commands, scratches, strict=True):
+                runs.append(finish(*start(command, scratch, log), deadline, log))
+    for command, scratch, record in zip(part.commands, scratches, runs, strict=True):
+        record["command"] = " ".join(Path(c).name if c == PY else c for c in command)
+        record["results"] = result_files(scratch)
+    report = {
+        "part": name,
+        "benchmarks": list(part.benchmarks),
+        "what": part.what,
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "gpu": gpu_name(),
+        "commit": commit(),
+        "runs": runs,
+    }
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    (out / f"{name}.md").write_text(markdown(report))
+    shutil.rmtree(scratch_root, ignore_errors=True)
+    failed = [r for r in runs if r["rc"] != 0]
+    print(markdown(report))
+    return 1 if failed else 0
+
+
+def markdown(report: dict) -> str:
+    """A RESULTS.md section for one part's report."""
+    lines = [
+        f"### {report['what']} ({report['date']})",
+        "",
+        f"GPU: {report['gpu']}; code `{report['commit']}`; `python scripts/gpu_campaign.py {report['part']}`.",
+        "",
+    ]
+    for run in report["runs"]:
+        state = "timed out" if run["timed_out"] else f"exit {run['rc']}"
+        lines += [
+            f"- `{run['command']}`: {state}, {run['wall_s']} s",
+            "",
+            "```",
+            *run["tail"][-12:],
+            "```",
+            "",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def merge(files: list[Path]) -> int:
+    """Append each report's section to its benchmark's RESULTS.md and keep its JSON in results/."""
+    for path in files:
+        report = json.loads(path.read_text())
+        day = report["date"].split()[0]
+        for home in [REPO / "benchmarks" / name for name in report["benchmarks"]] or [
+            REPO / "benchmarks"
+        ]:
+            keep = home / "results" / day / f"campaign-{report['part']}.json"
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, keep)
+            with (home / "RESULTS.md").open("a") as handle:
+                handle.write("\n" + markdown(report))
+            print(
+                f"{path.name} -> {(home / 'RESULTS.md').relative_to(REPO)} and {keep.relative_to(REPO)}"
+            )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "part", nargs="?", help="the part to run, or 'merge' followed by report files"
+    )
+    parser.add_argument(
+        "files", nargs="*", type=Path, help="with merge: the PART.json files to merge"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the seed of parts that run one seed")
+    parser.add_argument("--list", action="store_true", help="list the parts and their commands")
+    args = parser.parse_args(argv)
+    table = parts(args.seed)
+    if args.list or not args.part:
+        for name, part in table.items():
+            print(f"{name:16} [{', '.join(part.benchmarks) or 'all'}] {part.what}")
+        return 0
+    if args.part == "merge":
+        if not args.files:
+            parser.error("merge needs the PART.json files to merge")
+        return merge(args.files)
+    if args.part not in table:
+        parser.error(f"unknown part {args.part!r}; parts: {', '.join(table)}")
+    out = Path(os.environ.get("OUT") or "campaign-out").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    return run_part(args.part, table[args.part], out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

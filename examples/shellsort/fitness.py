@@ -70,7 +70,7 @@ class ShellSortGaps:
         for _ in range(self.lists):
             items = [rng.random() for _ in range(self.size)]
             counted += shell_sort(items, gaps)
-            if items != sorted(items):  # unreachable for gaps ending in 1; kept as the harness's check
+            if items != sorted(items):  # gaps ending in 1 always sort; the harness checks anyway
                 return Evaluation(status=EvalStatus.INVALID, artifacts={"error": "not sorted"})
         per_item = counted / (self.lists * self.size)
         return Evaluation(

@@ -273,8 +273,7 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> Summary 
     ) as exc:  # found before anything was evaluated
         discard_start(run_dir, cfg, archive=not resumed)
         fail_to_start(str(exc))
-    except EvolveError as exc:
-        log.error("%s", exc)
+    except EvolveError as exc:  # once, on stderr (a log line as well printed it twice)
         sys.exit(f"error: {exc}")
     except KeyboardInterrupt:
         sys.exit(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,7 +21,10 @@ from evolve.cli import (
 from evolve.config import as_dict, hydra_errors
 from evolve.settings import ConfigError
 
-SWEEP: list = []  # (overrides, run directory, summary) of each run of a ``-m`` sweep
+if TYPE_CHECKING:
+    from evolve.driver import Summary
+
+SWEEP: list[tuple[list[str], Path, Summary]] = []  # each run of a ``-m`` sweep, in order
 
 
 @hydra.main(version_base=None, config_path="pkg://evolve.configs", config_name="config")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 import sys
 from pathlib import Path
 
@@ -51,6 +52,13 @@ class ShellSortGaps:
     def __init__(self, size: int = 2000, lists: int = 3) -> None:
         self.size = size
         self.lists = lists
+        self.secret = secrets.token_hex(16)  # made once per run, in the harness only
+
+    def hidden_lists(self, seed: int) -> list[list[float]]:
+        """The lists one evaluation sorts, from its seed and the secret: the candidate is told the
+        seed (``EVOLVE_SEED``), so lists from the seed alone would let it tune its gaps to them."""
+        rng = random.Random(f"{self.secret}:{seed}")
+        return [[rng.random() for _ in range(self.size)] for _ in range(self.lists)]
 
     def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
         result = run_sandboxed(
@@ -65,10 +73,8 @@ class ShellSortGaps:
             gaps = parse_gaps(result.stdout, self.size)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
             return Evaluation(status=EvalStatus.INVALID, artifacts={"error": str(exc)})
-        rng = random.Random(ctx.seed)
         counted = 0
-        for _ in range(self.lists):
-            items = [rng.random() for _ in range(self.size)]
+        for items in self.hidden_lists(ctx.seed):
             counted += shell_sort(items, gaps)
             if items != sorted(items):  # gaps ending in 1 always sort; the harness checks anyway
                 return Evaluation(status=EvalStatus.INVALID, artifacts={"error": "not sorted"})

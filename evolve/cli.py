@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -46,6 +47,34 @@ def fail_to_start(message: str) -> NoReturn:
     """Print ``error: message`` to stderr and exit with status 2."""
     print(f"error: {message}", file=sys.stderr)
     sys.exit(START_ERROR)
+
+
+def discard_start(run_dir: Path, cfg: dict[str, Any], *, archive: bool = False) -> None:
+    """Remove what a run that did not start wrote, then the folders it leaves empty (up to the cwd).
+
+    That is Hydra's ``.hydra/`` and the log, and with ``archive`` the archive a new run made
+    before it found it could not go on (a new run refuses a directory whose archive holds a
+    run, so it held none). A resumed run's directory is left as it is.
+    """
+    if cfg.get("resume"):
+        return
+    made = [".hydra", "evolve.log"]
+    if archive:
+        made += [".lock", "archive.db", "archive.db-wal", "archive.db-shm", "archive.db-journal"]
+    elif (run_dir / "archive.db").exists():
+        return
+    for name in made:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    folder, here = run_dir.resolve(), Path.cwd().resolve()
+    while folder.is_dir() and not any(folder.iterdir()):  # archives/<benchmark>/ too, if emptied
+        folder.rmdir()
+        folder = folder.parent
+        if folder == here or not folder.is_relative_to(here):
+            break
 
 
 def check_resume_argument(argv: list[str]) -> None:
@@ -218,19 +247,20 @@ def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> 
     return runner.run(settings, where, resumed=resumed)
 
 
-def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
-    """Run (or resume) and print how it ended; user errors exit with a one-line message."""
+def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> Summary | None:
+    """Run (or resume) and print how it ended (None for a dry run); user errors exit with one line."""
     try:
         settings, resumed = start(cfg, run_dir, overrides)
     except EvolveError as exc:
-        log.debug("cannot start: %s", exc)
+        discard_start(run_dir, cfg)
         fail_to_start(str(exc))
     if settings.dry_run:
+        discard_start(run_dir, cfg)
         print(
             f"dry run: the config is valid and benchmark {settings.benchmark.name} can start here "
             f"(budget {settings.search.max_candidates} candidates); leave out dry_run=true to start"
         )
-        return
+        return None
     from evolve import runner  # the loop, the operators and the model client load only now
     from evolve.llm import LLMConfigError, PreflightError
 
@@ -241,9 +271,9 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
         LLMConfigError,
         PreflightError,
     ) as exc:  # found before anything was evaluated
+        discard_start(run_dir, cfg, archive=not resumed)
         fail_to_start(str(exc))
-    except EvolveError as exc:
-        log.error("%s", exc)
+    except EvolveError as exc:  # once, on stderr (a log line as well printed it twice)
         sys.exit(f"error: {exc}")
     except KeyboardInterrupt:
         sys.exit(
@@ -259,8 +289,31 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> None:
         )
     print(
         f"\nrun finished ({summary.reason}): {summary.evaluated} evaluated, {summary.failures} failed\n"
-        f"seed {summary.seed_fitness}  ->  best {summary.best} ({summary.best_id})\n"
+        f"seed {number(summary.seed_fitness)}  ->  best {number(summary.best)} ({summary.best_id})\n"
         f"run directory: {run_dir}\nbrowse it: python -m evolve.browse {run_dir} best"
     )
+    budget = settings.search.max_candidates
+    if summary.reason.startswith(f"reached search.max_candidates={budget}"):
+        print(
+            f"go on with a larger budget: python -m evolve resume={run_dir} "
+            f"search.max_candidates={2 * budget}"
+        )
     if summary.reason.startswith(runner.STOPPED):
         sys.exit(128 + 15)
+    return summary
+
+
+def number(value: float | None) -> str:
+    """A fitness for the final lines: six significant digits, ``-`` when there is none."""
+    return "-" if value is None else f"{value:.6g}"
+
+
+def sweep_overview(jobs: Sequence[tuple[Sequence[str], Path, Summary]]) -> str:
+    """The lines a ``-m`` sweep ends with: each run's overrides, seed and best, and its directory."""
+    lines = [f"sweep of {len(jobs)} run(s):"]
+    lines += [
+        f"  {' '.join(overrides) or '(defaults)'}: seed {number(summary.seed_fitness)} -> best "
+        f"{number(summary.best)} ({summary.reason}); {run_dir}"
+        for overrides, run_dir, summary in jobs
+    ]
+    return "\n".join(lines)

@@ -10,20 +10,23 @@ resumed archive's stored config, cannot instantiate arbitrary callables such as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import importlib
 import importlib.resources
 import inspect
+import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra.errors import InstantiationException
+from hydra.errors import CompactHydraException, InstantiationException, OverrideParseException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from evolve.fitness import Benchmark, Fitness
 from evolve.llm.settings import LLMSettings
@@ -332,10 +335,52 @@ def compose(overrides: Sequence[str] = ()) -> dict[str, Any]:
     from hydra import compose as compose_config
     from hydra import initialize_config_module
 
-    with initialize_config_module(config_module="evolve.configs", version_base=None):
+    with (
+        hydra_errors(),
+        initialize_config_module(config_module="evolve.configs", version_base=None),
+    ):
         return as_dict(compose_config(config_name="config", overrides=list(overrides)))
 
 
+@contextlib.contextmanager
+def hydra_errors() -> Iterator[None]:
+    """Raise Hydra's own errors (a typo'd key, an unknown option, a bad override) as a ConfigError.
+
+    Hydra prints them itself and exits 1 unless ``HYDRA_FULL_ERROR=1``, which makes it raise
+    them instead; set for the block, so they are raised as a ConfigError like every start error.
+    """
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        yield
+    except (CompactHydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(hydra_message(exc)) from None
+    finally:
+        if previous is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
+
+
+def hydra_message(exc: Exception) -> str:
+    """The message of a Hydra or OmegaConf error; a key not in the config names the valid ones."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    parent = getattr(cause, "parent_node", None)
+    full_key = str(getattr(cause, "full_key", "") or "")
+    if isinstance(parent, DictConfig) and "not in struct" in str(cause) and full_key:
+        group, _, key = full_key.rpartition(".")
+        where = f"in {group}" if group else "at the top level"
+        return (
+            f"unknown key(s) [{key!r}] {where}; valid keys: {', '.join(sorted(map(str, parent)))}"
+        )
+    if isinstance(exc, OverrideParseException):
+        return f"cannot parse the override {exc.override!r}: {str(exc).strip()}"
+    return str(exc).strip()
+
+
 def as_dict(cfg: Any) -> dict[str, Any]:
-    """A resolved plain-dict copy of a DictConfig."""
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    """A resolved plain-dict copy of a DictConfig; an interpolation that fails is a ConfigError."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as exc:
+        raise ConfigError(hydra_message(exc)) from None

@@ -1,6 +1,7 @@
 """``python -m evolve`` as a user meets it: help, custom fitness, bad input, an installed copy."""
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -240,3 +241,46 @@ def test_an_llm_config_error_is_found_before_anything_is_written(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == "error: llm.timeout_s must be > 0, got 0"
     assert not (tmp_path / "archive.db").exists()
+
+
+def test_a_typo_in_a_key_exits_2_naming_the_valid_keys(tmp_path):
+    result = evolve_cli("archive.islnds=3", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        "error: unknown key(s) ['islnds'] in archive; valid keys: "
+        "islands, min_improvement, novelty, qd_offset, sampler, split_depth"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad", ["benchmark=circle_pakcing", "archive.islands=[", "seed=${nope}"])
+def test_hydras_own_errors_are_one_error_line_with_exit_status_2(bad, tmp_path):
+    result = evolve_cli(bad, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr and "HYDRA_FULL_ERROR" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["archive.islands=0"], ["dry_run=true"], ["llm=openai", "llm.api_key_env=EVOLVE_TEST_NO_SUCH_KEY"]]
+)
+def test_a_failed_start_or_a_dry_run_leaves_no_run_directory(args, tmp_path):
+    result = evolve_cli(*args, cwd=tmp_path)
+    assert result.returncode == (0 if args == ["dry_run=true"] else 2), result.stderr
+    assert list(tmp_path.iterdir()) == []  # not even archives/
+
+
+def test_the_final_lines_round_the_scores_and_say_how_to_go_on(tmp_path):
+    result = evolve_cli("search.max_candidates=3", "search.progress=false", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    scores = next(line for line in result.stdout.splitlines() if line.startswith("seed "))
+    assert re.fullmatch(r"seed [\d.]{1,7}  ->  best [\d.]{1,7} \(\w+\)", scores), scores
+    assert f"go on with a larger budget: python -m evolve resume={tmp_path} search.max_candidates=6" in result.stdout
+
+
+def test_a_sweep_ends_with_an_overview_of_its_runs(tmp_path):
+    result = evolve_cli("-m", "seed=0,1", "search.max_candidates=2", "search.progress=false", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    overview = result.stdout[result.stdout.index("sweep of 2 run(s):") :].splitlines()[1:]
+    runs = sorted((tmp_path / "archives" / "sweeps").glob("*/*/archive.db"))
+    assert len(overview) == 2 and len(runs) == 2
+    assert overview[0].strip().startswith("seed=0 ") and str(runs[0].parent) in overview[0]

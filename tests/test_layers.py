@@ -1,6 +1,6 @@
 """The import graph of ``evolve/``: no import cycle, and no module imports from a layer above its own.
 
-The layers, lowest first, are written once here (README "Layout", DESIGN.md section 8).
+The layers, lowest first, are written once here; the README's "Layout" paragraph describes them.
 Every import counts, including those inside functions, except imports made only for type
 annotations (under ``if TYPE_CHECKING:``). Importing ``evolve.a.b`` also imports the package
 ``evolve.a``, so that edge is added too; the root package ``evolve`` (the public API, a

@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
 from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
+from evolve.harness import phases
 from evolve.harness.gpus import gpu_groups
 from evolve.types import EvalStatus, Evaluation, Job
+
+log = logging.getLogger("evolve")
 
 STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxed processes
 
@@ -38,12 +43,13 @@ def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    while True:
-        try:
-            job = conn.recv()
-        except (EOFError, OSError):  # the driver closed the pipe or died
-            return
-        conn.send(run_job(fitness, job, gpu))
+    with phases.reported(conn.send):  # each phase's name as it begins, then the Evaluation
+        while True:
+            try:
+                job = conn.recv()
+            except (EOFError, OSError):  # the driver closed the pipe or died
+                return
+            conn.send(run_job(fitness, job, gpu))
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -51,6 +57,40 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 # --- driver side ---------------------------------------------------------------------------------
+
+
+class Watch:
+    """What a long evaluation is doing, for the log: once it has run ``QUIET_S``, the phase it is
+    in, then each phase it enters (a burst of phases within ``SETTLE_S`` is one line, the last),
+    and at least every ``EVERY_S`` the phase it is still in."""
+
+    QUIET_S = 5.0
+    SETTLE_S = 1.0
+    EVERY_S = 30.0
+
+    def __init__(self, candidate_id: str) -> None:
+        self.label = candidate_id[:8]
+        self.start = time.monotonic()
+        self.phase = "waiting for its worker"
+        self.next_at = self.start + self.QUIET_S  # when the next line is due
+
+    def due(self) -> float:
+        """Seconds until the next line, if no phase begins before."""
+        return self.next_at - time.monotonic()
+
+    def heard(self, phase: str) -> None:
+        """The evaluation entered ``phase`` (its worker said so; a phase marked again is no news)."""
+        if phase == self.phase:
+            return
+        self.phase = phase
+        now = time.monotonic()
+        if now >= self.start + self.QUIET_S:
+            self.next_at = min(self.next_at, now + self.SETTLE_S)
+
+    def say(self) -> None:
+        now = time.monotonic()
+        log.info("evaluating %s: %s (%.0f s in)", self.label, self.phase, now - self.start)
+        self.next_at = now + self.EVERY_S
 
 
 @contextlib.contextmanager
@@ -83,16 +123,36 @@ class _Worker:
         child.close()
 
     async def call(self, job: Job, timeout_s: float) -> Evaluation:
+        """The job's evaluation; meanwhile a long one's phases are logged (``Watch``)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        watch = Watch(job.candidate_id)
+        self.conn.send(job)
+        while True:
+            left = end - loop.time()
+            if left <= 0:
+                raise TimeoutError
+            if not await self._readable(min(left, watch.due())):
+                watch.say()
+                continue
+            message = self.conn.recv()  # EOFError when the worker died instead of answering
+            if not isinstance(message, str):
+                return message
+            watch.heard(message)
+
+    async def _readable(self, timeout_s: float) -> bool:
+        """Whether the pipe has something to read within ``timeout_s``."""
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
         fd = self.conn.fileno()
-        self.conn.send(job)
         loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
         try:
-            await asyncio.wait_for(ready, timeout_s)
+            await asyncio.wait_for(ready, max(0.0, timeout_s))
+        except TimeoutError:
+            return False
         finally:
             loop.remove_reader(fd)
-        return self.conn.recv()  # EOFError when the worker died instead of answering
+        return True
 
     def kill(self) -> None:
         """Stop the worker: SIGTERM lets it clean up its sandbox; SIGKILL if it does not exit."""

@@ -15,6 +15,13 @@ from evolve.browse.source import BrowseError, archive_path, open_run, resolve_id
 from evolve.types import EvolveError
 
 
+class Failure(click.ClickException):
+    """A browse command that cannot answer: ``error: message`` on stderr (as ``python -m evolve`` says it), exit 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
 class Session:
     """The RUN argument, opened on first use (so that ``--help`` needs no valid RUN)."""
 
@@ -38,6 +45,11 @@ def _emit(data: Any, *, indent: int | None = 2) -> None:
     click.echo(json.dumps(data, indent=indent, default=str, ensure_ascii=False))
 
 
+def _named(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with a built-in operator's model (stored as none) named ``builtin``, as the tables do."""
+    return {**row, "model": row["model"] or "builtin"}
+
+
 def _show(renderable: Any) -> None:
     from evolve.browse.render import console
 
@@ -56,7 +68,7 @@ def command(func: Callable) -> Callable:
         try:
             func(session, *args, **kwargs)
         except EvolveError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise Failure(str(exc)) from None
 
     return main.command(name=func.__name__.rstrip("_"))(wrapper)
 
@@ -75,7 +87,7 @@ def main(ctx: click.Context, run: str) -> None:
         try:
             _summary(ctx.obj)
         except EvolveError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise Failure(str(exc)) from None
 
 
 def _summary(session: Session) -> None:
@@ -122,7 +134,7 @@ def best(session: Session, as_json: bool, top: int, island: int | None, cell: st
     from evolve.browse import render
     from evolve.query.candidates import elites
 
-    rows = elites(session.conn, limit=top, island=island, cell=cell)
+    rows = [_named(r) for r in elites(session.conn, limit=top, island=island, cell=cell)]
     _emit(rows) if as_json else _show(render.elites(rows))
 
 
@@ -134,7 +146,7 @@ def show(session: Session, as_json: bool, candidate_id: str, full: bool) -> None
     from evolve.browse import render
     from evolve.query.candidates import candidate
 
-    item = candidate(session.conn, resolve_id(session.conn, candidate_id))
+    item = _named(candidate(session.conn, resolve_id(session.conn, candidate_id)))
     _emit(item) if as_json else _show(render.candidate(item, full=full))
 
 

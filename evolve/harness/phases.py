@@ -6,7 +6,9 @@ it crosses or learns of afterwards (a harness process reports monotonic times of
 e.g. when the candidate's clock started). Each mark ends the phase before it in time, so
 the phases cover the evaluation with no gap and no overlap, and their seconds add up to its
 ``wall_s``; a phase marked several times (e.g. per seed) adds up. ``mark`` outside a
-timeline does nothing, so measurement scripts may call a fitness directly.
+timeline does nothing, so measurement scripts may call a fitness directly. Within
+``reported``, each phase is also told as it begins, so a long evaluation can say what it is
+doing while it runs (the local backend's log lines).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import contextlib
 import contextvars
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 PREFIX = "time_"
@@ -70,11 +72,34 @@ _current: contextvars.ContextVar[Timeline | None] = contextvars.ContextVar(
 )
 
 
+_listener: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "evolve_phase_listener", default=None
+)
+
+
+@contextlib.contextmanager
+def reported(listener: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, ``listener(phase)`` hears each phase of an evaluation as it begins: a
+    timeline's first and each ``mark`` made now (a boundary learnt afterwards is not news)."""
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)
+
+
+def _tell(name: str) -> None:
+    listener = _listener.get()
+    if listener is not None:
+        listener(name)
+
+
 @contextlib.contextmanager
 def timeline(first: str, start: float | None = None) -> Iterator[Timeline]:
     """Within the block, ``mark`` cuts this timeline, which begins with phase ``first``."""
     line = Timeline(first, time.monotonic() if start is None else start)
     token = _current.set(line)
+    _tell(first)
     try:
         yield line
     finally:
@@ -86,6 +111,8 @@ def mark(name: str, at: float | None = None) -> None:
     line = _current.get()
     if line is not None:
         line.mark(name, at)
+        if at is None:
+            _tell(name)
 
 
 def mark_each(boundaries: Iterable[tuple[str, float | None]]) -> None:

@@ -66,6 +66,10 @@ def test_best(browse, browse_json, facts):
     assert all(r["cell"].startswith("3,") for r in browse_json("best", "--cell", "3,", "-k", "50"))
     text = browse("best", "-k", "3").output
     assert "Best 3 elites" in text and facts["best"][:12] in text and "sum_radii" in text
+    every = browse_json("best", "-k", "500")
+    assert None not in {r["model"] for r in every} and "builtin" in {r["model"] for r in every}
+    seed = browse_json("show", "#0")
+    assert seed["model"] == "builtin"  # what the tables print for a built-in operator
 
 
 def test_show(browse, browse_json, facts):
@@ -183,7 +187,7 @@ def test_commands_never_write_to_the_archive(run_dir, browse, facts, tmp_path):
 def _one_line_error(result) -> str:
     assert result.exit_code != 0
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr  # as the run says it
     return lines[0]
 
 

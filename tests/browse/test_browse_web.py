@@ -124,3 +124,42 @@ def test_stylesheet_on_every_page_live_script_on_ours_only(get):
     ours, theirs = get("/-/evolve/elites").text, get("/archive/candidates?_size=5").text
     assert "/evolve-static/evolve.css" in ours and "/evolve-static/evolve.css" in theirs
     assert "/evolve-static/evolve.js" in ours and "/evolve-static/evolve.js" not in theirs
+
+
+@pytest.mark.parametrize(
+    "path", ["/-/evolve/candidate/abc", "/-/evolve/nope", "/nope", "/foo/bar", "/archive/no_such_table"]
+)
+def test_an_unknown_path_is_a_short_404_listing_the_pages(get, path, capfd):
+    response = get(path)
+    assert response.status_code == 404
+    assert f"no page at {path}" in response.text
+    for route in ("/-/evolve/elites", "/-/evolve/c/ID", "/-/evolve/lineage", "/-/evolve/notes", "/archive"):
+        assert f"<code>{route}</code>" in response.text, route
+    assert "Traceback" not in capfd.readouterr().err
+    assert get(path + ".json").json()["status"] == 404
+
+
+def test_serve_answers_a_mistyped_url_with_a_404_and_no_traceback(run_dir):
+    import json
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evolve.browse", str(run_dir), "serve", "--port", "0", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = json.loads(proc.stdout.readline())["url"]
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.urlopen(base + "/candidate/abc", timeout=60)
+        assert answer.value.code == 404 and b"/-/evolve/elites" in answer.value.read()
+        with urllib.request.urlopen(base, timeout=60) as page:  # the server is still up
+            assert page.status == 200
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err and "Error" not in err, err

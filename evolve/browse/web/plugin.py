@@ -1,4 +1,4 @@
-"""The Datasette plugin: routes for our pages, menu links, CSS and the live-update script."""
+"""The Datasette plugin: routes for our pages, error pages, menu links, CSS and the live-update script."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ def register_routes(datasette: Any) -> list[tuple[str, Any]]:
         (r"^/-/evolve/version\.json$", views.version_json),
         (r"^/-/evolve/notes$", notes.notes),
     ]
+
+
+@hookimpl
+def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
+    """Our error pages; ``server.make_app`` blocks Datasette's own, which prints a traceback for a 404."""
+    return lambda: views.error(datasette, request, exception)
 
 
 @hookimpl

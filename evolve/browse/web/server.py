@@ -12,6 +12,7 @@ from datasette.plugins import pm
 from evolve.browse.web import plugin
 
 HERE = Path(__file__).parent
+DATASETTE_ERRORS = "datasette.handle_exception"  # its default error pages print rich tracebacks
 SETTINGS = {
     "sql_time_limit_ms": 3000,
     "facet_time_limit_ms": 300,
@@ -25,6 +26,7 @@ def make_app(archive: Path | str) -> Datasette:
     """A Datasette over ``archive`` (opened read-only, so a live run's writes appear) with our pages."""
     if not pm.is_registered(plugin):
         pm.register(plugin, name="evolve-browse")
+    pm.set_blocked(DATASETTE_ERRORS)  # ours answer instead (plugin.handle_exception)
     path = Path(archive)
     return Datasette(
         files=[str(path)],

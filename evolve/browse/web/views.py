@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -59,10 +60,37 @@ async def _render(
     return Response.html(html, status=status)
 
 
+# The pages a 404 lists: the plugin's routes (and Datasette's tables, named per archive).
+KNOWN_PAGES = (
+    (PREFIX, "overview: fitness over time, the grid, cost, success per operator and model"),
+    (f"{PREFIX}/elites", "elites, sortable and filterable"),
+    (f"{PREFIX}/c/ID", "one candidate (ID: a unique prefix, #SEQ or best)"),
+    (f"{PREFIX}/lineage", "the lineage of the best; /lineage/ID for another candidate"),
+    (f"{PREFIX}/notes", "the research notebook"),
+    (f"{PREFIX}/version.json", "the live-update probe"),
+)
+
+
 async def _error(datasette: Any, request: Any, message: str, status: int = 404) -> Response:
-    return await _render(
-        datasette, request, "evolve_error.html", {"message": message, "version": ""}, status
-    )
+    tables = (f"/{datasette.get_database().name}", "Datasette: the archive's tables and SQL")
+    routes = (*KNOWN_PAGES, tables) if status == 404 else ()
+    context = {"message": message, "version": "", "routes": routes}
+    return await _render(datasette, request, "evolve_error.html", context, status)
+
+
+async def error(datasette: Any, request: Any, exception: Exception) -> Response:
+    """The page (or JSON) for any error Datasette meets; only a server fault prints a traceback."""
+    status = int(getattr(exception, "status", 500))  # Datasette's 4xx errors carry theirs
+    message = str(getattr(exception, "message", None) or (exception.args or ("",))[0])
+    if status == 404:
+        message = f"no page at {request.path}" + (
+            f" ({message})" if message not in ("", "404") else ""
+        )
+    if status >= 500:
+        traceback.print_exception(exception)
+    if request.path.endswith(".json"):
+        return Response.json({"ok": False, "error": message, "status": status}, status=status)
+    return await _error(datasette, request, message, status)
 
 
 async def _page(

@@ -355,7 +355,7 @@ class NanochatFitness:
             "startup_limit_s": scale.startup_limit_s,
             "free_startup_s": scale.free_startup_s,
             "finish_limit_s": scale.finish_limit_s,
-            "save_limit_s": scale.save_limit_s,
+            "save_floor_s": scale.save_floor_s,
         }
         if max_steps is not None:
             job["max_steps"] = max_steps
@@ -458,8 +458,9 @@ class NanochatFitness:
         }
         if train.get("unread_tokens") is not None:  # sent ahead, never read: not in ``tokens``
             metrics["unread_tokens"] = train["unread_tokens"]
-        if train["stop_to_save_s"] is not None:
-            metrics["stop_to_save_s"] = train["stop_to_save_s"]
+        for key in ("stop_to_save_s", "save_allowed_s"):  # the save's time and its allowance
+            if train.get(key) is not None:
+                metrics[key] = train[key]
         artifacts = {"train_log": train.get("log_tail", "")}
         if train["status"] != "ok":
             return protocol.failed(train, metrics=metrics, **artifacts)

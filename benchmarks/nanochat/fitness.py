@@ -139,7 +139,7 @@ class NanochatFitness:
         """The prepared dataset's folder (the automatic stdlib set is kept per vocabulary size)."""
         name = self.scale.dataset
         return Path(self.data_dir) / (
-            f"stdlib-{self.scale.vocab_size}" if name == "stdlib" else name
+            prepare.stdlib_name(self.scale.vocab_size) if name == "stdlib" else name
         )
 
     @property
@@ -190,13 +190,16 @@ class NanochatFitness:
         return meta
 
     def forbidden(self) -> list[str]:
-        """Paths candidate code must not read: everything in the data directory but our train and tokenizer."""
+        """Paths candidate code must not read: everything in the data directory but our train and
+        tokenizer, and the text files the dataset was made from (``prepare.hidden_sources``: for
+        the stdlib set, the test package its validation text comes from)."""
         root, data = self.dataset_root, Path(self.data_dir)
         parts = prepare.split_dirs(root)
         allowed = {parts["train"], parts["tokenizer"]}
         found = [p for p in data.iterdir() if p != root] if data.is_dir() else []
         found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
-        return sorted({str(p) for p in found} | {str(parts["val"])})
+        sources = prepare.hidden_sources(root)
+        return sorted({str(p) for p in found} | {str(parts["val"])} | set(sources))
 
     def hidden_from(self, role: str) -> list[str]:
         """Paths the harness process of ``role`` (``HARNESS_MODULES``) and what it runs may not read:

@@ -125,7 +125,7 @@ def ensure_stdlib_shards(folder: Path) -> Path:
         tokenizer_kind="bpe",
         bpe_vocab=STDLIB_VOCAB,
         train_docs=stdlib_documents(every=5, offset=1, limit_bytes=1_500_000),
-        val_docs=stdlib_documents(tests=True, every=5, offset=0, limit_bytes=200_000),
+        val_docs=stdlib_documents(tests=True, every=5, limit_bytes=200_000, max_chars=4000),
     )
     try:
         tmp.rename(folder)

@@ -33,13 +33,19 @@ from evolve.harness.documents import iter_texts, stdlib_tests
 
 
 def stdlib_documents(
-    *, tests: bool = False, every: int = 1, offset: int = 0, limit_bytes: int | None = None
+    *,
+    tests: bool = False,
+    every: int = 1,
+    offset: int = 0,
+    limit_bytes: int | None = None,
+    max_chars: int | None = None,
 ) -> Iterator[str]:
     """Python's own standard library sources as documents: text every machine has.
 
     ``tests``: the files of its test package (``documents.stdlib_tests``, which the sandbox
     hides: validation text), else those of the library outside its tests. Files are taken in
-    sorted order, one in ``every`` starting at ``offset``, until ``limit_bytes``.
+    sorted order, one in ``every`` starting at ``offset``, each cut to its first ``max_chars``
+    characters (so that a few large files do not make up the text), until ``limit_bytes``.
     """
     root = Path(sysconfig.get_paths()["stdlib"])
     if tests:
@@ -49,7 +55,7 @@ def stdlib_documents(
     used = 0
     for path in files[offset::every]:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")[:max_chars]
         except (OSError, UnicodeDecodeError):
             continue
         yield text

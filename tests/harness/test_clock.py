@@ -49,7 +49,7 @@ def run(
         startup_limit_s=60.0,
         free_startup_s=60.0,
         finish_limit_s=20.0,
-        save_floor_s=0.5,
+        save_floor_s=5.0,  # honest programs report at once, however loaded the machine
     )
     settings.update(window)
     env = {k: v for k, v in os.environ.items() if k != UNTIMED_ENV}
@@ -252,19 +252,23 @@ def test_no_checkpoint_before_the_finish_limit_is_rejected(tmp_path):
 
 
 def test_a_checkpoint_reported_later_than_its_allowance_is_rejected_naming_it(tmp_path):
-    # 1.5 s between the stop and the report: no step (microseconds here) nor a write of a
-    # few bytes needs that; the allowance is the floor, the step and the write it measured
-    verdict, _ = run(tmp_path, HONEST.replace("c.saved()", "time.sleep(1.5)\nc.saved()"))
+    # 3 s between the stop and the report: no step (milliseconds here) nor a write of a few
+    # bytes needs that; the allowance is the floor, the step (at most the floor) and the write
+    verdict, _ = run(
+        tmp_path, HONEST.replace("c.saved()", "time.sleep(3.0)\nc.saved()"), save_floor_s=0.5
+    )
     assert verdict["status"] == "rejected", verdict
-    assert re.search(r"checkpoint 1\.\d\ds after the stop.*floor of 0\.5s.*write", verdict["reason"])
-    assert 0.5 <= verdict["save_allowed_s"] < 1.0
+    assert re.search(
+        r"checkpoint \d+\.\d\ds after the stop.*floor of 0\.5s.*write", verdict["reason"]
+    )
+    assert 0.5 <= verdict["save_allowed_s"] < 1.5
     assert not list(tmp_path.glob(".write-probe-*"))  # the measurement leaves nothing
 
 
 def test_an_honest_save_reports_its_allowance(tmp_path):
     verdict, _ = run(tmp_path, HONEST)
     assert verdict["status"] == "ok", verdict
-    assert verdict["stop_to_save_s"] < verdict["save_allowed_s"] < 1.0
+    assert verdict["stop_to_save_s"] < verdict["save_allowed_s"] < 2 * 5.0  # floor, step <= floor
 
 
 def test_training_on_kept_rows_after_the_stop_is_rejected(tmp_path):

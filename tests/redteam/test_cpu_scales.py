@@ -36,8 +36,8 @@ STEP = "    if not clock.step(tokens=len(micro) * x.numel(), loss=loss.item()):\
 KEEP = "    for x, y in micro:\n"
 # the rows of the last steps kept, to train on after the stop (no more come from the harness)
 KEPT = KEEP + "        _kept.append((x, y))\n        del _kept[:-8]\n"
-MORE = (  # three seconds of training on the kept rows (the issue's cheat had ten)
-    "{indent}_until = time.monotonic() + 3.0\n"
+MORE = (  # five seconds of training on the kept rows (the issue's cheat had ten)
+    "{indent}_until = time.monotonic() + 5.0\n"
     "{indent}while time.monotonic() < _until:\n"
     "{indent}    for _x, _y in _kept:\n"
     "{indent}        loss_of(model, _x, _y).backward()\n"

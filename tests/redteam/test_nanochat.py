@@ -272,7 +272,7 @@ def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):
     files = programs.seed_files()
     train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
     assert SAVE in train
-    files["train.py"] = train.replace(SAVE, MORE_TRAINING + "import time\ntime.sleep(3)\n" + SAVE)
+    files["train.py"] = train.replace(SAVE, MORE_TRAINING + "import time\ntime.sleep(5)\n" + SAVE)
     ev = run_files(data_dir, tmp_path, files)
     assert_caught(ev, EvalStatus.REJECTED, r"reported a checkpoint \d+\.\d+s after the stop")
 

@@ -177,6 +177,10 @@ def test_prepare_reads_jsonl_xz_txt_and_parquet_and_keeps_val_apart(tmp_path):
     train, val = tokens.Split(dirs["train"]), tokens.Split(dirs["val"])
     assert (len(train), len(val)) == (101, 10)
     assert np.all(np.diff(train.offsets) > 0)
+    # the text files it was made from are hidden from candidates as its splits are
+    assert str((tmp_path / "val.jsonl").resolve()) in prepare.hidden_sources(
+        tmp_path / "data" / "local"
+    )
 
 
 def test_prepare_refuses_overlapping_train_and_val(tmp_path):

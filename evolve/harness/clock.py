@@ -23,8 +23,9 @@ budget. After the stop the program must report its checkpoint within what the re
 step in flight and the checkpoint's write need on this machine, as the harness measures them
 (``evolve.harness.savetime``: a fixed floor per scale, the program's typical step, the
 write of as many bytes), or be rejected: the harness then fixes the checkpoint's digest, and
-what is scored is the state at the stop. It must exit within ``finish_limit_s``. Once it has reported the checkpoint after the stop (and the
-profile, when one was asked for), the harness has all it needs and ends the program itself:
+what is scored is the state at the stop. It must exit within ``finish_limit_s``. Once it
+has reported the checkpoint after the stop (and the profile, when one was asked for), the
+harness has all it needs and ends the program itself:
 its exit (Python's and CUDA's teardown, 2.3-2.7 s of every GPU evaluation on the H200) is
 nobody's time. More than one step reported after the stop, a start-up past
 ``startup_limit_s`` or a forbidden-data report (``violation``) kills and rejects it.

@@ -65,7 +65,7 @@ def waits_per_batch(args: argparse.Namespace, job: dict, *, ask_ahead: bool) -> 
         program.write_text(PROGRAM.format(rows=args.rows, step=args.step, untimed=untimed,
                                           per_step=args.per_step))  # fmt: skip
         window = Window(budget_s=args.budget, untimed_steps=untimed, startup_limit_s=60.0,
-                        free_startup_s=60.0, finish_limit_s=30.0, save_limit_s=10.0)  # fmt: skip
+                        free_startup_s=60.0, finish_limit_s=30.0, save_floor_s=0.5)  # fmt: skip
         program_run = launch([sys.executable, str(program)], env=env,
                              log_file=str(Path(tmp) / "log"), marker_var="BATCH_LATENCY_TREE")  # fmt: skip
         verdict = run_timed(program_run, window=window, feed=Rows(job))

@@ -142,8 +142,10 @@ class Clock:
 def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.py",)) -> Path:
     """Write the model for the harness: its weights, its constructor config and its code.
 
-    The harness fixes the checkpoint when this returns (it must, within the scale's
-    ``save_limit_s`` of the stop), then ends the program: make it the program's last act. The
+    The harness fixes the checkpoint when this returns, then ends the program: make it the
+    program's last act, right after the step in flight (the harness allows the stop-to-report
+    time a fixed floor, the program's typical step and the write it measures, and rejects a
+    later report: ``evolve.harness.savetime``). The
     scorer later runs ``build_model(config)`` from ``model.py`` (the first of ``code_files``;
     the others are copied next to it), loads ``model.pt`` into it and calls ``model(inputs)`` to
     get logits of shape (batch, seq_len, vocab_size).

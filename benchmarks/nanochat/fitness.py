@@ -139,7 +139,7 @@ class NanochatFitness:
         """The prepared dataset's folder (the automatic stdlib set is kept per vocabulary size)."""
         name = self.scale.dataset
         return Path(self.data_dir) / (
-            f"stdlib-{self.scale.vocab_size}" if name == "stdlib" else name
+            prepare.stdlib_name(self.scale.vocab_size) if name == "stdlib" else name
         )
 
     @property
@@ -190,13 +190,16 @@ class NanochatFitness:
         return meta
 
     def forbidden(self) -> list[str]:
-        """Paths candidate code must not read: everything in the data directory but our train and tokenizer."""
+        """Paths candidate code must not read: everything in the data directory but our train and
+        tokenizer, and the text files the dataset was made from (``prepare.hidden_sources``: for
+        the stdlib set, the test package its validation text comes from)."""
         root, data = self.dataset_root, Path(self.data_dir)
         parts = prepare.split_dirs(root)
         allowed = {parts["train"], parts["tokenizer"]}
         found = [p for p in data.iterdir() if p != root] if data.is_dir() else []
         found += [p for p in root.iterdir() if p not in allowed and p.name != "dataset.json"]
-        return sorted({str(p) for p in found} | {str(parts["val"])})
+        sources = prepare.hidden_sources(root)
+        return sorted({str(p) for p in found} | {str(parts["val"])} | set(sources))
 
     def hidden_from(self, role: str) -> list[str]:
         """Paths the harness process of ``role`` (``HARNESS_MODULES``) and what it runs may not read:
@@ -355,7 +358,7 @@ class NanochatFitness:
             "startup_limit_s": scale.startup_limit_s,
             "free_startup_s": scale.free_startup_s,
             "finish_limit_s": scale.finish_limit_s,
-            "save_limit_s": scale.save_limit_s,
+            "save_floor_s": scale.save_floor_s,
         }
         if max_steps is not None:
             job["max_steps"] = max_steps
@@ -458,8 +461,9 @@ class NanochatFitness:
         }
         if train.get("unread_tokens") is not None:  # sent ahead, never read: not in ``tokens``
             metrics["unread_tokens"] = train["unread_tokens"]
-        if train["stop_to_save_s"] is not None:
-            metrics["stop_to_save_s"] = train["stop_to_save_s"]
+        for key in ("stop_to_save_s", "save_allowed_s"):  # the save's time and its allowance
+            if train.get(key) is not None:
+                metrics[key] = train[key]
         artifacts = {"train_log": train.get("log_tail", "")}
         if train["status"] != "ok":
             return protocol.failed(train, metrics=metrics, **artifacts)

@@ -15,7 +15,9 @@ Layout under the data directory (``$EVOLVE_DATA_DIR`` or ``~/.cache/evolve/nanoc
     NAME/tokenizer/{tokenizer.json, token_bytes.npy}   given to training and scoring
     NAME/train/{tokens.bin, offsets.npy, split.json}   streamed to training by the harness's supervisor
     NAME/val/{...}                                     read by the harness's scorer only
-    NAME/dataset.json                                  sources, sizes, vocabulary
+    NAME/dataset.json                                  sources, sizes, vocabulary, and
+                                                       ``hidden_sources``: the text files hidden
+                                                       from candidates like the splits
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ SPLIT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| 
 CLIMBMIX_URL = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main"
 CLIMBMIX_LAST_SHARD = 6542  # the pinned validation shard, never trained on
 DEFAULT_DATA_DIR = Path("~/.cache/evolve/nanochat")
+STDLIB_LAYOUT = "v2"  # the stdlib split's layout (v2: validation from the test package)
 DOC_CAP_CHARS = (
     10_000  # each document contributes at most this much to tokenizer training (nanochat)
 )
@@ -71,6 +74,20 @@ def data_dir(override: str | Path | None = None) -> Path:
 def split_dirs(root: Path) -> dict[str, Path]:
     """The parts of a prepared dataset directory."""
     return {"tokenizer": root / "tokenizer", "train": root / "train", "val": root / "val"}
+
+
+def stdlib_name(vocab_size: int) -> str:
+    """The automatic stdlib dataset's folder name: per vocabulary and per layout of its split,
+    so that a dataset cached with an older split (validation text a program could read) is
+    never used."""
+    return f"stdlib-{STDLIB_LAYOUT}-{vocab_size}"
+
+
+def hidden_sources(root: Path) -> list[str]:
+    """The text files a prepared dataset was made from that still exist (``hidden_sources`` in
+    its dataset.json): hidden from candidates as its splits are."""
+    meta = json.loads((root / "dataset.json").read_text()) if is_prepared(root) else {}
+    return sorted(p for p in meta.get("hidden_sources", []) if os.path.exists(p))
 
 
 def is_prepared(root: Path) -> bool:
@@ -167,7 +184,11 @@ def ensure_stdlib(root: Path, vocab_size: int, log: Callable[[str], None] = prin
                 train=lambda: train_texts,
                 val=lambda: val_texts,
                 vocab_size=vocab_size,
-                describe={"source": "python-stdlib", "python": sys.version.split()[0]},
+                describe={
+                    "source": "python-stdlib",
+                    "python": sys.version.split()[0],
+                    "hidden_sources": [str(documents.stdlib_tests())],  # the validation text
+                },
                 log=log,
             )
     return root
@@ -241,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             "train": [str(p) for p in train_files],
             "val": [str(p) for p in val_files],
         }
+        describe["hidden_sources"] = [str(p.resolve()) for p in (*train_files, *val_files)]
     else:
         raise SystemExit(
             "name a source: --train FILES --val FILES, --climbmix-shards N, or --stdlib"

@@ -32,8 +32,10 @@ class Scale:
             untimed steps) allowed for free, in absolute seconds; the excess is taken off the
             training budget.
         finish_limit_s: wall limit after the budget for the last step and the checkpoint.
-        save_limit_s: the checkpoint must be reported within this of the stop (what is
-            scored is the state at the stop).
+        save_floor_s: the fixed part of the time the checkpoint may be reported after the
+            stop; the harness adds the program's typical step (at most as much again) and,
+            for a large checkpoint, the write it measures (``evolve.harness.savetime``).
+            What is scored is the state at the stop, so the rest is training time it rejects.
         eval_tokens: validation targets scored (a multiple of seq_len * eval_batch_rows).
         eval_batch_rows: rows per evaluation batch (fixed by the harness, not the candidate).
         eval_limit_s: wall limit of the whole evaluation process.
@@ -57,7 +59,7 @@ class Scale:
     startup_limit_s: float
     free_startup_s: float
     finish_limit_s: float
-    save_limit_s: float
+    save_floor_s: float
     eval_tokens: int
     eval_batch_rows: int
     eval_limit_s: float
@@ -105,7 +107,7 @@ SCALES = {
         startup_limit_s=240.0,
         free_startup_s=120.0,
         finish_limit_s=60.0,
-        save_limit_s=20.0,
+        save_floor_s=2.0,
         eval_tokens=40 * 524288,
         eval_batch_rows=32,
         eval_limit_s=600.0,
@@ -125,7 +127,7 @@ SCALES = {
         startup_limit_s=120.0,
         free_startup_s=30.0,
         finish_limit_s=15.0,
-        save_limit_s=10.0,
+        save_floor_s=0.5,
         eval_tokens=32768,
         eval_batch_rows=16,
         eval_limit_s=120.0,

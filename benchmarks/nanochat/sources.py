@@ -1,8 +1,10 @@
 """The offline CPU corpus: Python's standard library cut into documents (local files: ``evolve.harness.documents``).
 
 The stdlib corpus is what any fresh machine has: the source (code and docstrings) of the
-running Python's standard library, split into train and validation by a hash of each
-file's path, so the two never share a file.
+running Python's standard library. Training text is the library itself (less its tests and
+vendored tools); validation text is drawn, by a hash of each file's path, from its test
+package (``documents.stdlib_tests``), which no program needs to run, so the sandbox hides it:
+a candidate can neither read the validation files nor rebuild the validation rows.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import hashlib
 import re
 import sysconfig
 from pathlib import Path
+
+from evolve.harness import documents
 
 STDLIB_SKIP = {
     "test",
@@ -35,6 +39,13 @@ def stdlib_files() -> list[Path]:
             f"no Python standard-library sources under {root}; pass text files instead"
         )
     return sorted(files)
+
+
+def validation_files() -> list[Path]:
+    """The validation files: about 1 in 20 of the test package's ``.py`` files, by path hash."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    tests = documents.stdlib_tests()
+    return sorted(p for p in tests.rglob("*.py") if is_validation(str(p.relative_to(root))))
 
 
 def is_validation(relative: str, every: int = 20) -> bool:
@@ -63,15 +74,12 @@ def chunk_text(text: str, max_chars: int = 1500) -> list[str]:
 
 
 def stdlib_corpus(max_chars: int = 1500) -> tuple[list[str], list[str]]:
-    """(train documents, validation documents) from the standard library, disjoint by file.
+    """(train documents, validation documents): the library (``stdlib_files``) and part of its
+    test package (``validation_files``), each file cut into documents of at most ``max_chars``
+    characters (``chunk_text``)."""
 
-    Each file is cut into documents of at most ``max_chars`` characters (``chunk_text``).
-    """
-    root = Path(sysconfig.get_paths()["stdlib"])
-    train, val = [], []
-    for path in stdlib_files():
-        text = path.read_text(encoding="utf-8", errors="replace")
-        (val if is_validation(str(path.relative_to(root))) else train).extend(
-            chunk_text(text, max_chars)
-        )
-    return train, val
+    def cut(files: list[Path]) -> list[str]:
+        texts = (p.read_text(encoding="utf-8", errors="replace") for p in files)
+        return [piece for text in texts for piece in chunk_text(text, max_chars)]
+
+    return cut(stdlib_files()), cut(validation_files())

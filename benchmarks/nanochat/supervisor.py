@@ -4,8 +4,9 @@ Reads its job (JSON) from stdin, then runs the candidate's training script under
 as a child through ``evolve.harness.clock.run_timed``: synthetic rows until the clock
 starts, the training split's BOS-aligned best-fit packed rows while it runs, none after the
 stop. When the candidate reports its checkpoint, this process fixes the checkpoint's digest
-(the fitness scores only those bytes). The verdict is one JSON line on stdout carrying the
-job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
+(the fitness scores only those bytes), after checking that the report came no later than the
+step in flight and the write allow (``evolve.harness.savetime``). The verdict is one JSON
+line on stdout carrying the job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
 imports torch, then waits for the go this process gives it with the job.
 """
 
@@ -48,6 +49,11 @@ def checkpoint_files(folder: Path) -> list[Path]:
         for p in folder.iterdir()
         if p.is_file() and not p.is_symlink() and (p.suffix == ".py" or p.name in CHECKPOINT_FILES)
     )
+
+
+def checkpoint_bytes(folder: Path) -> int:
+    """The size of the checkpoint's files: what its save wrote."""
+    return sum(p.stat().st_size for p in checkpoint_files(folder))
 
 
 def checkpoint_digest(folder: Path) -> str:
@@ -111,7 +117,7 @@ def supervise(job: dict, ahead: Program | None = None) -> dict:
         startup_limit_s=job["startup_limit_s"],
         free_startup_s=job["free_startup_s"],
         finish_limit_s=job["finish_limit_s"],
-        save_limit_s=job["save_limit_s"],
+        save_floor_s=job["save_floor_s"],
         max_steps=job.get("max_steps"),
         profiled=bool(job.get("profile")),
     )
@@ -132,8 +138,9 @@ def supervise(job: dict, ahead: Program | None = None) -> dict:
         program,
         window=window,
         feed=Rows(job),
-        on_saved=lambda: {"digest": checkpoint_digest(folder)},
+        on_saved=lambda: {"digest": checkpoint_digest(folder), "bytes": checkpoint_bytes(folder)},
         ignore_leftovers=COMPILE_WORKERS,
+        write_dir=str(folder.parent),
     )
 
 

@@ -12,12 +12,14 @@ from pathlib import Path
 import numpy as np
 from evolve.benchmarks.speedrun.shards import read_header, read_shard
 
+from evolve.harness.documents import stdlib_tests
+
 STDLIB_VOCAB = 512
 STDLIB_CACHE = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     / "evolve"
     / "speedrun"
-    / f"stdlib-bpe{STDLIB_VOCAB}"
+    / f"stdlib-bpe{STDLIB_VOCAB}-v2"  # v2: validation text from the test package
 )
 
 
@@ -63,12 +65,13 @@ class DataSpec:
     def hidden(self) -> list[Path]:
         """What candidates may not read: the shard folder and the text it was prepared from.
 
-        The sources are those ``prepare_text`` recorded in ``prepared.json`` that still exist.
-        Python's standard library (the ``stdlib`` corpus) cannot be hidden from a Python program.
+        The sources are those ``prepare_text`` recorded in ``prepared.json`` that still exist:
+        for the ``stdlib`` corpus, its validation text's (the test package); its training text,
+        the library itself, cannot be hidden from a Python program.
         """
         folder = self.folder()
         paths = [folder]
-        if self.data_dir != "stdlib" and (folder / "prepared.json").is_file():
+        if (folder / "prepared.json").is_file():
             summary = json.loads((folder / "prepared.json").read_text())
             for split in ("train", "val"):
                 for source in summary.get(split, {}).get("sources", []):
@@ -103,8 +106,10 @@ class DataSpec:
 def ensure_stdlib_shards(folder: Path) -> Path:
     """Tokenize Python's standard library into train/val shards once; return the folder.
 
-    For speed on CPU the tokens come from a byte-level BPE of ``STDLIB_VOCAB`` ids trained
-    on the training files (end-of-text = the last id, 511), not from GPT-2's vocabulary.
+    Training text is the library, validation text its test package (recorded as the
+    validation source, so ``DataSpec.hidden`` hides it from candidates). For speed on CPU the
+    tokens come from a byte-level BPE of ``STDLIB_VOCAB`` ids trained on the training files
+    (end-of-text = the last id, 511), not from GPT-2's vocabulary.
     """
     if (folder / "prepared.json").is_file():
         return folder
@@ -114,13 +119,13 @@ def ensure_stdlib_shards(folder: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".stdlib-"))
     prepare(
         train=None,
-        val=None,
+        val=[stdlib_tests()],  # recorded as the source; the text comes from val_docs
         out=tmp,
         prefix="stdlib",
         tokenizer_kind="bpe",
         bpe_vocab=STDLIB_VOCAB,
         train_docs=stdlib_documents(every=5, offset=1, limit_bytes=1_500_000),
-        val_docs=stdlib_documents(every=5, offset=0, limit_bytes=200_000),
+        val_docs=stdlib_documents(tests=True, every=5, limit_bytes=200_000, max_chars=4000),
     )
     try:
         tmp.rename(folder)

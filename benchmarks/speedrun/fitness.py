@@ -334,6 +334,7 @@ def verdict(records: list[RunRecord], target: float, alpha: float) -> Evaluation
             ("init_loss", r.init_loss),
             ("charged_s", r.charged_s),
             ("causal_diff", r.causal_diff),
+            ("post_stop_s", r.post_stop_s),  # ran on after its stop mark (nothing of it scored)
         )
         for key, value in values:
             if value is not None:

@@ -29,23 +29,33 @@ from evolve.benchmarks.speedrun.gpt2_tokenizer import (
 from evolve.benchmarks.speedrun.shards import TOKENS_PER_SHARD, ShardWriter
 from tokenizers import Tokenizer
 
-from evolve.harness.documents import iter_texts
+from evolve.harness.documents import iter_texts, stdlib_tests
 
 
 def stdlib_documents(
-    *, every: int = 1, offset: int = 0, limit_bytes: int | None = None
+    *,
+    tests: bool = False,
+    every: int = 1,
+    offset: int = 0,
+    limit_bytes: int | None = None,
+    max_chars: int | None = None,
 ) -> Iterator[str]:
     """Python's own standard library sources as documents: text every machine has.
 
-    Files are taken in sorted order, one in ``every`` starting at ``offset`` (so disjoint
-    train and validation sets come from different offsets), until ``limit_bytes``.
+    ``tests``: the files of its test package (``documents.stdlib_tests``, which the sandbox
+    hides: validation text), else those of the library outside its tests. Files are taken in
+    sorted order, one in ``every`` starting at ``offset``, each cut to its first ``max_chars``
+    characters (so that a few large files do not make up the text), until ``limit_bytes``.
     """
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if "test" not in p.relative_to(root).parts[0])
+    if tests:
+        files = sorted(stdlib_tests().rglob("*.py"))
+    else:
+        files = sorted(p for p in root.rglob("*.py") if "test" not in p.relative_to(root).parts[0])
     used = 0
     for path in files[offset::every]:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")[:max_chars]
         except (OSError, UnicodeDecodeError):
             continue
         yield text

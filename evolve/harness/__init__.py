@@ -4,13 +4,15 @@
   processes, ``python -P``).
 - ``clock`` (harness side) and ``stream`` (the training program's side): the harness's clock,
   the timed data stream (synthetic before the clock, real while it runs, none after the stop)
-  and the checkpoint fixed at the stop.
+  and the checkpoint fixed at the stop; ``savetime``: how soon after the stop the checkpoint
+  must be reported (the step in flight and the write, measured on the machine).
 - ``reaper``: ending a harness process's child tree (the sandbox's scan and kill).
 - ``orphans``: adopting and reaping, for one sandboxed command, the processes a candidate orphans, so their CPU time counts.
 - ``lm``: cross-entropy and bytes from logits; causality and row-independence probes that
   cannot be told from scored batches; weight perturbation for probes of fresh models.
 - ``download``, ``documents``, ``tokenizer``, ``hashing``: resumable verified downloads,
-  document readers, BPE training and token bytes, SHA-256 of files and the harness hash
+  document readers (and the standard library's test package, the CPU scales' hidden
+  validation text), BPE training and token bytes, SHA-256 of files and the harness hash
   computed from a fitness's imports.
 - ``gpus``: GPU placement (the backends' slots and the benchmarks' measurement scripts).
 - ``audit``: static detectors of reward hacking in the code a candidate added to its parent.

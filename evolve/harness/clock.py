@@ -19,10 +19,13 @@ batches of the same shape as real ones; real training data flows only from the e
 last untimed step until the stop, and after the stop the stream ends. Start-up (process
 start, or a waiting program's go, to the end of the untimed steps: imports, data,
 compilation, work done at import time) beyond ``free_startup_s`` seconds is taken off the
-budget. After the stop the program must report its checkpoint within ``save_limit_s`` (the
-harness then fixes the checkpoint's digest: what is scored is the state at the stop) and
-exit within ``finish_limit_s``. Once it has reported the checkpoint after the stop (and the
-profile, when one was asked for), the harness has all it needs and ends the program itself:
+budget. After the stop the program must report its checkpoint within what the rest of the
+step in flight and the checkpoint's write need on this machine, as the harness measures them
+(``evolve.harness.savetime``: a fixed floor per scale, the program's typical step, the
+write of as many bytes), or be rejected: the harness then fixes the checkpoint's digest, and
+what is scored is the state at the stop. It must exit within ``finish_limit_s``. Once it
+has reported the checkpoint after the stop (and the profile, when one was asked for), the
+harness has all it needs and ends the program itself:
 its exit (Python's and CUDA's teardown, 2.3-2.7 s of every GPU evaluation on the H200) is
 nobody's time. More than one step reported after the stop, a start-up past
 ``startup_limit_s`` or a forbidden-data report (``violation``) kills and rejects it.
@@ -48,6 +51,7 @@ import numpy as np
 from evolve.harness.profiling import sanitize
 from evolve.harness.protocol import tail
 from evolve.harness.reaper import kill_group, reap_tree
+from evolve.harness.savetime import SaveAllowance
 
 REPORT_FD_ENV = "EVOLVE_REPORT_FD"
 CONTROL_FD_ENV = "EVOLVE_CONTROL_FD"
@@ -82,8 +86,10 @@ class Window:
         untimed_steps: warm-up steps before the clock starts (synthetic data).
         startup_limit_s: the untimed steps must end within this of the process start.
         free_startup_s: start-up allowed for free (a compile allowance); the excess is charged.
-        finish_limit_s: the program must exit within this after the stop.
-        save_limit_s: the checkpoint must be reported within this after the stop.
+        finish_limit_s: the program must exit within this after the stop (and report its
+            checkpoint within it, else it is killed).
+        save_floor_s: the fixed floor of the time the checkpoint may be reported after the
+            stop (``savetime.SaveAllowance``).
         max_steps: stop after this many steps instead (a short run), or None.
         profiled: the program was asked for a profile, which it reports after its checkpoint.
     """
@@ -93,7 +99,7 @@ class Window:
     startup_limit_s: float
     free_startup_s: float
     finish_limit_s: float
-    save_limit_s: float
+    save_floor_s: float
     max_steps: int | None = None
     profiled: bool = False
 
@@ -118,7 +124,8 @@ class Watch:
         self.stop_sent_at: float | None = None
         self.saved_at: float | None = None
         self.saves = 0
-        self.late_save_s: float | None = None  # a checkpoint reported past the save limit
+        self.step_stamps: list[float] = []  # the timed steps' reports before the stop
+        self.save_allowance: SaveAllowance | None = None  # judged at the report after the stop
         self.steps_after_stop = 0
         self.notes: dict[str, float] = {}
         self.losses: list[float | None] = []  # per step, kept for a short run only
@@ -166,6 +173,8 @@ class Watch:
             self.last_step_at = now
             if self.stop_sent_at is not None:
                 self.steps_after_stop += 1
+            elif self.steps >= self.window.untimed_steps:
+                self.step_stamps.append(now)
             if self.steps == self.window.untimed_steps:
                 self.timed_from = now
         elif kind == "batch" and rest.strip().isdigit():
@@ -176,8 +185,6 @@ class Watch:
         elif kind == "saved":  # the last one counts (a program may also save along the way)
             self.saved_at = now
             self.saves += 1
-            if self.stop_sent_at is not None and now - self.stop_sent_at > self.window.save_limit_s:
-                self.late_save_s = now - self.stop_sent_at
         elif kind == "violation":
             try:
                 self.violations.append(json.loads(rest))
@@ -189,6 +196,25 @@ class Watch:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 self.notes.update({k: float(v) for k, v in json.loads(rest).items()})
 
+    def judge_save(self, n_bytes: int, write_dir: str) -> None:
+        """Judge the checkpoint just reported (``n_bytes`` of files): once the stop was sent,
+        it must come within the ``SaveAllowance``, else ``verdict`` rejects it; the write of
+        ``n_bytes`` is measured in ``write_dir`` only when the rest does not cover it."""
+        if self.stop_sent_at is None or not self.saved_since_stop:
+            return
+        gap = self.saved_at - self.stop_sent_at
+        allowance = SaveAllowance.of(floor_s=self.window.save_floor_s, step_stamps=self.step_stamps)
+        if gap > allowance.total_s:
+            allowance = allowance.with_write(n_bytes, write_dir)
+        self.save_allowance = allowance
+        if gap > allowance.total_s:
+            self.verdict = (
+                "rejected",
+                f"reported a checkpoint {gap:.2f}s after the stop; the step in flight and the "
+                f"write need at most {allowance.describe()}: the scored state is the one at the "
+                "stop, so save at once when Clock.step() returns False and train nothing after it",
+            )
+
     def charged_s(self) -> float:
         """Start-up time beyond the free allowance, taken off the training budget."""
         if self.timed_from is None:
@@ -199,8 +225,6 @@ class Watch:
         """When the harness must act next (stop signal or kill)."""
         w = self.window
         if self.stop_sent_at is not None:
-            if not self.saved_since_stop:
-                return self.stop_sent_at + min(w.save_limit_s, w.finish_limit_s)
             return self.stop_sent_at + w.finish_limit_s
         if self.timed_from is None:
             return self.start + w.startup_limit_s
@@ -211,13 +235,6 @@ class Watch:
         w = self.window
         if self.violations:
             self.verdict = ("rejected", f"read forbidden data: {self.violations[0]}")
-            return "kill"
-        if self.late_save_s is not None:
-            self.verdict = (
-                "rejected",
-                f"reported a checkpoint {self.late_save_s:.1f}s after the stop (limit "
-                f"{w.save_limit_s:g}s): the scored state is the one at the stop",
-            )
             return "kill"
         if self.steps_after_stop > 1:
             self.verdict = (
@@ -232,7 +249,7 @@ class Watch:
         if self.stop_sent_at is not None and not self.saved_since_stop:
             self.verdict = (
                 "rejected",
-                f"no checkpoint within {min(w.save_limit_s, w.finish_limit_s):g}s of the stop: the "
+                f"no checkpoint within {w.finish_limit_s:g}s of the stop: the "
                 "scored state is the one at the stop (call save_checkpoint as soon as "
                 "Clock.step() returns False)",
             )
@@ -500,6 +517,7 @@ def run_timed(
     feed: Feed,
     on_saved: Callable[[], dict] = dict,
     ignore_leftovers: tuple[str, ...] = (),
+    write_dir: str = ".",
 ) -> dict:
     """Watch ``program`` (``launch``; a waiting one after its ``go``) as the timed training
     program; return the verdict (without the nonce).
@@ -509,9 +527,12 @@ def run_timed(
         window: the timed window's settings.
         feed: makes the batches the program asks for.
         on_saved: called when the program reports its checkpoint; its dict (e.g. the
-            checkpoint's digest) goes into the verdict as ``checkpoint``.
+            checkpoint's digest, and ``bytes``: its size, for ``Watch.judge_save``) goes into
+            the verdict as ``checkpoint``.
         ignore_leftovers: command-line words of leftovers that are killed but not held
             against it (e.g. torch.compile's worker pool).
+        write_dir: where the harness measures a checkpoint-sized write, when it must
+            (``savetime``): a folder on the checkpoint's filesystem.
     """
     if program.go_w is not None:
         raise RuntimeError("a program launched with waits=True runs once it had its go")
@@ -545,6 +566,10 @@ def run_timed(
             pipes.read_reports(watch, time.monotonic())
             if watch.saves != saves:
                 checkpoint = on_saved()
+                watch.judge_save(int(checkpoint.get("bytes", 0)), write_dir)
+            if watch.verdict is not None:  # a checkpoint reported too late
+                kill_group(proc)
+                break
             if watch.done:  # the checkpoint (and profile) is in: its exit is not waited for
                 ended = True
                 kill_group(proc)
@@ -608,6 +633,7 @@ def _verdict(
         "stop_to_save_s": (watch.saved_at - watch.stop_sent_at)
         if watch.saved_since_stop and watch.stop_sent_at is not None
         else None,
+        "save_allowed_s": watch.save_allowance.total_s if watch.save_allowance else None,
         "startup_charged_s": watch.charged_s(),
         "returncode": returncode,
         "ended_by_harness": ended,

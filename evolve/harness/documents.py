@@ -1,6 +1,7 @@
 """Document readers: the texts of local files (parquet ``text`` column, jsonl records, whole text files, xz or gz).
 
-One reader for every benchmark's data preparation.
+One reader for every benchmark's data preparation, and where the CPU scales' offline text lives
+(``stdlib_tests``).
 """
 
 from __future__ import annotations
@@ -8,11 +9,27 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import sys
+import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 SUFFIXES = (".parquet", ".jsonl", ".jsonl.xz", ".jsonl.gz", ".txt", ".txt.xz", ".txt.gz")
+
+
+def stdlib_tests() -> Path:
+    """The running Python's test package (``Lib/test``): Python source the interpreter never
+    reads to run a program, so a sandbox can hide it (the CPU scales' validation text; the
+    rest of the standard library cannot be hidden from a Python program)."""
+    folder = Path(sysconfig.get_paths()["stdlib"]) / "test"
+    if not (folder / "__init__.py").is_file():
+        raise FileNotFoundError(
+            f"{folder}: this Python ({sys.version.split()[0]}) has no standard-library test "
+            "package, the CPU scales' validation text; install it (Debian, Ubuntu: apt install "
+            "libpython3.X-testsuite) or use a Python built from source (pyenv, python.org)"
+        )
+    return folder
 
 
 def _open(path: Path, kind: str) -> IO[str]:

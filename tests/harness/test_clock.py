@@ -1,6 +1,7 @@
 """The harness clock and timed data stream, with small programs that use the stream directly (no torch)."""
 
 import os
+import re
 import sys
 import textwrap
 import time
@@ -48,7 +49,7 @@ def run(
         startup_limit_s=60.0,
         free_startup_s=60.0,
         finish_limit_s=20.0,
-        save_limit_s=10.0,
+        save_floor_s=5.0,  # honest programs report at once, however loaded the machine
     )
     settings.update(window)
     env = {k: v for k, v in os.environ.items() if k != UNTIMED_ENV}
@@ -62,9 +63,8 @@ def run(
         marker_var="TEST_CLOCK_TREE",
         preexec=hide_reads(hide) if hide else None,  # planned once the program's files exist
     )
-    verdict = run_timed(
-        launched, window=Window(**settings), feed=feed, on_saved=lambda: {"digest": "fixed"}
-    )
+    verdict = run_timed(launched, window=Window(**settings), feed=feed,
+                        on_saved=lambda: {"digest": "fixed"}, write_dir=str(tmp_path))  # fmt: skip
     return verdict, log.read_text()
 
 
@@ -159,7 +159,7 @@ def test_a_step_of_rows_is_made_ahead_a_batch_at_a_time_and_sent_in_order():
     made: list[int] = []
     pipes, now = _Pipes(), time.monotonic()
     watch = Watch(Window(budget_s=9.0, untimed_steps=0, startup_limit_s=9.0, free_startup_s=9.0,
-                         finish_limit_s=9.0, save_limit_s=9.0), now)  # fmt: skip
+                         finish_limit_s=9.0, save_floor_s=9.0), now)  # fmt: skip
     watch.timed_from = now  # the clock runs
     for line in ["batch 2"] * 4 + ["step 0 8"]:  # a step of four batches of 2 rows
         watch.on_line(line, now)
@@ -193,7 +193,7 @@ def test_rows_sent_and_never_read_are_not_counted():
     ended): the harness takes their tokens off what it counted (``unread_tokens``)."""
     pipes = _Pipes()
     watch = Watch(Window(budget_s=1.0, untimed_steps=0, startup_limit_s=9.0, free_startup_s=9.0,
-                         finish_limit_s=9.0, save_limit_s=9.0), time.monotonic())  # fmt: skip
+                         finish_limit_s=9.0, save_floor_s=9.0), time.monotonic())  # fmt: skip
     watch.timed_from, watch.requests = time.monotonic(), [3, 2, 4]  # the clock runs
     while watch.requests:  # one answer made a call
         pipes.serve(watch, feed)
@@ -219,7 +219,7 @@ def test_a_program_launched_ahead_runs_at_its_go_and_its_start_up_counts_from_th
     launched = launch([sys.executable, str(program)], env=dict(os.environ),
                       log_file=str(tmp_path / "prog.log"), marker_var="TEST_CLOCK_TREE", waits=True)  # fmt: skip
     window = Window(budget_s=0.5, untimed_steps=3, startup_limit_s=60.0, free_startup_s=0.0,
-                    finish_limit_s=20.0, save_limit_s=10.0)  # fmt: skip
+                    finish_limit_s=20.0, save_floor_s=0.5)  # fmt: skip
     with pytest.raises(RuntimeError, match="once it had its go"):
         run_timed(launched, window=window, feed=feed)
     time.sleep(2.0)  # the job comes later than the program's preparation ends
@@ -243,14 +243,32 @@ def test_after_the_stop_no_batch_arrives(tmp_path):
     assert verdict["stop_to_save_s"] is not None
 
 
-def test_no_checkpoint_soon_after_the_stop_is_rejected(tmp_path):
+def test_no_checkpoint_before_the_finish_limit_is_rejected(tmp_path):
     verdict, _ = run(
-        tmp_path,
-        HONEST.replace("c.saved()", "time.sleep(30)\nc.saved()"),
-        save_limit_s=1.0,
+        tmp_path, HONEST.replace("c.saved()", "time.sleep(30)\nc.saved()"), finish_limit_s=2.0
     )
     assert verdict["status"] == "rejected"
-    assert "no checkpoint within 1s of the stop" in verdict["reason"]
+    assert "no checkpoint within 2s of the stop" in verdict["reason"]
+
+
+def test_a_checkpoint_reported_later_than_its_allowance_is_rejected_naming_it(tmp_path):
+    # 3 s between the stop and the report: no step (milliseconds here) nor a write of a few
+    # bytes needs that; the allowance is the floor, the step (at most the floor) and the write
+    verdict, _ = run(
+        tmp_path, HONEST.replace("c.saved()", "time.sleep(3.0)\nc.saved()"), save_floor_s=0.5
+    )
+    assert verdict["status"] == "rejected", verdict
+    assert re.search(
+        r"checkpoint \d+\.\d\ds after the stop.*floor of 0\.5s.*write", verdict["reason"]
+    )
+    assert 0.5 <= verdict["save_allowed_s"] < 1.5
+    assert not list(tmp_path.glob(".write-probe-*"))  # the measurement leaves nothing
+
+
+def test_an_honest_save_reports_its_allowance(tmp_path):
+    verdict, _ = run(tmp_path, HONEST)
+    assert verdict["status"] == "ok", verdict
+    assert verdict["stop_to_save_s"] < verdict["save_allowed_s"] < 2 * 5.0  # floor, step <= floor
 
 
 def test_training_on_kept_rows_after_the_stop_is_rejected(tmp_path):

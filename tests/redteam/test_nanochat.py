@@ -272,9 +272,9 @@ def test_training_after_the_stop_before_saving_is_rejected(data_dir, tmp_path):
     files = programs.seed_files()
     train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
     assert SAVE in train
-    files["train.py"] = train.replace(SAVE, MORE_TRAINING + "import time\ntime.sleep(3)\n" + SAVE)
-    ev = run_files(data_dir, tmp_path, files, save_limit_s=2.0)
-    assert_caught(ev, EvalStatus.REJECTED, r"no checkpoint within 2s of the stop")
+    files["train.py"] = train.replace(SAVE, MORE_TRAINING + "import time\ntime.sleep(5)\n" + SAVE)
+    ev = run_files(data_dir, tmp_path, files)
+    assert_caught(ev, EvalStatus.REJECTED, r"reported a checkpoint \d+\.\d+s after the stop")
 
 
 def test_files_planted_where_the_scorer_will_read_the_checkpoint_never_get_there(
@@ -335,7 +335,7 @@ def test_a_second_checkpoint_after_the_first_never_happens(data_dir, tmp_path):
     files = programs.seed_files()
     train = files["train.py"].replace(*KEEP).replace("batches = client", HOARD + "batches = client")
     files["train.py"] = train + MORE_TRAINING + SAVE + "print('SAVED AGAIN', flush=True)\n"
-    ev = run_files(data_dir, tmp_path, files, save_limit_s=2.0)
+    ev = run_files(data_dir, tmp_path, files)
     assert ev.ok, dict(ev.artifacts)
     assert "SAVED AGAIN" not in ev.artifacts["train_log"]
 
@@ -605,7 +605,7 @@ def test_gpu_strong_program_with_compile_passes_every_stage(data_dir, tmp_path):
     )
     ev = evaluate_safely(fitness, work, EvalContext(seed=0, gpu="0", scratch=tmp_path))
     assert ev.ok and ev.stage == "full", dict(ev.artifacts)
-    assert ev.metrics["stop_to_save_s"] < fitness.scale.save_limit_s
+    assert ev.metrics["stop_to_save_s"] < ev.metrics["save_allowed_s"]
 
 
 @pytest.mark.gpu

@@ -177,6 +177,10 @@ def test_prepare_reads_jsonl_xz_txt_and_parquet_and_keeps_val_apart(tmp_path):
     train, val = tokens.Split(dirs["train"]), tokens.Split(dirs["val"])
     assert (len(train), len(val)) == (101, 10)
     assert np.all(np.diff(train.offsets) > 0)
+    # the text files it was made from are hidden from candidates as its splits are
+    assert str((tmp_path / "val.jsonl").resolve()) in prepare.hidden_sources(
+        tmp_path / "data" / "local"
+    )
 
 
 def test_prepare_refuses_overlapping_train_and_val(tmp_path):
@@ -196,10 +200,12 @@ def test_prepare_refuses_overlapping_train_and_val(tmp_path):
         )
 
 
-def test_stdlib_split_is_disjoint_by_file():
-    names = [str(p) for p in sources.stdlib_files()]
-    flags = [sources.is_validation(name) for name in names]
-    assert any(flags) and not all(flags)
-    assert flags == [sources.is_validation(name) for name in names]  # deterministic
+def test_stdlib_validation_text_is_the_test_package_which_training_never_sees():
+    tests = documents.stdlib_tests()
+    train, val = sources.stdlib_files(), sources.validation_files()
+    assert val and all(p.is_relative_to(tests) for p in val)
+    assert not any(p.is_relative_to(tests) for p in train)
+    assert val == sources.validation_files()  # deterministic
+    assert len(val) < len(list(tests.rglob("*.py"))) // 5  # about 1 in 20
     chunks = sources.chunk_text("a\n\nb\n" * 2000, max_chars=100)
     assert chunks and all(len(c) <= 100 for c in chunks)

@@ -194,7 +194,7 @@ def test_an_honest_refactor_passes_every_stage(fitness, tmp_path):
 
 def test_the_supervisor_stops_a_short_run_after_its_steps_and_keeps_the_losses():
     window = Window(untimed_steps=11, max_steps=3, startup_limit_s=60.0, budget_s=15.0,
-                    free_startup_s=60.0, finish_limit_s=5.0, save_limit_s=5.0)  # fmt: skip
+                    free_startup_s=60.0, finish_limit_s=5.0, save_floor_s=0.5)  # fmt: skip
     watch = Watch(window, start=0.0)
     for step, loss in ((1, " 7.5"), (2, " nan"), (3, "")):
         watch.on_line(f"step {step} 1024{loss}", now=float(step))

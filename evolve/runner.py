@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evolve import runlock, unreadable
+from evolve import lifetime, runlock, unreadable
 from evolve.archive import Archive
 from evolve.backends import Backend, LocalBackend
 from evolve.config import build_settings
@@ -91,10 +91,19 @@ def run(
 
 
 def _run(settings: RunSettings, run_dir: Path, *, resumed: bool) -> Summary:
+    with lifetime.marked() as token:  # every process started from here carries the session's mark
+        return _run_marked(settings, run_dir, token, resumed=resumed)
+
+
+def _run_marked(settings: RunSettings, run_dir: Path, token: str, *, resumed: bool) -> Summary:
     backend = make_backend(settings)  # a backend that cannot start fails before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         with runlock.hold(run_dir):
+            if killed := lifetime.take_over(run_dir, token):
+                log.warning(
+                    "ended %d process(es) a killed session of this run left running", killed
+                )
             store = Store(run_dir / "archive.db")
             try:
                 if not resumed:

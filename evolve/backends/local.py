@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
+from evolve import lifetime
 from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
 from evolve.harness.gpus import gpu_groups
@@ -30,14 +31,16 @@ STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxe
 # --- worker side ---------------------------------------------------------------------------------
 
 
-def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
+def _serve(conn: Connection, fitness: Fitness, gpu: str | None, driver: int) -> None:
     """A slot's worker: evaluate each job received on ``conn`` until the driver hangs up.
 
-    Ctrl-C is the driver's to handle; SIGTERM (the driver discarding this worker) unwinds the
-    job, so the sandbox kills the candidate's process tree and the job's folders are removed.
+    Ctrl-C is the driver's to handle; SIGTERM (the driver discarding this worker, or the
+    kernel when the driver dies, even by SIGKILL) unwinds the job, so the sandbox kills the
+    candidate's process tree and the job's folders are removed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    lifetime.die_with_parent(signal.SIGTERM, parent=driver)
     while True:
         try:
             job = conn.recv()
@@ -76,7 +79,7 @@ class _Worker:
     def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}"
+            target=_serve, args=(child, fitness, gpu, os.getpid()), name=f"evolve-worker-{gpu}"
         )
         with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
             self.process.start()

@@ -184,6 +184,14 @@ class Ledger:
             self.store.conn.execute("SELECT COALESCE(SUM(cost), 0) FROM llm_calls").fetchone()[0]
         )
 
+    def answer_lengths(self) -> dict[str, tuple[int, int]]:
+        """Per model: the answers recorded in this archive and their answer tokens in all."""
+        rows = self.store.conn.execute(
+            "SELECT model, COUNT(*), COALESCE(SUM(tokens_out), 0) FROM llm_calls "
+            "WHERE status = 'ok' AND response IS NOT NULL GROUP BY model"
+        ).fetchall()
+        return {model: (count, tokens) for model, count, tokens in rows}
+
     def summary(self) -> dict[str, Any]:
         """Calls, failed calls (cancelled ones apart), tokens and USD per model."""
         rows = self.store.conn.execute(

@@ -136,6 +136,11 @@ def _search(
         log.warning(
             "no model configured (llm.model is empty): using the built-in operators tweak and crossover, no LLM"
         )
+    killed, lost = store.end_dead_sessions()
+    if killed or lost:
+        log.warning(
+            "an earlier session was killed: %d LLM call(s) it had in flight are recorded lost", lost
+        )
     run_id = store.start_run(
         config=settings.config,
         harness_hash=benchmark.harness_hash(),

@@ -181,6 +181,24 @@ class Store:
                 (_now(), status, reason, run_id),
             )
 
+    def end_dead_sessions(self) -> tuple[int, int]:
+        """Close what a session killed without warning (SIGKILL, a lost machine) left open: its
+        ``running`` run row reads ``killed``, its calls in flight read ``lost``; returns how many
+        of each. Call it holding the run's lock (no other session is alive)."""
+        with self.transaction():
+            runs = self.conn.execute(
+                "UPDATE runs SET status='killed', finished_at=?, reason=? WHERE status='running'",
+                (_now(), "the process ended without closing the run (killed, or its machine lost)"),
+            ).rowcount
+            calls = self.conn.execute(
+                "UPDATE llm_calls SET status='lost', error=? WHERE status='pending'",
+                (
+                    "in flight when the run was killed: its answer was never received; the "
+                    "provider may have billed it",
+                ),
+            ).rowcount
+        return runs, calls
+
     def first_run(self) -> dict[str, Any] | None:
         """The row of the run that started this archive, or None."""
         return self._run_row("ORDER BY id LIMIT 1")

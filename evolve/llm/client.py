@@ -407,28 +407,36 @@ class LLMClient:
             async with self.lanes.slot(lane):
                 start = time.monotonic()
                 self.attempts += 1
+                row = self.ledger.begin(call.record())
                 try:
                     response = await self._send(call)
                 except asyncio.CancelledError:
-                    self._record_cancelled(call, time.monotonic() - start)
+                    self._record_cancelled(call, time.monotonic() - start, row)
                     raise
                 except Exception as exc:
                     delay = self._delay(attempt, exc)
                     if _rate_limited(exc):  # held before the slot is released: no call slips in
                         self.lanes.hold(lane, delay)
-                    self._failed(call, exc, attempt, tries, time.monotonic() - start, delay)
+                    self._failed(call, exc, attempt, tries, time.monotonic() - start, delay, row)
                 else:
-                    return self._success(call, response, latency=time.monotonic() - start)
+                    return self._success(call, response, latency=time.monotonic() - start, row=row)
             self.waits.append(delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     def _failed(
-        self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float, delay: float
+        self,
+        call: _Call,
+        exc: Exception,
+        attempt: int,
+        tries: int,
+        latency: float,
+        delay: float,
+        row: int,
     ) -> None:
         """Record a failed attempt; raise unless it is retried (after ``delay``)."""
         error = describe(exc)
-        self.ledger.record(call.record(error=error, status="error", latency_s=latency))
+        self.ledger.record(call.record(error=error, status="error", latency_s=latency), row=row)
         kind = classify(exc)
         if kind == "fatal":
             setting = "llm.model" if call.text is None else "archive.novelty.embedding_model"
@@ -446,7 +454,7 @@ class LLMClient:
             tries,
         )
 
-    def _record_cancelled(self, call: _Call, latency: float) -> None:
+    def _record_cancelled(self, call: _Call, latency: float, row: int) -> None:
         """A call ended by the run (Ctrl-C, SIGTERM, a cancelled task): recorded and charged for
         its prompt and what it streamed, as the provider may bill that."""
         streamed = self._streamed(call.model) and call.text is None
@@ -464,7 +472,8 @@ class LLMClient:
                 tokens_in=tokens_in,
                 tokens_out=tokens_out,
                 cost=cost,
-            )
+            ),
+            row=row,
         )
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
@@ -473,7 +482,7 @@ class LLMClient:
         asked = retry_after(exc)
         return min(MAX_RETRY_AFTER_S, max(backoff, asked)) if asked is not None else backoff
 
-    def _success(self, call: _Call, response: Any, *, latency: float) -> Completion:
+    def _success(self, call: _Call, response: Any, *, latency: float, row: int) -> Completion:
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -493,7 +502,8 @@ class LLMClient:
                 tokens_out=tokens_out,
                 cost=cost,
                 latency_s=latency,
-            )
+            ),
+            row=row,
         )
         call.progress.cost += cost or 0.0
         cap = self.settings.answer_cap()

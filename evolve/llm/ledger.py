@@ -7,7 +7,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,9 @@ class CallRecord:
     cost: float | None = None
     latency_s: float = 0.0
     error: str | None = None
-    status: str = (
-        "ok"  # ok, error (the attempt failed) or cancelled (ended by the run, may be billed)
-    )
+    # ok, error (the attempt failed), cancelled (ended by the run, charged what it used),
+    # pending (in flight) or lost (in flight when its session was killed)
+    status: str = "ok"
     candidate: str | None = None
 
 
@@ -106,9 +106,33 @@ class Ledger:
             row[1] == "answer_chars" for row in self._replay.execute("PRAGMA table_info(llm_calls)")
         )
 
-    def record(self, call: CallRecord) -> int:
-        """Insert one attempt; returns its id (the prompt is stored compressed, the answer capped;
-        an embedding has no messages and stores no prompt)."""
+    def begin(self, call: CallRecord) -> int:
+        """Record an attempt as it starts (``pending``: a session killed before it ends leaves it
+        to be read ``lost``, see ``Store.end_dead_sessions``); returns its id for ``record``."""
+        return self.record(replace(call, status="pending"))
+
+    def record(self, call: CallRecord, *, row: int | None = None) -> int:
+        """Insert one attempt, or complete the one ``begin`` started (``row``); returns its id
+        (the prompt is stored compressed, the answer capped; an embedding has no messages and
+        stores no prompt)."""
+        values = (
+            None if call.response is None else cap_answer(call.response),
+            None if call.response is None else len(call.response),
+            call.tokens_in,
+            call.tokens_out,
+            call.cost,
+            round(call.latency_s, 4),
+            call.error,
+            call.status,
+        )
+        if row is not None:
+            with self.store.transaction():
+                self.store.conn.execute(
+                    "UPDATE llm_calls SET response=?, answer_chars=?, tokens_in=?, tokens_out=?, "
+                    "cost=?, latency_s=?, error=?, status=? WHERE id=?",
+                    (*values, row),
+                )
+            return row
         prompt = json.dumps(list(call.messages), ensure_ascii=False, default=str)
         with self.store.transaction():
             cursor = self.store.conn.execute(
@@ -120,14 +144,7 @@ class Ledger:
                     call.model,
                     call.prompt_hash,
                     call.cache_key,
-                    None if call.response is None else cap_answer(call.response),
-                    None if call.response is None else len(call.response),
-                    call.tokens_in,
-                    call.tokens_out,
-                    call.cost,
-                    round(call.latency_s, 4),
-                    call.error,
-                    call.status,
+                    *values,
                     time.time(),
                 ),
             )

@@ -3,9 +3,10 @@ parent-death signal, so a resume ends what a run killed by SIGKILL left running.
 
 Each session of a run (a start or a resume) puts a fresh token in its environment
 (``EVOLVE_RUN_MARK``) before it starts any process; evaluation workers, provider commands
-and their children inherit it. The token is written to ``RUN_DIR/.processes`` once the run
-holds its lock. The next session, holding the same lock (so the old one is dead), kills
-every process that still carries the old token, wherever it was reparented. Children the
+and their children inherit it. The token is written to ``RUN_DIR/.processes`` while the run
+holds its lock, and removed when the session ends; a session killed by SIGKILL leaves it.
+The next session, holding the same lock (so the old one is dead), kills every process that
+still carries that token, wherever it was reparented. Children the
 run starts directly also ask the kernel for a signal when the run dies
 (``PR_SET_PDEATHSIG``), so most are gone before any resume. A process that scrubs its
 environment (the sandbox gives candidates a fresh one) is ended by whoever started it.
@@ -53,9 +54,12 @@ def marked() -> Iterator[str]:
             os.environ[MARK] = before
 
 
-def take_over(run_dir: Path, token: str) -> int:
-    """End every process a dead session of ``run_dir`` left running, then record ``token`` as the
-    live session's; returns how many processes were killed. Call it holding the run's lock."""
+@contextlib.contextmanager
+def session(run_dir: Path, token: str) -> Iterator[int]:
+    """Within the block, ``token`` is recorded as ``run_dir``'s live session; on entry every
+    process a dead session left running is killed (their number is yielded). A session that
+    ends, however it ends short of SIGKILL, leaves no record: its processes are its own to end.
+    Enter it holding the run's lock."""
     path = Path(run_dir) / RECORD
     try:
         old = path.read_text().strip()
@@ -63,7 +67,10 @@ def take_over(run_dir: Path, token: str) -> int:
         old = ""
     killed = end_marked(old) if old and old != token else 0
     path.write_text(token + "\n")
-    return killed
+    try:
+        yield killed
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def end_marked(token: str, *, timeout_s: float = 10.0) -> int:

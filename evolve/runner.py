@@ -99,8 +99,8 @@ def _run_marked(settings: RunSettings, run_dir: Path, token: str, *, resumed: bo
     backend = make_backend(settings)  # a backend that cannot start fails before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        with runlock.hold(run_dir):
-            if killed := lifetime.take_over(run_dir, token):
+        with runlock.hold(run_dir), lifetime.session(run_dir, token) as killed:
+            if killed:
                 log.warning(
                     "ended %d process(es) a killed session of this run left running", killed
                 )

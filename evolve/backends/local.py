@@ -5,7 +5,9 @@ watches directly (no executor threads: they cost milliseconds per job). A slot o
 ``gpus_per_eval`` GPUs through CUDA_VISIBLE_DEVICES, set before the worker imports
 anything. The driver never runs a fitness itself: a fitness that hangs past its outer
 deadline, or kills its worker, is recorded as a failed evaluation and the slot's worker is
-replaced.
+replaced (a worker that dies is given one fresh try first: it may have been lost to the
+machine). A worker that cannot prepare the evaluation (its folders, a full disk) raises
+``InfrastructureFault``: the run ends, and the candidate is evaluated again at resume.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from evolve import lifetime
 from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
 from evolve.harness.gpus import gpu_groups
-from evolve.types import EvalStatus, Evaluation, Job
+from evolve.types import EvalStatus, Evaluation, InfrastructureFault, Job
 
 STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxed processes
 
@@ -46,7 +48,11 @@ def _serve(conn: Connection, fitness: Fitness, gpu: str | None, driver: int) -> 
             job = conn.recv()
         except (EOFError, OSError):  # the driver closed the pipe or died
             return
-        conn.send(run_job(fitness, job, gpu))
+        try:
+            answer: Evaluation | InfrastructureFault = run_job(fitness, job, gpu)
+        except InfrastructureFault as fault:  # the driver ends the run with it
+            answer = fault
+        conn.send(answer)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -95,7 +101,10 @@ class _Worker:
             await asyncio.wait_for(ready, timeout_s)
         finally:
             loop.remove_reader(fd)
-        return self.conn.recv()  # EOFError when the worker died instead of answering
+        answer = self.conn.recv()  # EOFError when the worker died instead of answering
+        if isinstance(answer, InfrastructureFault):
+            raise answer
+        return answer
 
     def kill(self) -> None:
         """Stop the worker: SIGTERM lets it clean up its sandbox; SIGKILL if it does not exit."""
@@ -143,24 +152,26 @@ class LocalBackend:
 
     async def evaluate(self, slot: int, job: Job) -> Evaluation:
         deadline = job.timeout_s + HARNESS_GRACE_S
-        try:
-            return await self._worker(slot).call(job, deadline)
-        except TimeoutError:
-            self._discard(slot)
-            return Evaluation(
-                status=EvalStatus.TIMEOUT,
-                artifacts={
-                    "error": f"the fitness did not return within {deadline:.0f} s; its worker was killed"
-                },
-            )
-        except (EOFError, OSError) as exc:
-            self._discard(slot)
-            return Evaluation(
-                status=EvalStatus.ERROR,
-                artifacts={
-                    "error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"
-                },
-            )
+        for _ in range(2):  # a worker lost once may be the machine's doing: a fresh one tries again
+            try:
+                return await self._worker(slot).call(job, deadline)
+            except TimeoutError:
+                self._discard(slot)
+                return Evaluation(
+                    status=EvalStatus.TIMEOUT,
+                    artifacts={
+                        "error": f"the fitness did not return within {deadline:.0f} s; its worker was killed"
+                    },
+                )
+            except (EOFError, OSError) as exc:
+                self._discard(slot)
+                lost = type(exc).__name__
+        return Evaluation(
+            status=EvalStatus.ERROR,
+            artifacts={
+                "error": f"the evaluation worker died ({lost}) twice, on two fresh workers; it was restarted"
+            },
+        )
 
     def close(self) -> None:
         for slot in range(self.slots):

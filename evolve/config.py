@@ -190,6 +190,11 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
     # A fitness that picks its scale from the hardware (nanochat) may override seed, gpus, timeout_s.
     chosen = dict(getattr(fitness, "benchmark_overrides", None) or {})
     seed_dir, gpus, timeout_s = chosen.get("seed"), chosen.get("gpus"), chosen.get("timeout_s")
+    timeout_s = _checked_number(
+        timeout_s if timeout_s is not None else cfg.get("timeout_s", 60.0), "benchmark.timeout_s"
+    )
+    if timeout_s <= 0:
+        raise ConfigError(f"benchmark.timeout_s must be > 0 seconds, got {timeout_s:g}")
     return Benchmark(
         name=str(cfg["name"]),
         fitness=fitness,
@@ -197,7 +202,7 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
         editable=tuple(cfg.get("editable") or ("*.py",)),
         task=task,
         harness_files=tuple(resolve_path(p) for p in cfg.get("harness") or ()),
-        timeout_s=float(timeout_s if timeout_s is not None else cfg.get("timeout_s", 60.0)),
+        timeout_s=timeout_s,
         gpus=int(gpus if gpus is not None else cfg.get("gpus", 0)),
     )
 
@@ -205,8 +210,18 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
 def search_settings(cfg: Mapping[str, Any]) -> SearchSettings:
     """SearchSettings from the ``search`` node plus the run seed; unknown keys are errors."""
     values = {k: v for k, v in cfg["search"].items() if k != "workers"}
-    values["seed"] = int(cfg.get("seed", 0))
+    seed = cfg.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}; e.g. seed=0")
+    values["seed"] = seed
     return _dataclass_from(SearchSettings, values, "search")
+
+
+def _checked_number(value: Any, name: str) -> float:
+    """``value`` as a float, or a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    return float(value)
 
 
 def audit_settings(cfg: Mapping[str, Any]) -> AuditSettings:

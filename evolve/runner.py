@@ -208,7 +208,14 @@ def _search(
     try:
         for warning in asyncio.run(preflight_operators(operators)):  # before anything is evaluated
             log.warning("%s", warning)
+        since = embedder.ledger.last_id() if embedder is not None else 0
         summary = asyncio.run(_drive(driver, embedder))
+        if embedder is not None and (error := embedder.ledger.only_failures_since(since)):
+            status = "failed"
+            raise LLMStop(
+                f"every LLM call of this session failed; the last: {error[:500]}. Fix the server "
+                "or the model (llm.api_base, llm.model), then resume the run"
+            )
         if embedder is not None:
             log.info("LLM use so far (this archive):\n%s", usage_line(embedder.ledger.summary()))
         status = "stopped" if summary.reason.startswith(STOPPED) else "finished"

@@ -201,6 +201,22 @@ class Ledger:
             self.store.conn.execute("SELECT COALESCE(SUM(cost), 0) FROM llm_calls").fetchone()[0]
         )
 
+    def last_id(self) -> int:
+        """The id of the newest row (0: none), to tell this session's calls from earlier ones."""
+        return int(
+            self.store.conn.execute("SELECT COALESCE(MAX(id), 0) FROM llm_calls").fetchone()[0]
+        )
+
+    def only_failures_since(self, since: int) -> str | None:
+        """The last error, when every call after row ``since`` failed (and there was one); else None."""
+        ok, failed, last = self.store.conn.execute(
+            "SELECT SUM(status = 'ok'), SUM(status = 'error'), "
+            "(SELECT error FROM llm_calls WHERE id > ? AND status = 'error' ORDER BY id DESC LIMIT 1) "
+            "FROM llm_calls WHERE id > ?",
+            (since, since),
+        ).fetchone()
+        return last if failed and not ok else None
+
     def answer_lengths(self) -> dict[str, tuple[int, int]]:
         """Per model: the answers recorded in this archive and their answer tokens in all."""
         rows = self.store.conn.execute(

@@ -295,8 +295,9 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
     return RunSettings(benchmark=benchmark, **checked)
 
 
-def _changes_stored(stored: Any, override: str) -> bool:
-    """Whether ``key=value`` asks for something other than what the stored config holds."""
+def _changes_stored(stored: Any, override: str, given: Sequence[str] = ()) -> bool:
+    """Whether ``key=value`` asks for something other than what the stored config holds
+    (``given``: the keys the same command line sets, which a group choice does not decide)."""
     key, _, value = override.lstrip("+~").partition("=")
     wanted = yaml.safe_load(value) if value else None
     current = OmegaConf.select(stored, key, default=None)
@@ -304,6 +305,14 @@ def _changes_stored(stored: Any, override: str) -> bool:
         isinstance(current, Mapping | DictConfig) and "name" in current
     ):  # a group choice such as benchmark=toy
         return current["name"] != wanted
+    if isinstance(current, Mapping | DictConfig) and isinstance(wanted, str) and "." not in key:
+        # a group without a name (llm=local): the same choice if what it sets is what is stored
+        chosen = compose([f"{key}={wanted}"]).get(key) or {}
+        return any(
+            current.get(name) != chosen[name]
+            for name in chosen
+            if not any(g == f"{key}.{name}" or g.startswith(f"{key}.{name}.") for g in given)
+        )
     return current != wanted
 
 
@@ -315,10 +324,11 @@ def merge_resumed(stored: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     """
     merged = OmegaConf.create(dict(stored))
     OmegaConf.set_struct(merged, False)
+    given = [o.lstrip("+~").partition("=")[0] for o in overrides]
     refused = [
         o
         for o in overrides
-        if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o)
+        if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o, given)
     ]
     if refused:
         raise ConfigError(

@@ -147,3 +147,13 @@ def test_the_config_layer_does_not_import_the_loop():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_resume_restating_the_runs_own_group_choice_is_accepted_and_another_refused():
+    from evolve.config import compose, merge_resumed
+
+    stored = compose(["llm=local", "llm.model=openai/coder"])
+    merged = merge_resumed(stored, ["llm=local", "llm.model=openai/coder"])
+    assert merged["llm"] == stored["llm"]
+    with pytest.raises(ConfigError, match=r"cannot change \['llm=command'\]"):
+        merge_resumed(stored, ["llm=command"])

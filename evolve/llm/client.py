@@ -357,9 +357,9 @@ class LLMClient:
         lit = litellm()
         if self._self_priced(call.model):
             kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
-        stream = await lit.acompletion(
-            **kwargs, stream=True, stream_options={"include_usage": True}
-        )
+        if _reports_usage_when_streaming(call.model):  # else usage is counted from the chunks
+            kwargs["stream_options"] = {"include_usage": True}
+        stream = await lit.acompletion(**kwargs, stream=True)
         cap, progress = self.settings.answer_cap(), call.progress
         progress.tokens_out, chunks, text = 0, [], []
         try:
@@ -584,6 +584,15 @@ class _Call:
 def _estimated_tokens(messages: Messages) -> int:
     """About how many tokens the messages are (a character count over 3; no tokenizer)."""
     return sum(len(str(m.get("content", ""))) for m in messages) // 3
+
+
+def _reports_usage_when_streaming(model: str) -> bool:
+    """Whether litellm may send ``stream_options`` for ``model`` (an unsupported one is refused)."""
+    try:
+        supported = litellm().get_supported_openai_params(model=model) or []
+    except Exception:
+        return False
+    return "stream_options" in supported
 
 
 def _counted(model: str, text: str) -> int:

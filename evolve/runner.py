@@ -213,8 +213,9 @@ def _search(
         if embedder is not None and (error := embedder.ledger.only_failures_since(since)):
             status = "failed"
             raise LLMStop(
-                f"every LLM call of this session failed; the last: {error[:500]}. Fix the server "
-                "or the model (llm.api_base, llm.model), then resume the run"
+                f"every LLM call of this session failed ({summary.reason}); the last: "
+                f"{error[:500]}. Fix the server or the model (llm.api_base, llm.model), then "
+                "resume the run"
             )
         if embedder is not None:
             log.info("LLM use so far (this archive):\n%s", usage_line(embedder.ledger.summary()))

@@ -45,7 +45,8 @@ class LLMClient:
 
     A request whose (model, messages, sampling parameters, sample index) was answered
     before in this archive, or in ``llm.replay_from``, gets that answer again without a
-    call. Otherwise the call reserves its worst-case cost against the budget, takes one of
+    call. Otherwise the call reserves its expected cost against the budget (``Budget``;
+    streamed and cut at ``max_tokens`` when there is a budget), takes one of
     its provider's ``llm.max_concurrency`` slots, waits out any rate limit the provider
     set for all calls, and is made with a per-call timeout; rate limits, timeouts,
     connection errors and 5xx are retried with exponential backoff (honouring
@@ -281,10 +282,12 @@ class LLMClient:
             )
         # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs them.
         tokens_in = prompt_tokens() if self.budget.limit is not None else 0
-        if call.text is not None:
-            expected = lambda: self._embedding_cost(call.model, tokens_in) or 0.0  # noqa: E731
-        else:
-            expected = lambda: self.expected_cost(call.model, tokens_in)  # noqa: E731
+
+        def expected() -> float:  # asked again after each wait: the typical answer may change
+            if call.text is not None:
+                return self._embedding_cost(call.model, tokens_in) or 0.0
+            return self.expected_cost(call.model, tokens_in)
+
         reserved = await self.budget.reserve(call.model, expected)
         self._running[call.key] = done = asyncio.get_running_loop().create_future()
         call.progress.tokens_in = tokens_in

@@ -193,6 +193,11 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
     # A fitness that picks its scale from the hardware (nanochat) may override seed, gpus, timeout_s.
     chosen = dict(getattr(fitness, "benchmark_overrides", None) or {})
     seed_dir, gpus, timeout_s = chosen.get("seed"), chosen.get("gpus"), chosen.get("timeout_s")
+    timeout_s = _checked_number(
+        timeout_s if timeout_s is not None else cfg.get("timeout_s", 60.0), "benchmark.timeout_s"
+    )
+    if timeout_s <= 0:
+        raise ConfigError(f"benchmark.timeout_s must be > 0 seconds, got {timeout_s:g}")
     return Benchmark(
         name=str(cfg["name"]),
         fitness=fitness,
@@ -200,7 +205,7 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
         editable=tuple(cfg.get("editable") or ("*.py",)),
         task=task,
         harness_files=tuple(resolve_path(p) for p in cfg.get("harness") or ()),
-        timeout_s=float(timeout_s if timeout_s is not None else cfg.get("timeout_s", 60.0)),
+        timeout_s=timeout_s,
         gpus=int(gpus if gpus is not None else cfg.get("gpus", 0)),
     )
 
@@ -208,8 +213,18 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
 def search_settings(cfg: Mapping[str, Any]) -> SearchSettings:
     """SearchSettings from the ``search`` node plus the run seed; unknown keys are errors."""
     values = {k: v for k, v in cfg["search"].items() if k != "workers"}
-    values["seed"] = int(cfg.get("seed", 0))
+    seed = cfg.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"seed must be an integer, got {seed!r}; e.g. seed=0")
+    values["seed"] = seed
     return _dataclass_from(SearchSettings, values, "search")
+
+
+def _checked_number(value: Any, name: str) -> float:
+    """``value`` as a float, or a ConfigError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    return float(value)
 
 
 def audit_settings(cfg: Mapping[str, Any]) -> AuditSettings:
@@ -283,8 +298,9 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
     return RunSettings(benchmark=benchmark, **checked)
 
 
-def _changes_stored(stored: Any, override: str) -> bool:
-    """Whether ``key=value`` asks for something other than what the stored config holds."""
+def _changes_stored(stored: Any, override: str, given: Sequence[str] = ()) -> bool:
+    """Whether ``key=value`` asks for something other than what the stored config holds
+    (``given``: the keys the same command line sets, which a group choice does not decide)."""
     key, _, value = override.lstrip("+~").partition("=")
     wanted = yaml.safe_load(value) if value else None
     current = OmegaConf.select(stored, key, default=None)
@@ -292,6 +308,14 @@ def _changes_stored(stored: Any, override: str) -> bool:
         isinstance(current, Mapping | DictConfig) and "name" in current
     ):  # a group choice such as benchmark=toy
         return current["name"] != wanted
+    if isinstance(current, Mapping | DictConfig) and isinstance(wanted, str) and "." not in key:
+        # a group without a name (llm=local): the same choice if what it sets is what is stored
+        chosen = compose([f"{key}={wanted}"]).get(key) or {}
+        return any(
+            current.get(name) != chosen[name]
+            for name in chosen
+            if not any(g == f"{key}.{name}" or g.startswith(f"{key}.{name}.") for g in given)
+        )
     return current != wanted
 
 
@@ -303,10 +327,11 @@ def merge_resumed(stored: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     """
     merged = OmegaConf.create(dict(stored))
     OmegaConf.set_struct(merged, False)
+    given = [o.lstrip("+~").partition("=")[0] for o in overrides]
     refused = [
         o
         for o in overrides
-        if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o)
+        if not o.lstrip("+~").startswith(RESUME_OVERRIDABLE) and _changes_stored(merged, o, given)
     ]
     if refused:
         raise ConfigError(

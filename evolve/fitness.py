@@ -21,7 +21,15 @@ from evolve.harness.hashing import files_digest, harness_modules
 from evolve.sandbox import Limits, Policy, Result, Started
 from evolve.sandbox import run as run_sandboxed
 from evolve.sandbox import start as start_sandboxed
-from evolve.types import Descriptor, EvalStatus, Evaluation, Files, Objective
+from evolve.types import (
+    DISK_FAULTS,
+    Descriptor,
+    EvalStatus,
+    Evaluation,
+    Files,
+    InfrastructureFault,
+    Objective,
+)
 
 __all__ = [
     "Benchmark",
@@ -183,15 +191,16 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
         for stage in stages:
             phases.mark(phases.slug(stage.name))
             try:
-                result = stage.run(workdir, ctx)
+                result = _checked(stage.run(workdir, ctx), fitness)
+            except OSError as exc:
+                if exc.errno in DISK_FAULTS:  # the machine's fault: the candidate is not failed
+                    raise InfrastructureFault(
+                        f"the disk failed the evaluation ({exc}); free space (or make the folder "
+                        "writable) and resume the run: the candidate is evaluated again"
+                    ) from exc
+                result = _harness_error(exc)
             except Exception as exc:  # the harness itself failed: record, never crash the run
-                result = Evaluation(
-                    status=EvalStatus.ERROR,
-                    artifacts={
-                        "error": f"{type(exc).__name__}: {exc}",
-                        "traceback": traceback.format_exc()[-8000:],
-                    },
-                )
+                result = _harness_error(exc)
             phases.mark("harness")
             metrics.update(result.metrics)
             result = replace(result, stage=stage.name, metrics=dict(metrics))
@@ -208,6 +217,32 @@ def evaluate_safely(fitness: Fitness, workdir: Path, ctx: EvalContext) -> Evalua
         seeds=result.seeds or (ctx.seed,),
         hardware=ctx.hardware,
     )
+
+
+def _harness_error(exc: Exception) -> Evaluation:
+    """The ERROR evaluation of a fitness that raised ``exc`` (called while it is handled)."""
+    return Evaluation(
+        status=EvalStatus.ERROR,
+        artifacts={
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc()[-8000:],
+        },
+    )
+
+
+def _checked(result: Any, fitness: Fitness) -> Evaluation:
+    """``result`` if it is an Evaluation (whose own checks need an OK one's fitness to be a finite
+    number), else an ERROR evaluation naming what the fitness returned."""
+    if not isinstance(result, Evaluation):
+        return Evaluation(
+            status=EvalStatus.ERROR,
+            artifacts={
+                "error": f"the fitness {type(fitness).__name__} returned a {type(result).__name__} "
+                f"({str(result)[:200]}), not an Evaluation: fix its evaluate() to return "
+                "evolve.Evaluation(...)"
+            },
+        )
+    return result
 
 
 def _with_declared_descriptors(fitness: Fitness, result: Evaluation) -> Evaluation:

@@ -7,6 +7,7 @@ matplotlib (imported only there, without pyplot) into ``<run_dir>/plots/``.
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -236,12 +237,32 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+PLOT_LIMIT = 1e100  # values beyond ±this (or not finite) are left out of plots, and counted
+
+
+def plottable(values: list[Any]) -> tuple[list[float], int]:
+    """``values`` with those no axis can show (None, not finite, beyond ``PLOT_LIMIT``) as NaN,
+    and how many such there were besides None (matplotlib cannot place ticks across ~1e308)."""
+    out, left_out = [], 0
+    for value in values:
+        usable = value is not None and math.isfinite(value) and abs(value) <= PLOT_LIMIT
+        left_out += value is not None and not usable
+        out.append(float(value) if usable else math.nan)
+    return out, left_out
+
+
+def _left_out_note(count: int) -> str:
+    return f" ({count} value(s) beyond ±{PLOT_LIMIT:g} or not finite left out)" if count else ""
+
+
 def _draw_fitness(figure: Any, series: list[dict[str, Any]], path: Path) -> Path:
     fig = figure(figsize=(8, 6))
     fig.subplots_adjust(left=0.1, right=0.9, top=0.93, bottom=0.09, hspace=0.12)
     top, bottom = fig.subplots(2, 1, sharex=True)
     xs = [row["evaluated"] for row in series]
-    top.plot(xs, [row["best"] for row in series], color="#d84315", label="best")
+    best, left_best = plottable([row["best"] for row in series])
+    qd, left_qd = plottable([row["qd_score"] for row in series])
+    top.plot(xs, best, color="#d84315", label="best")
     top.set_ylabel("best fitness")
     top.grid(alpha=0.3)
     bottom.plot(xs, [row["coverage"] for row in series], color="#1565c0", label="coverage")
@@ -249,11 +270,11 @@ def _draw_fitness(figure: Any, series: list[dict[str, Any]], path: Path) -> Path
     bottom.set_xlabel("candidates evaluated")
     bottom.grid(alpha=0.3)
     twin = bottom.twinx()
-    twin.plot(xs, [row["qd_score"] for row in series], color="#2e7d32", alpha=0.7, label="QD score")
+    twin.plot(xs, qd, color="#2e7d32", alpha=0.7, label="QD score")
     twin.set_ylabel("QD score")
     if not series:
         top.text(0.5, 0.5, "no stats recorded yet", ha="center", transform=top.transAxes)
-    top.set_title("Fitness over time")
+    top.set_title("Fitness over time" + _left_out_note(left_best + left_qd))
     return _save(fig, path)
 
 
@@ -263,7 +284,9 @@ def _draw_grid(figure: Any, view: Grid, path: Path) -> Path:
     fig = figure(figsize=(6.5, 5.5))
     fig.subplots_adjust(left=0.12, right=0.98, top=0.92, bottom=0.1)
     ax = fig.subplots()
-    data = np.array([[np.nan if v is None else v for v in row] for row in view.values], dtype=float)
+    rows = [plottable(list(row)) for row in view.values]
+    data = np.array([row for row, _ in rows], dtype=float)
+    left_out = sum(count for _, count in rows)
     image = ax.imshow(
         data,
         origin="lower",
@@ -283,6 +306,7 @@ def _draw_grid(figure: Any, view: Grid, path: Path) -> Path:
         ax.set_xlabel(view.axes[0])
     ax.set_title(
         f"Grid: {view.filled} of {view.shape[0] * view.shape[1]} cells filled (best over islands)"
+        + _left_out_note(left_out)
     )
     return _save(fig, path)
 

@@ -50,3 +50,18 @@ def hold(run_dir: Path) -> Iterator[None]:
             handle.seek(0)
             handle.truncate()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def held(run_dir: Path) -> bool:
+    """Whether a live process holds ``run_dir``'s writer lock (read from ``/proc/locks``, so
+    asking takes no lock: a run starting at that moment is never refused because of it)."""
+    try:
+        inode = (Path(run_dir) / LOCK_NAME).stat().st_ino
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evolve import runlock, unreadable
+from evolve import lifetime, runlock, unreadable
 from evolve.archive import Archive
 from evolve.backends import Backend, LocalBackend
 from evolve.config import build_settings
@@ -91,10 +91,19 @@ def run(
 
 
 def _run(settings: RunSettings, run_dir: Path, *, resumed: bool) -> Summary:
+    with lifetime.marked() as token:  # every process started from here carries the session's mark
+        return _run_marked(settings, run_dir, token, resumed=resumed)
+
+
+def _run_marked(settings: RunSettings, run_dir: Path, token: str, *, resumed: bool) -> Summary:
     backend = make_backend(settings)  # a backend that cannot start fails before anything is written
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        with runlock.hold(run_dir):
+        with runlock.hold(run_dir), lifetime.session(run_dir, token) as killed:
+            if killed:
+                log.warning(
+                    "ended %d process(es) a killed session of this run left running", killed
+                )
             store = Store(run_dir / "archive.db")
             try:
                 if not resumed:
@@ -126,6 +135,11 @@ def _search(
     if not settings.llm.enabled:
         log.warning(
             "no model configured (llm.model is empty): using the built-in operators tweak and crossover, no LLM"
+        )
+    killed, lost = store.end_dead_sessions()
+    if killed or lost:
+        log.warning(
+            "an earlier session was killed: %d LLM call(s) it had in flight are recorded lost", lost
         )
     run_id = store.start_run(
         config=settings.config,
@@ -194,7 +208,15 @@ def _search(
     try:
         for warning in asyncio.run(preflight_operators(operators)):  # before anything is evaluated
             log.warning("%s", warning)
+        since = embedder.ledger.last_id() if embedder is not None else 0
         summary = asyncio.run(_drive(driver, embedder))
+        if embedder is not None and (error := embedder.ledger.only_failures_since(since)):
+            status = "failed"
+            raise LLMStop(
+                f"every LLM call of this session failed ({summary.reason}); the last: "
+                f"{error[:500]}. Fix the server or the model (llm.api_base, llm.model), then "
+                "resume the run"
+            )
         if embedder is not None:
             log.info("LLM use so far (this archive):\n%s", usage_line(embedder.ledger.summary()))
         status = "stopped" if summary.reason.startswith(STOPPED) else "finished"

@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evolve.callstore import cap_answer
 from evolve.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from evolve.types import (
     Candidate,
@@ -94,11 +95,12 @@ class Store:
         self.conn = conn
         try:
             self._check_and_migrate()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             conn.close()
             raise ArchiveFileError(
-                f"{self.path} is not a readable SQLite archive ({exc}); point at another run directory, "
-                "or move the file away to start a new run"
+                f"{self.path} is not a readable SQLite archive ({exc}); nothing was written to it. "
+                f"Recover what it holds with `sqlite3 {self.path} .recover | sqlite3 recovered.db`, "
+                "point at another run directory, or move the file away to start a new run"
             ) from exc
 
     @cached_property
@@ -136,6 +138,8 @@ class Store:
                     f"reads {SCHEMA_VERSION}): upgrade it with `python -m evolve.browse {self.path} migrate`"
                 )
             return
+        if tables and (damage := self.conn.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+            raise sqlite3.DatabaseError(f"damaged: {damage}")  # before anything is written to it
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA foreign_keys=ON")
@@ -180,6 +184,24 @@ class Store:
                 "UPDATE runs SET finished_at=?, status=?, reason=? WHERE id=?",
                 (_now(), status, reason, run_id),
             )
+
+    def end_dead_sessions(self) -> tuple[int, int]:
+        """Close what a session killed without warning (SIGKILL, a lost machine) left open: its
+        ``running`` run row reads ``killed``, its calls in flight read ``lost``; returns how many
+        of each. Call it holding the run's lock (no other session is alive)."""
+        with self.transaction():
+            runs = self.conn.execute(
+                "UPDATE runs SET status='killed', finished_at=?, reason=? WHERE status='running'",
+                (_now(), "the process ended without closing the run (killed, or its machine lost)"),
+            ).rowcount
+            calls = self.conn.execute(
+                "UPDATE llm_calls SET status='lost', error=? WHERE status='pending'",
+                (
+                    "in flight when the run was killed: its answer was never received; the "
+                    "provider may have billed it",
+                ),
+            ).rowcount
+        return runs, calls
 
     def first_run(self) -> dict[str, Any] | None:
         """The row of the run that started this archive, or None."""
@@ -403,7 +425,8 @@ class Store:
     ) -> None:
         """Record the auditor's verdict on a candidate (replacing one from an interrupted run).
 
-        ``review``: the model's review (verdict, reasons, model, prompt_hash); None: none.
+        ``review``: the model's review (verdict, reasons, model, prompt_hash); None: none. The
+        reasons, a model's answer, are capped as every stored answer is (``cap_answer``).
         A ``suspicious`` review flags the candidate like a static flag.
         """
         review = review or {}
@@ -421,7 +444,7 @@ class Store:
                 strict_fitness,
                 _now(),
                 review.get("verdict"),
-                review.get("reasons"),
+                None if review.get("reasons") is None else cap_answer(str(review["reasons"])),
                 review.get("model"),
                 review.get("prompt_hash"),
             ),
@@ -524,7 +547,10 @@ class Store:
         model: str | None = None,
         prompt_hash: str | None = None,
     ) -> None:
-        """Store a notebook version (``notes``) or a model's summary (``summary``) made at ``seq``."""
+        """Store a notebook version (``notes``) or a model's summary (``summary``) made at ``seq``
+        (a summary, a model's answer, capped as every stored answer is: ``cap_answer``)."""
+        if kind == "summary":
+            text = cap_answer(text)
         self.conn.execute(
             "INSERT OR REPLACE INTO notebook (seq, kind, text, model, prompt_hash, created_at) "
             "VALUES (?,?,?,?,?,?)",

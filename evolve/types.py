@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 import hashlib
 import json
 import math
@@ -16,6 +17,15 @@ Files = Mapping[str, str]
 
 class EvolveError(Exception):
     """An error the user can fix; its message says how. Shown without a traceback."""
+
+
+class InfrastructureFault(EvolveError):
+    """The machine failed an evaluation (a full or unwritable disk, a worker that cannot start),
+    not the candidate: the run ends naming the cause, and the candidate is evaluated again at resume."""
+
+
+# errno values that mean the disk, not the program, failed
+DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def content_hash(files: Files) -> str:

@@ -21,7 +21,9 @@ from tests.conftest import REPO, composed
 
 def test_the_default_config_becomes_typed_settings():
     settings = build_settings(composed(["archive.islands=3", "emitter.discount=0.9", "seed=4"]))
-    assert settings.archive == ArchiveSettings(islands=3, sampler="rank", qd_offset=None, split_depth=1)
+    assert settings.archive == ArchiveSettings(
+        islands=3, sampler="rank", qd_offset=None, split_depth=1
+    )
     assert settings.emitter == EmitterSettings(
         selection="bandit", discount=0.9, exploration=0.5, inspirations=3
     )
@@ -74,12 +76,30 @@ def test_the_default_config_becomes_typed_settings():
         ("search.workers=0", "search.workers must be 'auto' or a positive integer, got 0"),
         ("noise.alpha=2", "noise.alpha must lie in (0, 1), got 2"),
         ("backend.name=slurm", "backend 'slurm' unknown; available: local, ray"),
+        ("seed=abc", "seed must be an integer, got 'abc'; e.g. seed=0"),
     ],
 )
 def test_a_bad_value_is_a_config_error_naming_the_key(override, message):
     with pytest.raises(ConfigError) as raised:
         build_settings(composed([override]))
     assert str(raised.value) == message
+
+
+def test_an_answer_cap_below_one_token_is_refused_at_start():
+    from evolve.llm import LLMConfigError
+
+    with pytest.raises(
+        LLMConfigError, match=r"llm.max_tokens must be a whole number of tokens >= 1, got -5"
+    ):
+        build_settings(composed(["llm.max_tokens=-5"]))
+
+
+@pytest.mark.parametrize("value", [-1, 0, "soon"])
+def test_a_benchmark_timeout_that_is_not_a_positive_number_is_a_config_error(value):
+    cfg = composed()
+    cfg["benchmark"]["timeout_s"] = value
+    with pytest.raises(ConfigError, match=r"benchmark.timeout_s must be"):
+        build_settings(cfg)
 
 
 def test_several_problems_of_one_group_are_reported_together():
@@ -127,3 +147,13 @@ def test_the_config_layer_does_not_import_the_loop():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_resume_restating_the_runs_own_group_choice_is_accepted_and_another_refused():
+    from evolve.config import compose, merge_resumed
+
+    stored = compose(["llm=local", "llm.model=openai/coder"])
+    merged = merge_resumed(stored, ["llm=local", "llm.model=openai/coder"])
+    assert merged["llm"] == stored["llm"]
+    with pytest.raises(ConfigError, match=r"cannot change \['llm=command'\]"):
+        merge_resumed(stored, ["llm=command"])

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 # Lowest first; a name is the first part after ``evolve.`` (a module or a subpackage). Modules
 # named here that do not exist yet take their place when they are written.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types", "settings", "paths"),
+    ("types", "settings", "paths", "lifetime"),
     ("store", "runlock", "callstore", "schema"),
     ("isolation", "landlock", "channels", "sandbox_env", "unreadable", "sandbox"),
     ("harness",),

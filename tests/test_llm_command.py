@@ -98,30 +98,45 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def test_close_ends_what_the_command_left_running_in_its_group(tmp_path) -> None:
+def test_the_answer_is_read_when_the_command_exits_and_what_it_left_holding_stdout_is_ended(
+    tmp_path,
+) -> None:
     pid_file = tmp_path / "helper.pid"
-    leaves_a_helper = [
+    leaves_a_helper = [  # the helper inherits stdout and holds it open for 300 s
         PY,
         "-c",
         "import subprocess, sys; "
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
-        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL); "
-        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('answer', end='')",
+        "stdin=subprocess.DEVNULL); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); print('answer', end='', flush=True)",
     ]
-    llm = client(tmp_path, model="command/helper", commands={"helper": leaves_a_helper})
+    llm = client(
+        tmp_path, model="command/helper", commands={"helper": leaves_a_helper}, timeout_s=60
+    )
 
-    async def call_then_close() -> tuple[str, bool]:
+    async def call() -> str:
         answer = await llm.complete(
             "command/helper", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
         )
-        alive_before = _running(int(pid_file.read_text()))
-        await llm.close()
-        return answer.text, alive_before
+        return answer.text
 
-    text, alive_before = asyncio.run(call_then_close())
+    assert asyncio.run(call()) == "answer"  # not "gave no answer within 60s"
     helper = int(pid_file.read_text())
-    assert text == "answer" and alive_before  # the command ended, its helper lived on in its group
+    deadline = time.monotonic() + 30
+    while _running(helper) and time.monotonic() < deadline:  # killed; reaped by its new parent
+        time.sleep(0.05)
     assert not _running(helper)
+
+
+def test_an_answer_past_max_tokens_is_cut_at_it(tmp_path) -> None:
+    talks_on = [PY, "-c", "print('word ' * 5000)"]
+    llm = client(tmp_path, model="command/talker", commands={"talker": talks_on}, max_tokens=50)
+    answer = asyncio.run(
+        llm.complete(
+            "command/talker", [{"role": "user", "content": "x"}], sample=0, prompt_hash="p"
+        )
+    )
+    assert answer.tokens_out == 50 and answer.text.count("word") <= 50
 
 
 def test_a_bare_command_model_is_named_after_its_program() -> None:

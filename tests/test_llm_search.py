@@ -16,7 +16,7 @@ import pytest
 
 from evolve import runner
 from evolve.callstore import prompt_messages
-from evolve.llm import PreflightError
+from evolve.llm import LLMStop, PreflightError
 from evolve.store import Store
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed, start_evolve
@@ -320,15 +320,15 @@ def test_a_server_that_is_gone_ends_the_run_naming_the_cause_and_the_run(tmp_pat
     server = MockServer(failing=True).start()
     try:
         cfg = local_toy(server, "search.max_candidates=200", "search.workers=1", "llm.retries=0")
-        summary = runner.run(cfg, tmp_path)
+        with pytest.raises(LLMStop) as stopped:  # not "finished": the CLI exits non-zero with it
+            runner.run(cfg, tmp_path)
     finally:
         server.stop()
-    assert summary.reason.startswith("50 proposals in a row were rejected; the last because: ")
-    assert "the model server is gone" in summary.reason
-    assert (
-        f"python -m evolve.browse {tmp_path} stats" in summary.reason
-        and " RUN " not in summary.reason
-    )
+    reason = str(stopped.value)
+    assert reason.startswith("every LLM call of this session failed (50 proposals in a row were ")
+    assert "the model server is gone" in reason
+    assert f"python -m evolve.browse {tmp_path} stats" in reason and " RUN " not in reason
+    assert rows(tmp_path / "archive.db", "SELECT status FROM runs") == [("failed",)]
 
 
 def test_an_answer_that_reproduces_a_stored_program_is_not_asked_again(tmp_path, caplog) -> None:

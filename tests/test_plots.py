@@ -85,3 +85,15 @@ def test_fitness_series_is_thinned_and_keeps_the_last_row(tmp_path, rows):
     if rows:
         assert series[0]["evaluated"] == 0 and series[-1]["evaluated"] == rows - 1
     store.close()
+
+
+def test_a_run_scoring_1e308_ends_with_its_plots_drawn(tmp_path) -> None:
+    from evolve import runner
+    from tests.conftest import composed
+
+    cfg = composed(["search.max_candidates=6", "search.workers=1"])
+    cfg["benchmark"]["fitness"] = {"_target_": "tests.fixtures.toy.Huge", "value": 1e308}
+    runner.run(cfg, tmp_path)  # the QD score overflows to inf; the best is 1e308
+    assert all(
+        (tmp_path / "plots" / name).stat().st_size > 0 for name in ("fitness.png", "grid.png")
+    )

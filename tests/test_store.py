@@ -184,3 +184,53 @@ def test_answers_of_an_old_archive_replay_from_it_unmigrated(tmp_path):
     answer = asyncio.run(client.complete("m/x", messages, sample=0, prompt_hash="p"))
     assert answer.text == "recorded answer" and answer.cached
     assert sqlite3.connect(tmp_path / "old.db").execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_a_damaged_archive_is_one_error_naming_recover_and_is_never_written_to(tmp_path):
+    path = tmp_path / "archive.db"
+    store = Store(path)
+    store.start_run(config={"a": 1}, harness_hash="h", seed=0, hardware="x")
+    for seq in range(200):  # pages enough that junk in the middle hits table pages
+        store.add_candidate(Proposal(files={"a.py": f"x = {seq}\n" * 50}, operator="seed"), seq=seq)
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 8192] = b"\xff\xfe" * 4096
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArchiveFileError, match=r"\.recover"):
+        Store(path)  # a run, or its resume, opening it to write
+    assert path.read_bytes() == bytes(data)
+    assert not path.with_name("archive.db-wal").exists()
+
+
+def test_review_and_summary_answers_are_capped_like_every_stored_answer(tmp_path):
+    from evolve.callstore import ANSWER_HEAD_CHARS, ANSWER_TAIL_CHARS
+
+    store = Store(tmp_path / "archive.db")
+    candidate = store.add_candidate(Proposal(files={"a.py": "x = 1\n"}, operator="seed"), seq=0)
+    huge = "r" * 10_000_000
+    store.add_audit(
+        candidate.id,
+        flags=[],
+        unparsed=[],
+        decision="kept",
+        review={"verdict": "ok", "reasons": huge},
+    )
+    store.put_note(1, "summary", huge, model="m")
+    cap = ANSWER_HEAD_CHARS + ANSWER_TAIL_CHARS + 200
+    (review,) = store.conn.execute("SELECT LENGTH(review) FROM audits").fetchone()
+    (summary,) = store.conn.execute("SELECT LENGTH(text) FROM notebook").fetchone()
+    assert review < cap and summary < cap
+
+
+def test_a_killed_session_reads_killed_and_its_calls_in_flight_lost(tmp_path):
+    store = Store(tmp_path / "archive.db")
+    store.start_run(config={}, harness_hash="h", seed=0, hardware="x")
+    store.conn.execute(
+        "INSERT INTO llm_calls (model, prompt_hash, cache_key, status, created_at) "
+        "VALUES ('m', 'p', 'k', 'pending', 0)"
+    )
+    assert store.end_dead_sessions() == (1, 1)
+    assert store.latest_run()["status"] == "killed"
+    (status, error) = store.conn.execute("SELECT status, error FROM llm_calls").fetchone()
+    assert status == "lost" and "killed" in error

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from evolve.fitness import EvalContext, Fitness, evaluate_safely, write_files
-from evolve.types import Evaluation, Job
+from evolve.types import Evaluation, InfrastructureFault, Job
 
 HARNESS_GRACE_S = 60.0  # how long past the candidate's timeout a fitness may take to return
 
@@ -50,11 +50,23 @@ def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
 
     Returns:
         The evaluation; a fitness that raises gives an ERROR evaluation (``evaluate_safely``).
+
+    Raises:
+        InfrastructureFault: the machine failed the evaluation (its folders, a full disk).
     """
-    workdir = Path(tempfile.mkdtemp(prefix=f"evolve-{job.candidate_id[:8]}-"))
-    scratch = Path(tempfile.mkdtemp(prefix="evolve-harness-"))
+    made: list[Path] = []
     try:
-        write_files(job.files, workdir)
+        try:
+            made.append(Path(tempfile.mkdtemp(prefix=f"evolve-{job.candidate_id[:8]}-")))
+            made.append(Path(tempfile.mkdtemp(prefix="evolve-harness-")))
+            write_files(job.files, made[0])
+        except OSError as exc:  # the machine's fault, not the candidate's
+            raise InfrastructureFault(
+                f"cannot prepare an evaluation's folders in {tempfile.gettempdir()} ({exc}); free "
+                "space there, or point TMPDIR at a writable disk, and resume the run: the "
+                "candidate is evaluated again"
+            ) from exc
+        workdir, scratch = made
         ctx = EvalContext(
             seed=job.seed,
             timeout_s=job.timeout_s,
@@ -65,8 +77,8 @@ def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
         )
         return evaluate_safely(fitness, workdir, ctx)
     finally:
-        remove_tree(workdir)
-        remove_tree(scratch)
+        for path in made:
+            remove_tree(path)
 
 
 def remove_tree(path: Path) -> None:

@@ -5,7 +5,9 @@ watches directly (no executor threads: they cost milliseconds per job). A slot o
 ``gpus_per_eval`` GPUs through CUDA_VISIBLE_DEVICES, set before the worker imports
 anything. The driver never runs a fitness itself: a fitness that hangs past its outer
 deadline, or kills its worker, is recorded as a failed evaluation and the slot's worker is
-replaced.
+replaced (a worker that dies is given one fresh try first: it may have been lost to the
+machine). A worker that cannot prepare the evaluation (its folders, a full disk) raises
+``InfrastructureFault``: the run ends, and the candidate is evaluated again at resume.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
+from evolve import lifetime
 from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.fitness import Fitness
 from evolve.harness import phases
 from evolve.harness.gpus import gpu_groups
-from evolve.types import EvalStatus, Evaluation, Job
+from evolve.types import EvalStatus, Evaluation, InfrastructureFault, Job
 
 log = logging.getLogger("evolve")
 
@@ -35,21 +38,27 @@ STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxe
 # --- worker side ---------------------------------------------------------------------------------
 
 
-def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
+def _serve(conn: Connection, fitness: Fitness, gpu: str | None, driver: int) -> None:
     """A slot's worker: evaluate each job received on ``conn`` until the driver hangs up.
 
-    Ctrl-C is the driver's to handle; SIGTERM (the driver discarding this worker) unwinds the
-    job, so the sandbox kills the candidate's process tree and the job's folders are removed.
+    Ctrl-C is the driver's to handle; SIGTERM (the driver discarding this worker, or the
+    kernel when the driver dies, even by SIGKILL) unwinds the job, so the sandbox kills the
+    candidate's process tree and the job's folders are removed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    lifetime.die_with_parent(signal.SIGTERM, parent=driver)
     with phases.reported(conn.send):  # each phase's name as it begins, then the Evaluation
         while True:
             try:
                 job = conn.recv()
             except (EOFError, OSError):  # the driver closed the pipe or died
                 return
-            conn.send(run_job(fitness, job, gpu))
+            try:
+                answer: Evaluation | InfrastructureFault = run_job(fitness, job, gpu)
+            except InfrastructureFault as fault:  # the driver ends the run with it
+                answer = fault
+            conn.send(answer)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -116,7 +125,7 @@ class _Worker:
     def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}"
+            target=_serve, args=(child, fitness, gpu, os.getpid()), name=f"evolve-worker-{gpu}"
         )
         with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
             self.process.start()
@@ -136,6 +145,8 @@ class _Worker:
                 watch.say()
                 continue
             message = self.conn.recv()  # EOFError when the worker died instead of answering
+            if isinstance(message, InfrastructureFault):
+                raise message
             if not isinstance(message, str):
                 return message
             watch.heard(message)
@@ -200,24 +211,26 @@ class LocalBackend:
 
     async def evaluate(self, slot: int, job: Job) -> Evaluation:
         deadline = job.timeout_s + HARNESS_GRACE_S
-        try:
-            return await self._worker(slot).call(job, deadline)
-        except TimeoutError:
-            self._discard(slot)
-            return Evaluation(
-                status=EvalStatus.TIMEOUT,
-                artifacts={
-                    "error": f"the fitness did not return within {deadline:.0f} s; its worker was killed"
-                },
-            )
-        except (EOFError, OSError) as exc:
-            self._discard(slot)
-            return Evaluation(
-                status=EvalStatus.ERROR,
-                artifacts={
-                    "error": f"the evaluation worker died ({type(exc).__name__}); it was restarted"
-                },
-            )
+        for _ in range(2):  # a worker lost once may be the machine's doing: a fresh one tries again
+            try:
+                return await self._worker(slot).call(job, deadline)
+            except TimeoutError:
+                self._discard(slot)
+                return Evaluation(
+                    status=EvalStatus.TIMEOUT,
+                    artifacts={
+                        "error": f"the fitness did not return within {deadline:.0f} s; its worker was killed"
+                    },
+                )
+            except (EOFError, OSError) as exc:
+                self._discard(slot)
+                lost = type(exc).__name__
+        return Evaluation(
+            status=EvalStatus.ERROR,
+            artifacts={
+                "error": f"the evaluation worker died ({lost}) twice, on two fresh workers; it was restarted"
+            },
+        )
 
     def close(self) -> None:
         for slot in range(self.slots):

@@ -4,12 +4,13 @@ budget, provider limits, retries, cost."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.callstore import pack_vector, unpack_vector
@@ -44,7 +45,8 @@ class LLMClient:
 
     A request whose (model, messages, sampling parameters, sample index) was answered
     before in this archive, or in ``llm.replay_from``, gets that answer again without a
-    call. Otherwise the call reserves its worst-case cost against the budget, takes one of
+    call. Otherwise the call reserves its expected cost against the budget (``Budget``;
+    streamed and cut at ``max_tokens`` when there is a budget), takes one of
     its provider's ``llm.max_concurrency`` slots, waits out any rate limit the provider
     set for all calls, and is made with a per-call timeout; rate limits, timeouts,
     connection errors and 5xx are retried with exponential backoff (honouring
@@ -62,6 +64,8 @@ class LLMClient:
         self.settings = settings
         self.ledger = Ledger(store, replay_from=settings.replay_from)
         self.budget = Budget(settings.max_cost_usd, self.ledger.spent())
+        for model, (count, tokens) in self.ledger.answer_lengths().items():
+            self.budget.observe(model, tokens, count=count)  # earlier sessions' answers count too
         self.lanes = Lanes(settings.max_concurrency)
         self._jitter = random.Random()
         self._priced: dict[str, bool] = {}
@@ -99,22 +103,34 @@ class LLMClient:
         own cost calculation and logging are not needed."""
         return self.settings.pricing is not None or not self._litellm_prices(model)
 
-    def worst_case_cost(self, model: str, messages: Messages) -> float:
-        """The most one call could cost: its prompt plus the answer cap as sent (0 if unpriced)."""
-        lit = litellm()
+    def prompt_tokens(self, model: str, messages: Messages) -> int:
+        """How many tokens ``messages`` are for ``model`` (litellm's count; a character estimate
+        where it has none)."""
         try:
-            tokens_in = int(lit.token_counter(model=model, messages=list(messages)))
+            return int(litellm().token_counter(model=model, messages=list(messages)))
         except Exception:
-            tokens_in = _estimated_tokens(messages)
-        tokens_out = self.settings.answer_cap()
+            return _estimated_tokens(messages)
+
+    def priced(self, model: str, tokens_in: int, tokens_out: int) -> float:
+        """What a call of ``model`` with these token counts costs (0 if unpriced)."""
         if self.settings.pricing is not None:
             return self.settings.pricing.cost(tokens_in, tokens_out)
         if not self._litellm_prices(model):
             return 0.0
-        cost_in, cost_out = lit.cost_per_token(
+        cost_in, cost_out = litellm().cost_per_token(
             model=model, prompt_tokens=tokens_in, completion_tokens=tokens_out
         )
         return float(cost_in + cost_out)
+
+    def worst_case_cost(self, model: str, messages: Messages) -> float:
+        """The most one call could cost: its prompt plus the answer cap as sent (0 if unpriced)."""
+        return self.priced(model, self.prompt_tokens(model, messages), self.settings.answer_cap())
+
+    def expected_cost(self, model: str, tokens_in: int) -> float:
+        """What a call of ``model`` with a ``tokens_in`` prompt is expected to cost: the answer
+        length typical of the run's calls of that model, at most the cap (``Budget``)."""
+        answer = self.budget.typical_answer(model, self.settings.answer_cap())
+        return self.priced(model, tokens_in, answer)
 
     def _cost(self, model: str, response: Any, tokens_in: int, tokens_out: int) -> float | None:
         if self.settings.pricing is not None:
@@ -186,7 +202,7 @@ class LLMClient:
             sample=sample,
             kwargs=self._call_kwargs(model, messages, sample),
         )
-        return await self._answer(call, lambda: self.worst_case_cost(model, messages))
+        return await self._answer(call, lambda: self.prompt_tokens(model, messages))
 
     async def embed(
         self, model: str, text: str, *, api_base: str | None = None, api_key_env: str | None = None
@@ -228,16 +244,15 @@ class LLMClient:
             kwargs=kwargs,
             text=text,
         )
-        completion = await self._answer(call, lambda: self._embedding_worst(model, text))
+        completion = await self._answer(call, lambda: self._embedding_tokens(model, text))
         return unpack_vector(completion.text)
 
-    def _embedding_worst(self, model: str, text: str) -> float:
-        """The most embedding ``text`` could cost (0 if unpriced)."""
+    def _embedding_tokens(self, model: str, text: str) -> int:
+        """How many tokens embedding ``text`` takes."""
         try:
-            tokens = int(litellm().token_counter(model=model, text=text))
+            return int(litellm().token_counter(model=model, text=text))
         except Exception:
-            tokens = _estimated_tokens([{"content": text}])
-        return self._embedding_cost(model, tokens) or 0.0
+            return _estimated_tokens([{"content": text}])
 
     def _embedding_cost(self, model: str, tokens: int) -> float | None:
         """An embedding's cost at litellm's price (None: litellm has none; ``llm.pricing`` is for answers)."""
@@ -248,7 +263,7 @@ class LLMClient:
         )
         return float(cost_in)
 
-    async def _answer(self, call: _Call, worst_case: Callable[[], float]) -> Completion:
+    async def _answer(self, call: _Call, prompt_tokens: Callable[[], int]) -> Completion:
         """The recorded answer to ``call``, else one from the provider within the budget.
 
         The same request made while it is in flight waits for that call and is served its
@@ -265,17 +280,24 @@ class LLMClient:
                 f"{call.named()}; the replay ends here. "
                 "Set llm.offline=false to call the model from this point on"
             )
-        # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs the worst case.
-        worst = worst_case() if self.budget.limit is not None else 0.0
-        self.budget.reserve(call.model, worst)
-        cost = 0.0
+        # Tokens are counted (tiktoken, ~1 ms a prompt) only when a budget needs them.
+        tokens_in = prompt_tokens() if self.budget.limit is not None else 0
+
+        def expected() -> float:  # asked again after each wait: the typical answer may change
+            if call.text is not None:
+                return self._embedding_cost(call.model, tokens_in) or 0.0
+            return self.expected_cost(call.model, tokens_in)
+
+        reserved = await self.budget.reserve(call.model, expected)
         self._running[call.key] = done = asyncio.get_running_loop().create_future()
+        call.progress.tokens_in = tokens_in
         try:
             completion = await self._attempts(call)
-            cost = completion.cost or 0.0
+            if call.text is None:
+                self.budget.observe(call.model, completion.tokens_out)
             return completion
         finally:
-            self.budget.settle(worst, cost)
+            self.budget.settle(reserved, call.progress.cost)
             del self._running[call.key]
             done.set_result(None)
 
@@ -314,12 +336,72 @@ class LLMClient:
         if call.text is not None:  # an embedding: evolve always prices it (_embedding_cost)
             with quiet():
                 return await asyncio.wait_for(litellm().aembedding(**kwargs), limit)
+        if self._streamed(call.model):
+            with quiet():
+                return await asyncio.wait_for(self._stream(call, kwargs), limit)
         if not self._self_priced(call.model):
             return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
         # custom prices send litellm's own cost step down its short path (evolve prices the call)
         kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
         with quiet():
             return await asyncio.wait_for(litellm().acompletion(**kwargs), limit)
+
+    def _streamed(self, model: str) -> bool:
+        """Whether calls of ``model`` are streamed: with a budget, over HTTP (a provider registered
+        in-process, like ``command``, cannot stream and cuts its own answers)."""
+        if self.budget.limit is None:
+            return False
+        custom = {entry.get("provider") for entry in litellm().custom_provider_map}
+        return model.split("/", 1)[0] not in custom
+
+    async def _stream(self, call: _Call, kwargs: dict[str, Any]) -> Any:
+        """The answer streamed, cut as soon as it passes the answer cap (a server ignoring
+        ``max_tokens`` is charged for what was received, at most a few tokens past the cap)."""
+        lit = litellm()
+        if self._self_priced(call.model):
+            kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
+        if _reports_usage_when_streaming(call.model):  # else usage is counted from the chunks
+            kwargs["stream_options"] = {"include_usage": True}
+        stream = await lit.acompletion(**kwargs, stream=True)
+        cap, progress = self.settings.answer_cap(), call.progress
+        progress.tokens_out, chunks, text = 0, [], []
+        try:
+            async for chunk in stream:
+                chunks.append(chunk)
+                choices = getattr(chunk, "choices", None) or []
+                delta = (
+                    getattr(getattr(choices[0], "delta", None), "content", None)
+                    if choices
+                    else None
+                )
+                if delta:
+                    text.append(delta)
+                    progress.tokens_out += _counted(call.model, delta)
+                    if progress.tokens_out > cap:
+                        break
+        finally:
+            closing = getattr(stream, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await closing()
+        response = lit.stream_chunk_builder(chunks, messages=list(call.messages))
+        if response is None or progress.tokens_out > cap:  # cut: charged for what arrived
+            response = lit.ModelResponse(
+                model=call.model,
+                choices=[
+                    {
+                        "index": 0,
+                        "finish_reason": "length",
+                        "message": {"role": "assistant", "content": "".join(text)},
+                    }
+                ],
+                usage={
+                    "prompt_tokens": progress.tokens_in,
+                    "completion_tokens": progress.tokens_out,
+                    "total_tokens": progress.tokens_in + progress.tokens_out,
+                },
+            )
+        return response
 
     async def _attempts(self, call: _Call) -> Completion:
         tries = self.settings.retries + 1
@@ -328,28 +410,36 @@ class LLMClient:
             async with self.lanes.slot(lane):
                 start = time.monotonic()
                 self.attempts += 1
+                row = self.ledger.begin(call.record())
                 try:
                     response = await self._send(call)
                 except asyncio.CancelledError:
-                    self._record_cancelled(call, time.monotonic() - start)
+                    self._record_cancelled(call, time.monotonic() - start, row)
                     raise
                 except Exception as exc:
                     delay = self._delay(attempt, exc)
                     if _rate_limited(exc):  # held before the slot is released: no call slips in
                         self.lanes.hold(lane, delay)
-                    self._failed(call, exc, attempt, tries, time.monotonic() - start, delay)
+                    self._failed(call, exc, attempt, tries, time.monotonic() - start, delay, row)
                 else:
-                    return self._success(call, response, latency=time.monotonic() - start)
+                    return self._success(call, response, latency=time.monotonic() - start, row=row)
             self.waits.append(delay)
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     def _failed(
-        self, call: _Call, exc: Exception, attempt: int, tries: int, latency: float, delay: float
+        self,
+        call: _Call,
+        exc: Exception,
+        attempt: int,
+        tries: int,
+        latency: float,
+        delay: float,
+        row: int,
     ) -> None:
         """Record a failed attempt; raise unless it is retried (after ``delay``)."""
         error = describe(exc)
-        self.ledger.record(call.record(error=error, status="error", latency_s=latency))
+        self.ledger.record(call.record(error=error, status="error", latency_s=latency), row=row)
         kind = classify(exc)
         if kind == "fatal":
             setting = "llm.model" if call.text is None else "archive.novelty.embedding_model"
@@ -367,16 +457,26 @@ class LLMClient:
             tries,
         )
 
-    def _record_cancelled(self, call: _Call, latency: float) -> None:
-        """A call ended by the run (Ctrl-C, SIGTERM, a cancelled task): recorded, as it may be billed."""
+    def _record_cancelled(self, call: _Call, latency: float, row: int) -> None:
+        """A call ended by the run (Ctrl-C, SIGTERM, a cancelled task): recorded and charged for
+        its prompt and what it streamed, as the provider may bill that."""
+        streamed = self._streamed(call.model) and call.text is None
+        tokens_in = call.progress.tokens_in or call.estimated_tokens()
+        tokens_out = call.progress.tokens_out if streamed else 0
+        cost = self.priced(call.model, tokens_in, tokens_out) if call.text is None else 0.0
+        call.progress.cost += cost
+        unknown = "" if streamed else ", answer tokens unknown"
         self.ledger.record(
             call.record(
-                error=f"cancelled after {latency:.1f}s by the run; the provider may still bill it "
-                "(prompt tokens estimated, answer tokens unknown)",
+                error=f"cancelled after {latency:.1f}s by the run; charged for the prompt and "
+                f"{tokens_out} answer tokens received{unknown}",
                 status="cancelled",
                 latency_s=latency,
-                tokens_in=call.estimated_tokens(),
-            )
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                cost=cost,
+            ),
+            row=row,
         )
 
     def _delay(self, attempt: int, exc: BaseException) -> float:
@@ -385,7 +485,7 @@ class LLMClient:
         asked = retry_after(exc)
         return min(MAX_RETRY_AFTER_S, max(backoff, asked)) if asked is not None else backoff
 
-    def _success(self, call: _Call, response: Any, *, latency: float) -> Completion:
+    def _success(self, call: _Call, response: Any, *, latency: float, row: int) -> Completion:
         usage = getattr(response, "usage", None)
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -405,16 +505,26 @@ class LLMClient:
                 tokens_out=tokens_out,
                 cost=cost,
                 latency_s=latency,
-            )
+            ),
+            row=row,
         )
+        call.progress.cost += cost or 0.0
         cap = self.settings.answer_cap()
         if call.text is None and tokens_out > cap:
-            why = (
-                f"{call.model} ignored the answer cap: it reported {tokens_out} completion tokens "
-                f"against max_tokens={cap}" + (f", costing ${cost:.4f}" if cost else "")
-            )
-            log.warning("%s; the call is recorded and charged as reported", why)
-            self.budget.unbounded[call.model] = why
+            if self._streamed(call.model):
+                log.warning(
+                    "%s ignored the answer cap (max_tokens=%d): the answer was cut after %d tokens",
+                    call.model,
+                    cap,
+                    tokens_out,
+                )
+            else:
+                why = (
+                    f"{call.model} ignored the answer cap: it reported {tokens_out} completion tokens "
+                    f"against max_tokens={cap}" + (f", costing ${cost:.4f}" if cost else "")
+                )
+                log.warning("%s; the call is recorded and charged as reported", why)
+                self.budget.unbounded[call.model] = why
         return Completion(
             text=text,
             model=call.model,
@@ -425,6 +535,16 @@ class LLMClient:
             cached=False,
             call_id=call_id,
         )
+
+
+@dataclass
+class _Progress:
+    """How far a call has got: its prompt's tokens, the answer tokens streamed in the current
+    attempt, and the USD its attempts have been charged."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -442,6 +562,7 @@ class _Call:
     sample: str | int
     kwargs: Mapping[str, Any]
     text: str | None = None
+    progress: _Progress = field(default_factory=lambda: _Progress())
 
     def named(self) -> str:
         """The request, as a replay that misses it names it."""
@@ -466,6 +587,23 @@ class _Call:
 def _estimated_tokens(messages: Messages) -> int:
     """About how many tokens the messages are (a character count over 3; no tokenizer)."""
     return sum(len(str(m.get("content", ""))) for m in messages) // 3
+
+
+def _reports_usage_when_streaming(model: str) -> bool:
+    """Whether litellm may send ``stream_options`` for ``model`` (an unsupported one is refused)."""
+    try:
+        supported = litellm().get_supported_openai_params(model=model) or []
+    except Exception:
+        return False
+    return "stream_options" in supported
+
+
+def _counted(model: str, text: str) -> int:
+    """The tokens of a piece of streamed answer."""
+    try:
+        return max(1, int(litellm().token_counter(model=model, text=text)))
+    except Exception:
+        return max(1, len(text) // 3)
 
 
 def _rate_limited(exc: BaseException) -> bool:

@@ -8,6 +8,9 @@ model (EVOLVE_MODEL), the sampling parameters (EVOLVE_TEMPERATURE, EVOLVE_MAX_TO
 and which sample of the prompt is asked for (EVOLVE_SAMPLE). The executable runs in its own
 session (process group) and is killed with it on timeout or cancellation; processes it
 leaves behind are ended with their group when the client closes or the interpreter exits.
+The answer is what the program wrote to stdout by the time it exited (processes it left in its
+group, which might hold stdout open, are then ended), cut at ``max_tokens``; the program
+and its group die with the run, SIGKILL of the run included (``evolve.lifetime``).
 A non-zero exit is a failed call whose stderr is recorded. It runs with the user's rights: it is the user's own program (a
 llama.cpp binary, an agent CLI, a script that asks a person), not candidate code.
 """
@@ -16,18 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evolve import lifetime
 from evolve.harness.reaper import kill_group
 from evolve.llm._litellm import litellm
 
 PROVIDER = "command"
 TOKENIZER = "gpt-4o"  # whose tokenizer counts a command model's tokens (it reports none itself)
 _STDERR_TAIL = 2000
+_PIPE_GRACE_S = 1.0  # after the command exits, how long a pipe a leftover process holds is read
 
 
 def prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -78,9 +84,14 @@ def _make_handler_class() -> type:
                     env[f"EVOLVE_{key.upper()}"] = str(optional_params[key])
             return env
 
-        def _response(self, name: str, messages: list, answer: str) -> Any:
+        def _response(self, name: str, messages: list, answer: str, cap: int | None) -> Any:
+            """The answer as litellm's response, cut at ``cap`` tokens (max_tokens) if longer."""
             tokens_in = lit.token_counter(model=TOKENIZER, messages=messages)
-            tokens_out = lit.token_counter(model=TOKENIZER, text=answer) if answer else 0
+            tokens = lit.encode(model=TOKENIZER, text=answer) if answer else []
+            if cap is not None and len(tokens) > int(cap):
+                tokens = tokens[: int(cap)]
+                answer = lit.decode(model=TOKENIZER, tokens=list(tokens))
+            tokens_out = len(tokens)
             return lit.ModelResponse(
                 model=f"{PROVIDER}/{name}",
                 choices=[
@@ -123,6 +134,7 @@ def _make_handler_class() -> type:
                     stderr=asyncio.subprocess.PIPE,
                     env=self._env(model, optional_params, kwargs.get("litellm_params")),
                     start_new_session=True,
+                    preexec_fn=_die_with_run,
                 )
             except OSError as exc:
                 raise CustomLLMError(
@@ -132,7 +144,7 @@ def _make_handler_class() -> type:
             _groups.add(proc.pid)
             try:
                 stdout, stderr = await asyncio.wait_for(
-                    proc.communicate(prompt_text(messages).encode()), seconds
+                    _exchange(proc, prompt_text(messages).encode()), seconds
                 )
             except TimeoutError:
                 kill_group(proc.pid)
@@ -145,9 +157,62 @@ def _make_handler_class() -> type:
                 _forget_if_empty(proc.pid)
             if proc.returncode != 0:
                 raise self._failed(model, argv, proc.returncode or 0, stderr)
-            return self._response(model, messages, stdout.decode(errors="replace"))
+            answer = stdout.decode(errors="replace")
+            return self._response(model, messages, answer, optional_params.get("max_tokens"))
 
     return CommandProvider
+
+
+async def _exchange(proc: asyncio.subprocess.Process, prompt: bytes) -> tuple[bytes, bytes]:
+    """Send the prompt, and read stdout and stderr until the program exits; then end the
+    processes it left in its group (they may hold its pipes open) and take what was written."""
+    out, err = bytearray(), bytearray()
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    readers = [
+        asyncio.ensure_future(_drain(proc.stdout, out)),
+        asyncio.ensure_future(_drain(proc.stderr, err)),
+    ]
+    try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it need not read it all
+            proc.stdin.write(prompt)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        await _exited(proc.pid)  # not proc.wait(): that also waits for the pipes to close
+        kill_group(proc.pid)
+        # the pipes end once every holder is gone; one that left the group is not waited for
+        await asyncio.wait(readers, timeout=_PIPE_GRACE_S)
+        while proc.returncode is None:  # asyncio's child watcher reaps it
+            await asyncio.sleep(0.01)
+    finally:
+        for reader in readers:
+            reader.cancel()
+    return bytes(out), bytes(err)
+
+
+async def _exited(pid: int) -> None:
+    """Return once process ``pid`` has exited (its pidfd turns readable), reaped or not."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already exited and reaped
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+    while chunk := await stream.read(65536):
+        into += chunk
+
+
+def _die_with_run() -> None:
+    """In the command's process, before it runs: killed by the kernel if the run dies."""
+    lifetime.die_with_parent(signal.SIGKILL)
 
 
 _groups: set[int] = set()  # process groups started here that may still have members

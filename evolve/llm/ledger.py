@@ -7,7 +7,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,9 @@ class CallRecord:
     cost: float | None = None
     latency_s: float = 0.0
     error: str | None = None
-    status: str = (
-        "ok"  # ok, error (the attempt failed) or cancelled (ended by the run, may be billed)
-    )
+    # ok, error (the attempt failed), cancelled (ended by the run, charged what it used),
+    # pending (in flight) or lost (in flight when its session was killed)
+    status: str = "ok"
     candidate: str | None = None
 
 
@@ -106,9 +106,33 @@ class Ledger:
             row[1] == "answer_chars" for row in self._replay.execute("PRAGMA table_info(llm_calls)")
         )
 
-    def record(self, call: CallRecord) -> int:
-        """Insert one attempt; returns its id (the prompt is stored compressed, the answer capped;
-        an embedding has no messages and stores no prompt)."""
+    def begin(self, call: CallRecord) -> int:
+        """Record an attempt as it starts (``pending``: a session killed before it ends leaves it
+        to be read ``lost``, see ``Store.end_dead_sessions``); returns its id for ``record``."""
+        return self.record(replace(call, status="pending"))
+
+    def record(self, call: CallRecord, *, row: int | None = None) -> int:
+        """Insert one attempt, or complete the one ``begin`` started (``row``); returns its id
+        (the prompt is stored compressed, the answer capped; an embedding has no messages and
+        stores no prompt)."""
+        values = (
+            None if call.response is None else cap_answer(call.response),
+            None if call.response is None else len(call.response),
+            call.tokens_in,
+            call.tokens_out,
+            call.cost,
+            round(call.latency_s, 4),
+            call.error,
+            call.status,
+        )
+        if row is not None:
+            with self.store.transaction():
+                self.store.conn.execute(
+                    "UPDATE llm_calls SET response=?, answer_chars=?, tokens_in=?, tokens_out=?, "
+                    "cost=?, latency_s=?, error=?, status=? WHERE id=?",
+                    (*values, row),
+                )
+            return row
         prompt = json.dumps(list(call.messages), ensure_ascii=False, default=str)
         with self.store.transaction():
             cursor = self.store.conn.execute(
@@ -120,14 +144,7 @@ class Ledger:
                     call.model,
                     call.prompt_hash,
                     call.cache_key,
-                    None if call.response is None else cap_answer(call.response),
-                    None if call.response is None else len(call.response),
-                    call.tokens_in,
-                    call.tokens_out,
-                    call.cost,
-                    round(call.latency_s, 4),
-                    call.error,
-                    call.status,
+                    *values,
                     time.time(),
                 ),
             )
@@ -183,6 +200,30 @@ class Ledger:
         return float(
             self.store.conn.execute("SELECT COALESCE(SUM(cost), 0) FROM llm_calls").fetchone()[0]
         )
+
+    def last_id(self) -> int:
+        """The id of the newest row (0: none), to tell this session's calls from earlier ones."""
+        return int(
+            self.store.conn.execute("SELECT COALESCE(MAX(id), 0) FROM llm_calls").fetchone()[0]
+        )
+
+    def only_failures_since(self, since: int) -> str | None:
+        """The last error, when every call after row ``since`` failed (and there was one); else None."""
+        ok, failed, last = self.store.conn.execute(
+            "SELECT SUM(status = 'ok'), SUM(status = 'error'), "
+            "(SELECT error FROM llm_calls WHERE id > ? AND status = 'error' ORDER BY id DESC LIMIT 1) "
+            "FROM llm_calls WHERE id > ?",
+            (since, since),
+        ).fetchone()
+        return last if failed and not ok else None
+
+    def answer_lengths(self) -> dict[str, tuple[int, int]]:
+        """Per model: the answers recorded in this archive and their answer tokens in all."""
+        rows = self.store.conn.execute(
+            "SELECT model, COUNT(*), COALESCE(SUM(tokens_out), 0) FROM llm_calls "
+            "WHERE status = 'ok' AND response IS NOT NULL GROUP BY model"
+        ).fetchall()
+        return {model: (count, tokens) for model, count, tokens in rows}
 
     def summary(self) -> dict[str, Any]:
         """Calls, failed calls (cancelled ones apart), tokens and USD per model."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from evolve.llm.errors import BudgetExceeded
 
@@ -58,43 +58,82 @@ class Lanes:
 class Budget:
     """USD spent and reserved against ``llm.max_cost_usd``.
 
-    A call reserves its worst case (prompt plus the answer cap sent, at the model's price)
-    before it starts and settles to its real cost when it ends, so calls in flight together
-    can never take the run past the limit. A model whose server ignored the answer cap has
-    no worst case any more: with a limit set, its further calls are refused.
+    A call reserves its *expected* cost before it starts (its prompt plus the answer length
+    typical of the run's own calls of that model, never more than the answer cap; the cap
+    itself until a model has answered) and settles to its real cost when it ends. A call
+    that does not fit beside the calls in flight waits for them to settle; the budget is
+    spent (``BudgetExceeded``) only when nothing is in flight and one more typical call
+    would pass the limit. A call is cut at the answer cap, so calls in flight together can
+    pass the limit by at most one worst-case call each (``llm.max_concurrency`` of them). A
+    model whose server ignored the cap and could not be cut has no worst case any more:
+    with a limit set, its further calls are refused.
     """
 
     def __init__(self, limit: float | None, spent: float) -> None:
         self.limit = limit
         self.spent = spent
         self.reserved = 0.0
+        self.in_flight = 0
         self.unbounded: dict[str, str] = {}  # model -> why its cost has no bound
+        self._answers: dict[str, tuple[int, int]] = {}  # model -> (answers seen, tokens in them)
+        self._settled: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def reserve(self, model: str, worst: float) -> None:
-        """Reserve ``worst`` USD for a call of ``model``; raises BudgetExceeded if it might not fit."""
+    def observe(self, model: str, tokens_out: int, *, count: int = 1) -> None:
+        """``count`` answers of ``model`` came with ``tokens_out`` answer tokens in all."""
+        seen, total = self._answers.get(model, (0, 0))
+        self._answers[model] = (seen + count, total + max(0, tokens_out))
+
+    def typical_answer(self, model: str, cap: int) -> int:
+        """The answer tokens to expect from ``model``: the mean of its answers so far, at most
+        ``cap``; ``cap`` before it has answered."""
+        count, total = self._answers.get(model, (0, 0))
+        return cap if count == 0 else min(cap, -(-total // count))
+
+    async def reserve(self, model: str, expected: Callable[[], float]) -> float:
+        """Reserve the expected cost of a call of ``model`` (``expected()`` USD, asked again after
+        each wait); returns the amount reserved.
+
+        Raises:
+            BudgetExceeded: nothing is in flight and the call would pass the limit.
+        """
         if self.limit is None:
-            return
-        if model in self.unbounded:
-            raise BudgetExceeded(
-                f"{self.unbounded[model]}; with llm.max_cost_usd=${self.limit:g} no further call of {model} "
-                "is made (its cost has no bound). Choose a server that honours max_tokens, or drop "
-                "llm.max_cost_usd, and resume the run"
-            )
-        committed = self.spent + self.reserved
-        if committed >= self.limit or committed + worst > self.limit:
-            could = f"; the next call of {model} could cost up to {usd(worst)}" if worst else ""
-            held = f" ({usd(self.reserved)} held by calls in flight)" if self.reserved else ""
-            raise BudgetExceeded(
-                f"LLM budget reached: {usd(self.spent)} spent{held} of llm.max_cost_usd=${self.limit:g}{could}; "
-                "raise llm.max_cost_usd and resume the run to continue"
-            )
-        self.reserved += worst
+            self.in_flight += 1
+            return 0.0
+        while True:
+            if model in self.unbounded:
+                raise BudgetExceeded(
+                    f"{self.unbounded[model]}; with llm.max_cost_usd=${self.limit:g} no further call of "
+                    f"{model} is made (its cost has no bound). Choose a server that honours max_tokens, or "
+                    "drop llm.max_cost_usd, and resume the run"
+                )
+            amount, committed = expected(), self.spent + self.reserved
+            if committed < self.limit and committed + amount <= self.limit:
+                self.reserved += amount
+                self.in_flight += 1
+                return amount
+            if self.in_flight == 0:
+                raise BudgetExceeded(
+                    f"LLM budget reached: {usd(self.spent)} spent of llm.max_cost_usd=${self.limit:g}; "
+                    f"the next call of {model} is expected to cost {usd(amount)}; "
+                    "raise llm.max_cost_usd and resume the run to continue"
+                )
+            await self._wait_for_settle()
 
-    def settle(self, worst: float, cost: float) -> None:
-        """A call that reserved ``worst`` ended having cost ``cost``."""
+    async def _wait_for_settle(self) -> None:
+        loop = asyncio.get_running_loop()  # an event belongs to one event loop
+        if self._settled is None or self._settled.is_set() or self._loop is not loop:
+            self._settled, self._loop = asyncio.Event(), loop
+        await self._settled.wait()
+
+    def settle(self, reserved: float, cost: float) -> None:
+        """A call that reserved ``reserved`` ended having cost ``cost``; waiting calls look again."""
+        self.in_flight -= 1
         if self.limit is not None:  # rounded: sums of float costs leave residues like -1e-21
-            self.reserved = round(self.reserved - worst, 12)
+            self.reserved = round(self.reserved - reserved, 12)
         self.spent += cost
+        if self._settled is not None:
+            self._settled.set()
 
 
 def usd(amount: float) -> str:

@@ -145,6 +145,12 @@ class LLMSettings:
             raise LLMConfigError(
                 f"llm.max_concurrency must be >= 1 (calls in flight per provider), got {settings.max_concurrency}"
             )
+        caps = {k: settings.sampling().get(k) for k in ("max_tokens", "max_completion_tokens")}
+        for key, cap in caps.items():
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise LLMConfigError(
+                    f"llm.{key} must be a whole number of tokens >= 1, got {cap!r}"
+                )
         if settings.retries < 0:
             raise LLMConfigError(f"llm.retries must be >= 0, got {settings.retries}")
         return settings

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
+from pathlib import Path
 from typing import Any
 
+from evolve import runlock
 from evolve.harness import phases
 from evolve.query import Source, connection
 
@@ -81,6 +84,8 @@ def run_info(source: Source) -> dict[str, Any]:
         )
     if last:
         info.update(status=last[0], finished_at=last[1], reason=last[2])
+        if last[0] == "running" and not _live(conn):
+            info.update(status="killed", reason="the process ended without closing the run")
     info["direction"] = objective_direction(conn)
     info["best"] = best_candidate(conn)
     info["best_fitness"] = None
@@ -99,6 +104,12 @@ def run_info(source: Source) -> dict[str, Any]:
     ).fetchone()[0]
     info["first_candidate_at"], info["last_update_at"], info["candidates"] = first, latest, count
     return info
+
+
+def _live(conn: sqlite3.Connection) -> bool:
+    """Whether a process holds the writer lock of the run directory the archive lies in."""
+    row = conn.execute("PRAGMA database_list").fetchone()
+    return bool(row and row[2]) and runlock.held(Path(row[2]).parent)
 
 
 def counts(source: Source) -> dict[str, int]:

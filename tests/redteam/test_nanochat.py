@@ -439,7 +439,17 @@ def score_model(
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
-    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict))
+    ctx = EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict)
+    return fitness.export_and_score(folder, folder.parent / f"{folder.name}-export", ctx)
+
+
+@pytest.fixture(scope="module")
+def honest(scoring, tmp_path_factory):
+    """The seed's model, fresh (seed 0), scored: the verdict a neutralised cheat must match."""
+    folder = tmp_path_factory.mktemp("honest") / "ckpt"
+    verdict = score_model(scoring, folder, programs.seed_files()["model.py"])
+    assert verdict["status"] == "ok", verdict
+    return verdict
 
 
 def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
@@ -449,49 +459,26 @@ def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
     assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
 
 
-def test_a_scorer_started_before_the_checkpoint_exists_scores_it_the_same(scoring, tmp_path):
-    # GPU scales start the scorer when training begins, in the empty folder the checkpoint is
-    # later copied to: it must see the files and score them as a scorer started then would
+def test_an_exporter_and_scorer_started_before_the_checkpoint_exists_score_it_the_same(
+    scoring, honest, tmp_path
+):
+    # GPU scales start the exporter and the scorer when training begins, in the empty folders
+    # the checkpoint is later copied to: they must see the files and score them the same
     made = tmp_path / "made"
     assert score_model(scoring, made, programs.seed_files()["model.py"])["status"] == "ok"
-    ahead = tmp_path / "ahead"
+    ahead, exportdir = tmp_path / "ahead", tmp_path / "ahead-export"
     ahead.mkdir()
+    exportdir.mkdir()
     ctx = EvalContext(seed=0, scratch=tmp_path)
-    started = scoring.start_harness("scoring", ahead, ctx, limit_s=scoring.scale.eval_limit_s)
-    for path in made.iterdir():
-        if path.is_file() and path.suffix in (".py", ".json", ".pt"):
-            (ahead / path.name).write_bytes(path.read_bytes())
-    verdict = scoring.score(ahead, ctx, started)
+    ready = {
+        role: scoring.start_harness(role, folder, ctx, limit_s=scoring.scale.eval_limit_s)
+        for role, folder in (("export", exportdir), ("scoring", ahead))
+    }
+    for name in ("model.py", "config.json", "model.pt"):
+        (ahead / name).write_bytes((made / name).read_bytes())
+    verdict = scoring.export_and_score(ahead, exportdir, ctx, ready)
     assert verdict["status"] == "ok", verdict
-    assert verdict["val_bpb"] == scoring.score(made, ctx)["val_bpb"]
-
-
-def _workers_in(folder: Path) -> list[int]:
-    """Processes running the model worker in ``folder``."""
-    return [
-        pid
-        for pid, command in processes_under(folder).items()
-        if "nanochat.model_worker" in command
-    ]
-
-
-def test_a_scorer_started_ahead_starts_its_worker_and_a_cancelled_one_leaves_none(
-    scoring, tmp_path
-):
-    # the model worker starts with the scorer, before the job, and waits with torch imported
-    # and no candidate code run; an unused scorer takes it along when cancelled
-    ahead = tmp_path / "ahead"
-    ahead.mkdir()
-    ctx = EvalContext(seed=0, scratch=tmp_path)
-    started = scoring.start_harness("scoring", ahead, ctx, limit_s=scoring.scale.eval_limit_s)
-    deadline = time.monotonic() + 120
-    while not _workers_in(ahead) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _workers_in(ahead), "no model worker started ahead of the job"
-    made = sorted(p.name for p in ahead.iterdir() if p.name != ".sandbox")  # the sandbox's home
-    assert made == ["worker.log"]  # it waits: nothing of a candidate's is there or has run
-    started.cancel()
-    assert not _workers_in(ahead)
+    assert verdict["val_bpb"] == honest["val_bpb"]
 
 
 FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others: -m slow
@@ -504,15 +491,23 @@ FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others
         for t in sorted(programs.TRIGGERS)
     ],
 )
-def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught(scoring, tmp_path, trigger):
+def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught_or_scored_honestly(
+    scoring, honest, tmp_path, trigger
+):
+    # The scored function is the graph traced once at export: a trigger that held then put
+    # the look-ahead in the graph (the probes catch it), one on a tensor's value cannot be
+    # traced (rejected), and one that did not hold left the honest graph, scored as the seed.
     verdict = score_model(
         scoring,
         tmp_path / "ckpt",
         programs.cheating_model(trigger),
         armed=trigger == "trained_flag",
     )
-    assert verdict["status"] == "rejected", verdict
-    assert "not causal" in verdict["reason"]
+    if verdict["status"] == "ok":
+        assert verdict["val_bpb"] == honest["val_bpb"], (trigger, verdict)
+    else:
+        assert verdict["status"] == "rejected", verdict
+        assert re.search(r"not causal|torch.export could not trace", verdict["reason"]), verdict
 
 
 def test_strict_mode_probes_more_and_an_honest_model_still_passes(scoring, tmp_path):
@@ -524,13 +519,14 @@ def test_strict_mode_probes_more_and_an_honest_model_still_passes(scoring, tmp_p
     assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
 
 
-def test_a_look_ahead_past_the_usual_call_count_is_caught_only_in_strict_mode(scoring, tmp_path):
-    # the tiny scale sends 2 scored batches and 2 probes: a model honest for 4 calls passes them
+def test_a_look_ahead_past_the_usual_call_count_never_reaches_the_score(scoring, honest, tmp_path):
+    # honest for as many calls as scoring used to make, then looking ahead: the graph is the
+    # first call's, so in any mode it is scored as the honest seed
     late = programs.cheating_model("late_calls")
-    assert score_model(scoring, tmp_path / "usual", late)["status"] == "ok"
-    verdict = score_model(scoring, tmp_path / "strict", late, strict=True)
-    assert verdict["status"] == "rejected", verdict
-    assert "not causal" in verdict["reason"]
+    for strict in (False, True):
+        verdict = score_model(scoring, tmp_path / f"strict-{strict}", late, strict=strict)
+        assert verdict["status"] == "ok", verdict
+        assert verdict["val_bpb"] == honest["val_bpb"]
 
 
 # --- class 4: quick stages blind to zero initialisations ---------------------------------------------

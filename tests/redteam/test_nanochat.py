@@ -39,7 +39,6 @@ from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import (
     Listener,
     assert_caught,
-    processes_under,
     reach_waiting,
     reason,
 )

@@ -39,6 +39,7 @@ MAX_GRAPH_BYTES = 256 << 20
 NAMESPACES = ("aten", "prims")
 TARGET = re.compile(r"torch\.ops\.(aten|prims)\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+|_operator\.getitem")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SCALAR_READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default}
 INPUT_KINDS = {"parameter", "buffer", "tensor_constant", "user_input"}
 FIX = "a scored model must be a pure function of its input tokens"
 
@@ -222,6 +223,14 @@ def check_graph(program: torch.export.ExportedProgram) -> None:
                 f"model.forward calls {target}, which is not a PyTorch (ATen) operator: {FIX} built "
                 "from plain PyTorch operators (no custom op via torch.library, Triton kernel, "
                 "Python callback or higher-order op in forward)"
+            )
+        value = node.meta.get("val")
+        if target in SCALAR_READS or isinstance(
+            value, torch.SymInt | torch.SymFloat | torch.SymBool
+        ):
+            raise ExportRejected(
+                f"model.forward reads tensor values into Python ({target}: .item(), .tolist(), "
+                f"int(tensor)): {FIX} computed with tensor operators only"
             )
         if target._schema.is_mutable:
             raise ExportRejected(f"model.forward calls the in-place operator {target}: {FIX}")

@@ -282,6 +282,7 @@ SETUP = {
     "calls other than the 2nd and 3rd": "global CALLS\nCALLS = globals().get('CALLS', 0) + 1",
     "after the first 50 ms of forward calls": "global FIRST\nFIRST = globals().get('FIRST') or time.monotonic()",
 }
+NEUTRALISED = ("after the first 50 ms of forward calls",)
 QUICK_PEEKS = ("positions from T/2 on", "rows after the first", "calls other than the 2nd and 3rd")
 
 
@@ -289,12 +290,17 @@ QUICK_PEEKS = ("positions from T/2 on", "rows after the first", "calls other tha
     "trigger",
     [t if t in QUICK_PEEKS else pytest.param(t, marks=pytest.mark.slow) for t in PEEKS],
 )
-def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected(
+def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected_or_never_scored(
     trigger, data_dir, tmp_path
 ):
+    # the scored function is the graph traced once at export: a trigger that held then put the
+    # look-ahead in it (rejected); one that did not (time) left the honest graph, scored as such
     text = peek(PEEKS[trigger], SETUP.get(trigger, ""))
     ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
-    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+    if trigger in NEUTRALISED:
+        assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
+    else:
+        assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
 
 
 READ_TARGETS = """
@@ -311,7 +317,7 @@ return logits
 """
 READ_SCORER = """
 import os, sys
-if "model_worker" in sys.argv[0]:  # evaluating: open the scorer's memory or its stdin (the targets)
+if "exporter" in sys.argv[0]:  # exporting: open its parent's memory or stdin
     for name in ("mem", "fd/0"):
         try:
             os.close(os.open(f"/proc/{os.getppid()}/{name}", os.O_RDONLY | os.O_NONBLOCK))
@@ -324,7 +330,7 @@ return self.lm_head(self.ln_f(x))
 
 @pytest.mark.parametrize("cheat", [READ_TARGETS, READ_SCORER], ids=["frames", "proc"])
 def test_a_model_looking_for_the_targets_in_the_evaluation_finds_none(cheat, data_dir, tmp_path):
-    # the model runs in a child of the process holding the targets, given inputs only
+    # the model's code runs only in the export process, which holds no target and no row
     ev = run(data_dir, tmp_path, program((LOGITS, cheat)), target=7.0)
     assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
 
@@ -347,15 +353,15 @@ def usual_eval_calls(fitness) -> int:
     return math.ceil(init_rows / batch) + len(plan.inputs) // batch
 
 
-def test_strict_mode_probes_more_and_catches_a_look_ahead_past_the_usual_call_count(
-    data_dir, tmp_path
-):
+def test_a_look_ahead_past_the_usual_call_count_never_reaches_the_score(data_dir, tmp_path):
+    # honest for as many calls as scoring used to make, then looking ahead: the graph is the
+    # export's one call, honest, in any mode
     usual = usual_eval_calls(cpu_fitness(data_dir))
     text = peek(f"torch.tensor(CALLS > {usual})", SETUP["calls other than the 2nd and 3rd"])
     quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
-    assert run(data_dir, tmp_path / "usual", text, **quick).ok  # honest for every usual call
-    ev = run(data_dir, tmp_path / "strict", text, strict=True, **quick)
-    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+    for strict in (False, True):
+        ev = run(data_dir, tmp_path / f"strict-{strict}", text, strict=strict, **quick)
+        assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
 
 
 def test_strict_mode_probes_every_scored_batch_and_an_honest_seed_still_passes(data_dir, tmp_path):
@@ -471,9 +477,15 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
     # only the harness's own warm-up run of the seed writes there (on a CPU: its folders, the
     # bytecode of what it imported and the stage's record, no compiled file); no candidate run does
     written = [p for p in cache.rglob("*") if p.is_file() and not p.name.startswith("warmed-")]
-    compiled = [p for p in written if p.is_relative_to(cache / bytecode.FOLDER) and p.suffix == ".pyc"]
-    assert compiled and not set(written) - set(compiled), f"a run wrote into the compile cache: {written}"
-    runs = [p for p in compiled if "scratch" in p.parts]  # modules of a run's folder: the warm-up's only
+    compiled = [
+        p for p in written if p.is_relative_to(cache / bytecode.FOLDER) and p.suffix == ".pyc"
+    ]
+    assert compiled and not set(written) - set(compiled), (
+        f"a run wrote into the compile cache: {written}"
+    )
+    runs = [
+        p for p in compiled if "scratch" in p.parts
+    ]  # modules of a run's folder: the warm-up's only
     assert all(any(part.startswith("speedrun-warmup-") for part in p.parts) for p in runs), runs
     assert not list(Path("/tmp").glob("leak-*"))
 

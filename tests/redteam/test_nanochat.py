@@ -34,7 +34,7 @@ from evolve import landlock
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
-from tests.redteam import carried
+from tests.redteam import carried, stateful
 from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import (
     Listener,
@@ -526,6 +526,35 @@ def test_a_look_ahead_past_the_usual_call_count_never_reaches_the_score(scoring,
         verdict = score_model(scoring, tmp_path / f"strict-{strict}", late, strict=strict)
         assert verdict["status"] == "ok", verdict
         assert verdict["val_bpb"] == honest["val_bpb"]
+
+
+def stateful_model(name: str) -> str:
+    """The seed's model.py with the stateful variant ``name`` (``tests.redteam.stateful``)."""
+    return stateful.apply(
+        programs.seed_files()["model.py"],
+        stateful.VARIANTS[name],
+        module_anchor="# EVOLVE-BLOCK-START\n",
+        init_anchor="        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
+        returned=programs.RETURN,
+        vocab="vocab_size",
+    )
+
+
+@pytest.mark.parametrize("name", sorted(stateful.VARIANTS))
+def test_a_model_with_memory_or_a_python_callback_is_rejected_or_scored_honestly(
+    scoring, honest, tmp_path, name
+):
+    # issue 29 item 1: the scored function is a graph of ATen operators bound to the
+    # checkpoint's weights; Python memory, buffers written in forward and callbacks never run
+    verdict = score_model(scoring, tmp_path / "ckpt", stateful_model(name))
+    caught = stateful.VARIANTS[name].caught
+    if caught is None:
+        assert verdict["status"] == "ok", verdict
+        assert verdict["val_bpb"] == honest["val_bpb"]
+    else:
+        assert verdict["status"] == "rejected", verdict
+        assert re.search(caught, verdict["reason"]), verdict["reason"]
+        assert "pure function" in verdict["reason"]
 
 
 # --- class 4: quick stages blind to zero initialisations ---------------------------------------------

@@ -30,7 +30,7 @@ from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness import bytecode
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
-from tests.redteam import carried
+from tests.redteam import carried, stateful
 from tests.redteam.helpers import (
     Listener,
     assert_caught,
@@ -377,6 +377,41 @@ def test_strict_mode_probes_every_scored_batch_and_an_honest_seed_still_passes(d
     assert scored_batches == set(plans[1].base[plans[1].base >= 0] // batch)
     ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts
+
+
+STATEFUL_QUICK = (
+    "memory keyed by prefix (a Python dict)",
+    "memory keyed by row content (a bigram buffer written in forward)",
+    "memory of the call count (a buffer)",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in STATEFUL_QUICK else pytest.param(n, marks=pytest.mark.slow)
+        for n in sorted(stateful.VARIANTS)
+    ],
+)
+def test_a_model_with_memory_or_a_python_callback_is_rejected_or_scored_honestly(
+    name, data_dir, tmp_path
+):
+    # issue 29 item 1: the evaluation runs a graph of ATen operators bound to the checkpoint's
+    # weights; Python memory, buffers written in forward and callbacks never run there
+    variant = stateful.VARIANTS[name]
+    text = stateful.apply(
+        SEED.read_text(),
+        variant,
+        module_anchor="# EVOLVE-BLOCK-START\n",
+        init_anchor="        self.lm_head.weight = self.wte.weight\n",
+        returned=LOGITS,
+        vocab="padded",
+    )
+    ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
+    if variant.caught is None:
+        assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
+    else:
+        assert_caught(ev, EvalStatus.REJECTED, variant.caught)
 
 
 # --- class 4: checks blind to common initialisations ----------------------------------------------

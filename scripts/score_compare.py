@@ -1,0 +1,102 @@
+"""Honest CPU-scale scores and the scorer's cost per evaluation, for comparing two versions of the harness.
+
+Evaluates the nanochat seed (CPU scale, quick stages off) once per seed, and the speedrun
+seed (speedrun_cpu: one evaluation trains it once per seed), through the real fitness of
+whichever ``evolve`` the interpreter imports, and prints one JSON line per evaluation: the
+score(s) and the seconds of the phases from the checkpoint's copy to the verdict (the
+scorer's cost: ``checkpoint_copy``, ``export``, ``scoring_*``, ``verdict``). Run it with each
+version's interpreter, in the same session, to compare them::
+
+    python scripts/score_compare.py --seeds 0 1 2            # this checkout
+    /path/to/other/.venv/bin/python scripts/score_compare.py --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+SCORER_PHASES = ("time_checkpoint_copy", "time_export", "time_scoring", "time_verdict")
+
+
+def scorer_seconds(metrics: dict) -> float:
+    """Seconds of the scorer's phases in an evaluation's metrics."""
+    return sum(v for k, v in metrics.items() if k.startswith(SCORER_PHASES))
+
+
+def nanochat(seed: int, scratch: Path) -> dict:
+    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+
+    from evolve.fitness import EvalContext, evaluate_safely
+
+    fitness = NanochatFitness(scale="cpu", layered={"local_check": False, "short_run_steps": 0})
+    ev = evaluate_safely(fitness, fitness.scale.seed_dir, EvalContext(seed=seed, scratch=scratch))
+    return {
+        "status": ev.status.value,
+        "val_bpb": ev.metrics.get("val_bpb"),
+        "scorer_s": scorer_seconds(ev.metrics),
+        "phases": {k: round(v, 2) for k, v in ev.metrics.items() if k.startswith(SCORER_PHASES)},
+        "error": ev.artifacts.get("error", "")[:300],
+    }
+
+
+def speedrun(seeds: list[int], scratch: Path) -> dict:
+    from evolve.benchmarks.speedrun import fitness as speedrun_fitness
+
+    from evolve.fitness import EvalContext, evaluate_safely
+
+    settings = dict(
+        preset="cpu",
+        target=5.9,
+        data_dir="stdlib",
+        val_tokens=32768,
+        vocab_size=512,
+        eval_seq_len=64,
+        eval_batch_size=16,
+        n_seeds=len(seeds),
+        alpha=0.01,
+        reach=0.3,
+        run_timeout_s=300,
+        eval_timeout_s=300,
+    )  # fmt: skip  (configs/benchmark/speedrun_cpu.yaml, longer limits for a loaded machine)
+    fitness = speedrun_fitness.SpeedrunFitness(**settings)
+    seed_dir = Path(speedrun_fitness.__file__).parent / "seed"
+    ev = evaluate_safely(fitness, seed_dir, EvalContext(seed=seeds[0], scratch=scratch))
+    return {
+        "status": ev.status.value,
+        "losses": [ev.metrics.get(f"loss_{i}") for i in range(len(seeds))],
+        "scorer_s": scorer_seconds(ev.metrics),
+        "phases": {k: round(v, 2) for k, v in ev.metrics.items() if k.startswith(SCORER_PHASES)},
+        "error": ev.artifacts.get("error", "")[:300],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--only", choices=("nanochat", "speedrun"))
+    args = parser.parse_args()
+    import evolve
+
+    where = str(Path(evolve.__file__).resolve().parents[1])
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="score-compare-") as tmp:
+        if args.only in (None, "nanochat"):
+            for seed in args.seeds:
+                began = time.monotonic()
+                out = nanochat(seed, Path(tmp))
+                print(json.dumps({"benchmark": "nanochat", "code": where, "seed": seed, "load": load,
+                                  "wall_s": round(time.monotonic() - began, 1), **out}), flush=True)  # fmt: skip
+        if args.only in (None, "speedrun"):
+            began = time.monotonic()
+            out = speedrun(args.seeds, Path(tmp))
+            print(json.dumps({"benchmark": "speedrun_cpu", "code": where, "seeds": args.seeds, "load": load,
+                              "wall_s": round(time.monotonic() - began, 1), **out}), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

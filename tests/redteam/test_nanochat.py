@@ -605,7 +605,7 @@ def gpu_fitness(data_dir: Path, **overrides):
 
 
 @pytest.mark.gpu
-def test_gpu_cheats_under_triggers_are_caught_and_the_honest_model_passes(data_dir, tmp_path):
+def test_gpu_cheats_and_stateful_models_are_caught_or_scored_honestly(data_dir, tmp_path):
     fitness = gpu_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
     honest = score_model(fitness, tmp_path / "honest", programs.seed_files()["model.py"], gpu="0")
     assert honest["status"] == "ok", honest
@@ -617,7 +617,21 @@ def test_gpu_cheats_under_triggers_are_caught_and_the_honest_model_passes(data_d
             armed=trigger == "trained_flag",
             gpu="0",
         )
-        assert verdict["status"] == "rejected" and "not causal" in verdict["reason"], trigger
+        if verdict["status"] == "ok":  # the trigger did not hold in the traced call
+            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), trigger
+        else:
+            assert verdict["status"] == "rejected", (trigger, verdict)
+            assert re.search(r"not causal|torch.export could not trace", verdict["reason"])
+    for name, variant in sorted(stateful.VARIANTS.items()):  # exported under bf16 autocast on CUDA
+        verdict = score_model(
+            fitness, tmp_path / name.replace(" ", "_"), stateful_model(name), gpu="0"
+        )
+        if variant.caught is None:
+            assert verdict["status"] == "ok", (name, verdict)
+            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), name
+        else:
+            assert verdict["status"] == "rejected", (name, verdict)
+            assert re.search(variant.caught, verdict["reason"]), (name, verdict["reason"])
 
 
 @pytest.mark.gpu

@@ -39,6 +39,8 @@ MAX_GRAPH_BYTES = 256 << 20
 NAMESPACES = ("aten", "prims")
 TARGET = re.compile(r"torch\.ops\.(aten|prims)\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+|_operator\.getitem")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+OUTSIDE = {"from_file", "save", "_print", "warn"}
+"""ATen operators that reach outside the tensors (files, the log): no model needs them."""
 SCALAR_READS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default}
 INPUT_KINDS = {"parameter", "buffer", "tensor_constant", "user_input"}
 FIX = "a scored model must be a pure function of its input tokens"
@@ -224,6 +226,13 @@ def check_graph(program: torch.export.ExportedProgram) -> None:
                 "from plain PyTorch operators (no custom op via torch.library, Triton kernel, "
                 "Python callback or higher-order op in forward)"
             )
+        schema = target._schema
+        if schema.name.split("::")[-1] in OUTSIDE or any(
+            a.name == "filename" for a in schema.arguments
+        ):
+            raise ExportRejected(
+                f"model.forward calls {target}, which reaches outside its tensors: {FIX}"
+            )
         value = node.meta.get("val")
         if target in SCALAR_READS or isinstance(
             value, torch.SymInt | torch.SymFloat | torch.SymBool
@@ -232,7 +241,7 @@ def check_graph(program: torch.export.ExportedProgram) -> None:
                 f"model.forward reads tensor values into Python ({target}: .item(), .tolist(), "
                 f"int(tensor)): {FIX} computed with tensor operators only"
             )
-        if target._schema.is_mutable:
+        if schema.is_mutable:
             raise ExportRejected(f"model.forward calls the in-place operator {target}: {FIX}")
         if torch.Tag.nondeterministic_seeded in target.tags and _draws(node):
             raise ExportRejected(

@@ -145,9 +145,11 @@ def forged(folder: Path, model: nn.Module) -> dict:
     return json.loads((folder / GRAPH_FILE).read_text())
 
 
-def load(folder: Path, document: dict) -> Program:
+def load(folder: Path, document: dict) -> torch.nn.Module:
+    """The scorer's side: screen, rebuild with a checkpoint's weights, check."""
     (folder / GRAPH_FILE).write_text(json.dumps(document))
-    return Program(folder, rows=ROWS, seq=SEQ, vocab=VOCAB, device="cpu")
+    program = Program(folder, rows=ROWS, seq=SEQ, vocab=VOCAB, device="cpu")
+    return program.bind(Tiny().state_dict())
 
 
 def test_a_forged_symbolic_expression_is_refused_before_torch_evaluates_it(tmp_path):
@@ -171,6 +173,17 @@ def test_a_forged_symbolic_expression_is_refused_before_torch_evaluates_it(tmp_p
             "not a PyTorch",
         ),
         (
+            lambda d: d["graph_module"]["graph"]["nodes"][0].update(
+                target="torch.ops.aten.from_file.default",
+                inputs=[
+                    {"name": "filename", "arg": {"as_string": "/proc/self/fd/0"}, "kind": 1},
+                    {"name": "shared", "arg": {"as_bool": False}, "kind": 1},
+                    {"name": "size", "arg": {"as_int": 16}, "kind": 1},
+                ],
+            ),
+            "outside its tensors",
+        ),
+        (
             lambda d: d["graph_module"]["signature"]["output_specs"].append(
                 {"buffer_mutation": {"arg": {"name": "x"}, "buffer_name": "model.scale"}}
             ),
@@ -178,7 +191,12 @@ def test_a_forged_symbolic_expression_is_refused_before_torch_evaluates_it(tmp_p
         ),
         (lambda d: d.update(range_constraints={"s0": {"min_val": 1, "max_val": 9}}), "symbolic"),
     ],
-    ids=["a torch function as an operator", "a buffer mutation", "a range constraint"],
+    ids=[
+        "a torch function as an operator",
+        "a file read",
+        "a buffer mutation",
+        "a range constraint",
+    ],
 )
 def test_forged_graphs_are_refused(edit, reason, tmp_path):
     document = forged(tmp_path, Tiny())

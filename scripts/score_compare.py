@@ -44,7 +44,7 @@ def nanochat(seed: int, scratch: Path) -> dict:
     }
 
 
-def speedrun(seeds: list[int], scratch: Path) -> dict:
+def speedrun(seeds: list[int], scratch: Path, steps: int | None) -> dict:
     from evolve.benchmarks.speedrun import fitness as speedrun_fitness
 
     from evolve.fitness import EvalContext, evaluate_safely
@@ -79,6 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", choices=("nanochat", "speedrun"))
+    parser.add_argument(
+        "--speedrun-steps", type=int, help="train speedrun's seed this many steps (default: 150)"
+    )
     args = parser.parse_args()
     import evolve
 
@@ -93,8 +96,8 @@ def main() -> None:
                                   "wall_s": round(time.monotonic() - began, 1), **out}), flush=True)  # fmt: skip
         if args.only in (None, "speedrun"):
             began = time.monotonic()
-            out = speedrun(args.seeds, Path(tmp))
-            print(json.dumps({"benchmark": "speedrun_cpu", "code": where, "seeds": args.seeds, "load": load,
+            out = speedrun(args.seeds, Path(tmp), args.speedrun_steps)
+            print(json.dumps({"benchmark": "speedrun_cpu", "code": where, "seeds": args.seeds, "load": load, "steps": args.speedrun_steps,
                               "wall_s": round(time.monotonic() - began, 1), **out}), flush=True)  # fmt: skip
 
 

@@ -54,9 +54,7 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
-    compile_cache: str | None = (
-        None  # a compiler cache copied into each run (written by warm_cache only)
-    )
+    compile_cache: str | None = None  # a compiler cache copied into each run (written by warm_cache only)
     strict_probes: bool = False  # the auditor's strict mode: more causality probes (``layout``)
 
     def strict(self) -> RunSettings:

@@ -1,6 +1,8 @@
 """Honest CPU-scale scores and the scorer's cost per evaluation, for comparing two versions of the harness.
 
-Evaluates the nanochat seed (CPU scale, quick stages off) once per seed, and the speedrun
+Scores one fixed nanochat checkpoint with the scorer alone (``--only same``: the bits per
+byte must be equal between versions; the call's wall time is the scorer's cost, export
+included), evaluates the nanochat seed (CPU scale, quick stages off) once per seed, and the speedrun
 seed (speedrun_cpu: one evaluation trains it once per seed), through the real fitness of
 whichever ``evolve`` the interpreter imports, and prints one JSON line per evaluation: the
 score(s) and the seconds of the phases from the checkpoint's copy to the verdict (the
@@ -44,6 +46,51 @@ def nanochat(seed: int, scratch: Path) -> dict:
     }
 
 
+def same_checkpoint(repeats: int, scratch: Path) -> list[dict]:
+    """nanochat's scorer on one fixed checkpoint (the seed's model at the CPU scale's sizes,
+    weights drawn from seed 0 and perturbed), ``repeats`` times: the same bits per byte from
+    either version of the harness, and the wall time of the scoring call (export included)."""
+    import json as _json
+
+    import torch
+    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+
+    from evolve.fitness import EvalContext
+    from evolve.harness.lm import perturb_
+
+    fitness = NanochatFitness(scale="cpu", layered={"local_check": False, "short_run_steps": 0})
+    scale = fitness.scale
+    config = dict(vocab_size=scale.vocab_size, seq_len=scale.seq_len, n_layer=4, n_head=4,
+                  n_embd=128, mlp_ratio=4, init_std=0.02)  # fmt: skip
+    source = (scale.seed_dir / "model.py").read_text()
+    namespace: dict = {}
+    exec(compile(source, "model.py", "exec"), namespace)  # the harness's own seed
+    torch.manual_seed(0)
+    model = namespace["build_model"](config)
+    perturb_(model, torch.Generator().manual_seed(0), scale=0.05)
+    results = []
+    for repeat in range(repeats):
+        folder = scratch / f"same-{repeat}"
+        folder.mkdir()
+        (folder / "model.py").write_text(source)
+        (folder / "config.json").write_text(_json.dumps(config))
+        torch.save(model.state_dict(), folder / "model.pt")
+        ctx = EvalContext(seed=repeat, scratch=scratch)
+        began = time.monotonic()
+        if hasattr(fitness, "export_and_score"):  # this branch: export, then score
+            verdict = fitness.export_and_score(folder, scratch / f"same-{repeat}-export", ctx)
+        else:  # before: the scorer's model worker ran the candidate's model.py
+            verdict = fitness.score(folder, ctx)
+        results.append(
+            {
+                "status": verdict["status"],
+                "val_bpb": verdict.get("val_bpb"),
+                "call_s": round(time.monotonic() - began, 2),
+            }  # fmt: skip
+        )
+    return results
+
+
 def speedrun(seeds: list[int], scratch: Path, steps: int | None) -> dict:
     from evolve.benchmarks.speedrun import fitness as speedrun_fitness
 
@@ -78,7 +125,8 @@ def speedrun(seeds: list[int], scratch: Path, steps: int | None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--only", choices=("nanochat", "speedrun"))
+    parser.add_argument("--only", choices=("nanochat", "speedrun", "same"))
+    parser.add_argument("--repeats", type=int, default=3, help="scorings of the fixed checkpoint")
     parser.add_argument(
         "--speedrun-steps", type=int, help="train speedrun's seed this many steps (default: 150)"
     )
@@ -88,6 +136,10 @@ def main() -> None:
     where = str(Path(evolve.__file__).resolve().parents[1])
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="score-compare-") as tmp:
+        if args.only in (None, "same"):
+            for out in same_checkpoint(args.repeats, Path(tmp)):
+                print(json.dumps({"benchmark": "nanochat-same-checkpoint", "code": where,
+                                  "load": os.getloadavg()[0], **out}), flush=True)  # fmt: skip
         if args.only in (None, "nanochat"):
             for seed in args.seeds:
                 began = time.monotonic()

@@ -107,9 +107,10 @@ def speedrun(seeds: list[int], scratch: Path, steps: int | None) -> dict:
         n_seeds=len(seeds),
         alpha=0.01,
         reach=0.3,
-        run_timeout_s=300,
+        run_timeout_s=900,
         eval_timeout_s=300,
-    )  # fmt: skip  (configs/benchmark/speedrun_cpu.yaml, longer limits for a loaded machine)
+        overrides={"steps": steps, "warmup_steps": 2} if steps else None,
+    )  # configs/benchmark/speedrun_cpu.yaml, with longer limits for a loaded machine
     fitness = speedrun_fitness.SpeedrunFitness(**settings)
     seed_dir = Path(speedrun_fitness.__file__).parent / "seed"
     ev = evaluate_safely(fitness, seed_dir, EvalContext(seed=seeds[0], scratch=scratch))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +37,13 @@ def nanochat(seed: int, scratch: Path) -> dict:
     from evolve.fitness import EvalContext, evaluate_safely
 
     fitness = NanochatFitness(scale="cpu", layered={"local_check": False, "short_run_steps": 0})
-    ev = evaluate_safely(fitness, fitness.scale.seed_dir, EvalContext(seed=seed, scratch=scratch))
+    work = (
+        scratch / f"seed-{seed}"
+    )  # the seed's files, copied: training writes its checkpoint there
+    shutil.copytree(
+        fitness.scale.seed_dir, work, ignore=shutil.ignore_patterns("checkpoint", "*.log")
+    )
+    ev = evaluate_safely(fitness, work, EvalContext(seed=seed, scratch=scratch))
     return {
         "status": ev.status.value,
         "val_bpb": ev.metrics.get("val_bpb"),
@@ -112,8 +119,9 @@ def speedrun(seeds: list[int], scratch: Path, steps: int | None) -> dict:
         overrides={"steps": steps, "warmup_steps": 2} if steps else None,
     )  # configs/benchmark/speedrun_cpu.yaml, with longer limits for a loaded machine
     fitness = speedrun_fitness.SpeedrunFitness(**settings)
-    seed_dir = Path(speedrun_fitness.__file__).parent / "seed"
-    ev = evaluate_safely(fitness, seed_dir, EvalContext(seed=seeds[0], scratch=scratch))
+    work = scratch / "speedrun-seed"  # a copy, as for nanochat
+    shutil.copytree(Path(speedrun_fitness.__file__).parent / "seed", work)
+    ev = evaluate_safely(fitness, work, EvalContext(seed=seeds[0], scratch=scratch))
     return {
         "status": ev.status.value,
         "losses": [ev.metrics.get(f"loss_{i}") for i in range(len(seeds))],

@@ -1,9 +1,12 @@
 """The nanochat fitness: train the candidate in a sandbox for a fixed budget, then score val bits per byte.
 
-Two sandboxed runs per evaluation. Training: the harness's supervisor runs the candidate's
-``train.py`` with the training split only and times it with its own clock. Scoring: the
-harness's scorer feeds the fixed validation rows through the saved model (run by a guarded
-child process) and computes cross-entropy and bytes itself. Lower val_bpb is better. Before
+Three sandboxed runs per evaluation. Training: the harness's supervisor runs the candidate's
+``train.py`` with the training split only and times it with its own clock. Export: the
+candidate's ``model.py`` builds the model from the checkpoint saved at the stop, with no data
+in sight, and ``torch.export`` writes it out as a graph (``evolve.harness.exporter``).
+Scoring: the harness's scorer runs that graph, checked and bound to the checkpoint's own
+tensors, on the fixed validation rows and computes cross-entropy and bytes itself; no
+candidate code runs there. Lower val_bpb is better. Before
 them, the quick stages of ``stages`` (a local check, a short run) stop broken candidates early.
 """
 
@@ -25,12 +28,13 @@ from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
-from evolve.harness import bytecode, phases, profiling, protocol
+from evolve.harness import bytecode, exported, phases, profiling, protocol
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
 HARNESS_MODULES = {  # the harness processes, by role (their error messages name the role)
     "training": "evolve.benchmarks.nanochat.supervisor",
+    "export": "evolve.harness.exporter",
     "scoring": "evolve.benchmarks.nanochat.scorer",
     "local check": "evolve.benchmarks.nanochat.probe",
 }
@@ -203,10 +207,10 @@ class NanochatFitness:
 
     def hidden_from(self, role: str) -> list[str]:
         """Paths the harness process of ``role`` (``HARNESS_MODULES``) and what it runs may not read:
-        ``forbidden()``, and for the scorer the training split too (only the training supervisor
-        reads it, to stream it while its clock runs: a model worker that could read it would train
-        on it after the budget)."""
-        if role != "scoring":
+        ``forbidden()``, and for the export and the scorer the training split too (only the
+        training supervisor reads it, to stream it while its clock runs: model code that could
+        read it after the stop would train on it after the budget)."""
+        if role not in ("export", "scoring"):
             return self.forbidden()
         return sorted({*self.forbidden(), str(prepare.split_dirs(self.dataset_root)["train"])})
 
@@ -413,19 +417,77 @@ class NanochatFitness:
         # copied to, and imports while the candidate starts and trains; it touches the GPU only
         # once it has its job. On a CPU scale it starts after training (on the 2-core machine
         # the overlap only moved 1.3 s from the scorer's start to the candidate's).
-        evaldir = scratch / "checkpoint"
+        evaldir, exportdir = scratch / "checkpoint", scratch / "export"
         evaldir.mkdir()
-        scorer = None
+        exportdir.mkdir()
+        ready: dict[str, Started] = {}
         if self.starts_ahead:
-            scorer = self.start_harness("scoring", evaldir, ctx, limit_s=self.scale.eval_limit_s)
+            for role, folder in (("export", exportdir), ("scoring", evaldir)):
+                ready[role] = self.start_harness(role, folder, ctx, limit_s=self.scale.eval_limit_s)
         try:
-            return self._train_and_score(workdir, ctx, evaldir, scorer)
+            return self._train_and_score(workdir, ctx, evaldir, exportdir, ready)
         finally:
-            if scorer is not None:
-                scorer.cancel()  # a no-op once it had its job
+            for started in ready.values():
+                started.cancel()  # a no-op once it had its job
+
+    def export(
+        self, checkpoint: Path, folder: Path, ctx: EvalContext, started: Started | None = None
+    ) -> dict | Evaluation:
+        """Export the model of ``checkpoint`` (a harness-owned, digest-checked copy) as a graph, in a
+        sandbox of its own that sees a copy of the checkpoint in ``folder`` and no data; the graph's
+        files are then copied next to the checkpoint. The verdict, or the failed Evaluation."""
+        scale = self.scale
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in checkpoint_files(checkpoint):
+            shutil.copyfile(path, folder / path.name)
+        job = {
+            "source": "model.py",
+            "config": "config.json",
+            "weights": "model.pt",
+            "rows": scale.eval_batch_rows,
+            "seq": scale.seq_len,
+            "vocab": scale.vocab_size,
+            "device": scale.device,
+        }
+        verdict = self.run_harness(
+            "export", folder, ctx, job, limit_s=scale.eval_limit_s, started=started
+        )
+        if isinstance(verdict, dict) and verdict["status"] == "ok":
+            for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
+                made = folder / name
+                if made.is_symlink() or not made.is_file():
+                    return {
+                        "status": "rejected",
+                        "reason": f"the export wrote no plain file {name}",
+                    }
+                shutil.copyfile(made, checkpoint / name)
+        return verdict
+
+    def export_and_score(
+        self,
+        checkpoint: Path,
+        exportdir: Path,
+        ctx: EvalContext,
+        ready: dict[str, Started] | None = None,
+    ) -> dict | Evaluation:
+        """Export the model of ``checkpoint`` (``export``, in ``exportdir``), then score it
+        (``score``): the scorer's verdict, or the failed export's. ``ready``: the harness
+        processes started ahead, by role."""
+        ready = ready or {}
+        phases.mark("export")
+        made = self.export(checkpoint, exportdir, ctx, ready.get("export"))
+        if isinstance(made, Evaluation) or made["status"] != "ok":
+            return made
+        phases.mark("scoring_start")
+        return self.score(checkpoint, ctx, ready.get("scoring"))
 
     def _train_and_score(
-        self, workdir: Path, ctx: EvalContext, evaldir: Path, scorer: Started | None
+        self,
+        workdir: Path,
+        ctx: EvalContext,
+        evaldir: Path,
+        exportdir: Path,
+        ready: dict[str, Started],
     ) -> Evaluation:
         checkpoint = workdir / "checkpoint"
         phases.mark("sandbox_start")
@@ -482,8 +544,7 @@ class NanochatFitness:
                     "scores the state saved at the stop)",
                 },
             )
-        phases.mark("scoring_start")
-        score = self.score(evaldir, ctx, scorer)
+        score = self.export_and_score(evaldir, exportdir, ctx, ready)
         if isinstance(score, dict):
             phases.mark_each(
                 [
@@ -497,7 +558,6 @@ class NanochatFitness:
             return Evaluation(
                 status=score.status, metrics=metrics, artifacts={**artifacts, **score.artifacts}
             )
-        artifacts["eval_log"] = score.get("worker_log", "")
         if score["status"] != "ok":
             return protocol.failed(score, metrics=metrics, **artifacts)
         bpb = float(score["val_bpb"])

@@ -3,7 +3,7 @@
 Started by ``probe`` inside the sandbox as the probe starts, in the candidate's folder, with
 the training split hidden: it imports torch, waits for its spec (the rows' sizes, the
 device, the entry, the program's settings), installs the guard, and only then runs candidate
-code. It imports ``model.py`` as the scorer's worker does, then
+code. It imports ``model.py`` as the export process does, then
 runs the candidate's ``train.py`` only until it calls ``build_model(config)``: the model just
 built is kept and the program is stopped there (no optimizer step, no torch.compile). Then,
 eagerly and in eval mode: one forward and backward on the first fixed batch for the gradient
@@ -16,6 +16,7 @@ output projection) cannot hide a look at the future from the causality probe. Th
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import mmap
@@ -25,12 +26,22 @@ import sys
 
 from evolve.benchmarks.nanochat import guard
 from evolve.benchmarks.nanochat.client import CONFIG_ENV
-from evolve.benchmarks.nanochat.model_worker import import_model
 
 from evolve.harness.stream import wait_for_go
 
 PROBE_ENV = "NANOCHAT_PROBE"  # its pipes' and shared memory's fds; the spec comes on GO_FD_ENV
 OUTPUTS = 4  # logits written: base and probe batch, as built and perturbed
+
+
+def import_model():
+    """Import the current directory's ``model.py`` as module ``model``; it must define ``build_model``."""
+    spec = importlib.util.spec_from_file_location("model", os.path.abspath("model.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "build_model"):
+        raise AttributeError("model.py defines no build_model(config) -> torch.nn.Module")
+    return module
 
 
 class _Built(BaseException):

@@ -1,11 +1,16 @@
-"""Scoring one run: the evaluation process's rows (scored and probe rows shuffled together), and the checks of its answers.
+"""Scoring one run: the export of the candidate's model, the evaluation process's rows (scored and probe rows shuffled together), and the checks of its answers.
+
+After the stop, the candidate's ``train.build_model()`` runs once more, in an export process
+of its own that sees a pristine copy of the code and the verified checkpoints, no data
+(``evolve.harness.exporter``): it writes the model as a ``torch.export`` graph. The
+evaluation process (``evaluate.py``) runs no candidate code: it checks that graph and binds it
+to each checkpoint's own tensors (``evolve.harness.exported``).
 
 The harness lays out every row the evaluation process computes: the validation rows, and
 probe copies of some of them (``evolve.harness.lm.make_probes``) whose inputs change after a
 secret cut (or not at all) but whose targets stay the base row's, in batches of the scored shape, in an order drawn from
-this evaluation's secret randomness. The process (``evaluate.py``) returns the loss of each
-target, computed from logits that its child running the candidate's model returns for the
-inputs alone; neither is told which rows are scored. A causal model with independent rows
+this evaluation's secret randomness. The process returns the loss of each target, computed from
+the exported model's logits for the inputs alone; it is not told which rows are scored. A causal model with independent rows
 gives every probe row the losses of its base row before the cut (everywhere for an untouched
 row), which the harness checks here.
 """
@@ -26,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evolve.fitness import Limits, Policy, Started, start_sandboxed
-from evolve.harness import bytecode, phases
+from evolve.harness import bytecode, exported, phases, protocol
 from evolve.harness.lm import make_probes
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
@@ -36,6 +41,7 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 EVALUATOR = "evolve.benchmarks.speedrun.evaluate"  # run with -m: in the harness hash
+EXPORTER = "evolve.harness.exporter"
 CLOCK_MODULE = HERE / "clock.py"
 CUT_STRATUM = 8
 """Every range of this many positions holds a probe's cut in every evaluation (drawn anew each time)."""
@@ -128,6 +134,29 @@ def causal_violation(nats: np.ndarray, plan: Layout) -> tuple[float, str]:
     return worst, where
 
 
+@dataclass(frozen=True)
+class Scorers:
+    """The two sandboxed processes that score a run: ``export`` (the candidate's model code, run
+    once after the stop to write its graph) and ``score`` (harness code only)."""
+
+    export: Started
+    score: Started
+
+    def cancel(self) -> None:
+        """End both (a no-op for one that had its job)."""
+        self.export.cancel()
+        self.score.cancel()
+
+
+def _copy_code(candidate: Path, folder: Path) -> None:
+    """A pristine copy of the candidate's files (not the training run's folder, which the run
+    could write), with the harness's clock module."""
+    shutil.copytree(
+        candidate, folder, ignore=shutil.ignore_patterns("__pycache__", "speedrun_clock.py")
+    )
+    shutil.copyfile(CLOCK_MODULE, folder / "speedrun_clock.py")
+
+
 def start_evaluation(
     candidate: Path,
     *,
@@ -136,45 +165,85 @@ def start_evaluation(
     gpus: list[str] | None,
     settings: RunSettings,
     hidden: list[Path],
-) -> Started:
-    """The evaluation process of the run in ``run_dir``, started now in a fresh sandbox: it
-    imports torch and starts its model worker, then waits for its job (``evaluate_run``).
+) -> Scorers:
+    """The export and evaluation processes of the run in ``run_dir``, started now in fresh
+    sandboxes: they import torch, then wait for their jobs (``evaluate_run``).
 
-    It runs a pristine copy of the candidate's files (not the training run's folder, which
-    the run could write), and will see only the checkpoints the harness verified and copies
-    into its read-only input folder. ``cancel()`` it when the run fails before scoring.
+    The export runs in a pristine copy of the candidate's files, where the harness will place
+    copies of the verified checkpoints; the evaluation sees only the checkpoints and the
+    graph the harness copies into its read-only input folder. ``cancel()`` them when the run
+    fails before scoring.
     """
     eval_dir = run_dir / "eval"
     shutil.rmtree(eval_dir, ignore_errors=True)
     code, given, out_dir = eval_dir / "code", eval_dir / "in", eval_dir / "out"
-    shutil.copytree(
-        candidate, code, ignore=shutil.ignore_patterns("__pycache__", "speedrun_clock.py")
-    )
-    shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
+    _copy_code(candidate, code)
     given.mkdir()
     out_dir.mkdir()
     eval_env = {
         k: v for k, v in env.items() if not k.startswith(("SPEEDRUN_CLOCK", "SPEEDRUN_DATA"))
     }
     eval_env["CUDA_VISIBLE_DEVICES"] = gpus[0] if gpus else ""
-    return start_sandboxed(
-        [sys.executable, *SAFE_PATH, "-m", EVALUATOR],
+    limits = Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes)
+    caches = bytecode.readonly(settings.compile_cache, warming=False)
+    export = start_sandboxed(
+        [sys.executable, *SAFE_PATH, "-m", EXPORTER],
         cwd=code,
         env=eval_env,
-        limits=Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes),
-        # CUDA IPC keeps its reference counts of the shared logits buffer in /dev/shm
-        policy=Policy(
-            writable=[out_dir, *(["/dev/shm"] if gpus else [])],
-            readonly=[given, *bytecode.readonly(settings.compile_cache, warming=False)],
-            hidden=hidden,
-        ),
+        limits=limits,
+        policy=Policy(writable=[code], readonly=caches, hidden=hidden),
     )
+    try:
+        score = start_sandboxed(
+            [sys.executable, *SAFE_PATH, "-m", EVALUATOR],
+            cwd=out_dir,
+            env=eval_env,
+            limits=limits,
+            policy=Policy(writable=[out_dir], readonly=[given, *caches], hidden=hidden),
+        )
+    except BaseException:
+        export.cancel()
+        raise
+    return Scorers(export=export, score=score)
+
+
+def export_run(
+    scorers: Scorers, *, run_dir: Path, gpus: list[str] | None, settings: RunSettings, seed: int
+) -> tuple[dict, str]:
+    """Have the export process write the graph of the final checkpoint's model (checking the
+    initial checkpoint against ``torch.manual_seed(seed); build_model()`` on the way) and copy
+    it into the evaluation's input folder: (its verdict, "" or why it failed)."""
+    code, given = run_dir / "eval" / "code", run_dir / "eval" / "in"
+    for name in ("init", "final"):
+        shutil.copyfile(given / f"{name}.pt", code / f"{name}.pt")
+    job = {
+        "source": "train.py",
+        "config": None,
+        "weights": "final.pt",
+        "reference": {"weights": "init.pt", "seed": seed},
+        "rows": settings.eval_batch_size,
+        "seq": settings.eval_seq_len,
+        "vocab": settings.vocab_size,
+        "device": "cuda" if gpus else "cpu",
+    }
+    nonce, stdin = protocol.job_input(job)
+    verdict = protocol.read_verdict(scorers.export.finish(stdin), nonce, "export")
+    if not isinstance(verdict, dict):
+        return {"status": verdict.status.value}, verdict.artifacts.get("error", "")
+    if verdict.get("status") != "ok":
+        return verdict, str(verdict.get("reason", ""))
+    for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
+        made = code / name
+        if made.is_symlink() or not made.is_file():
+            return {"status": "rejected"}, f"the export wrote no plain file {name}"
+        shutil.copyfile(made, given / name)
+    return verdict, ""
 
 
 def evaluate_run(
     record: RunRecord,
     *,
-    scorer: Started,
+    scorer: Scorers,
     run_dir: Path,
     gpus: list[str] | None,
     settings: RunSettings,
@@ -185,8 +254,9 @@ def evaluate_run(
     begin: float,
     fail: Callable[[EvalStatus, str], RunRecord],
 ) -> RunRecord:
-    """Evaluate the initial, probe and final weights with ``scorer`` (``start_evaluation``'s
-    process for ``run_dir``) and check its answers; the phases of its work are marked."""
+    """Export the model, evaluate the initial, probe and final weights with ``scorer``
+    (``start_evaluation``'s processes for ``run_dir``) and check its answers; the phases of
+    their work are marked."""
     started = time.monotonic()
     phases.mark("checkpoint_copy", started)
     rng = np.random.default_rng(secrets.randbits(128))
@@ -198,9 +268,19 @@ def evaluate_run(
     names = {"init": init, "final": final, **{f"probe{i}": p for i, (_, p) in enumerate(probes)}}
     for name, path in names.items():
         shutil.copyfile(path, given / f"{name}.pt")
-    scorer.accept_readonly_changes()  # the checkpoints just placed there are the harness's
+    phases.mark("export")
+    made, problem = export_run(
+        scorer, run_dir=run_dir, gpus=gpus, settings=settings, seed=record.seed
+    )
+    if problem:
+        status = {"rejected": EvalStatus.REJECTED, "timeout": EvalStatus.TIMEOUT}
+        return fail(
+            status.get(made.get("status"), EvalStatus.ERROR),
+            f"exporting the model failed: {problem}",
+        )
+    scorer.score.accept_readonly_changes()  # the files just placed there are the harness's
     checkpoints = [
-        {"name": "init", "rows": plain[:init_rows].tolist(), "reference": record.seed},
+        {"name": "init", "rows": plain[:init_rows].tolist()},
         {"name": "final", "rows": list(range(len(plan.scored)))},
     ] + [{"name": f"probe{i}", "rows": plain.tolist()} for i in range(len(probes))]
     spec = {
@@ -209,10 +289,11 @@ def evaluate_run(
         "shape": list(plan.inputs.shape),
         "checkpoints": [{**c, "path": str(given / f"{c['name']}.pt")} for c in checkpoints],
         "out": str(out),
+        "graph": str(given),
         "device": "cuda" if gpus else "cpu",
     }
     phases.mark("scoring_start")
-    result = scorer.finish(
+    result = scorer.score.finish(
         json.dumps(spec).encode() + b"\n" + plan.inputs.tobytes() + plan.targets.tobytes()
     )
     record.eval_s = time.monotonic() - started
@@ -221,7 +302,7 @@ def evaluate_run(
             EvalStatus.REJECTED,
             f"the evaluation modified its read-only inputs: {', '.join(result.modified)}",
         )
-    if result.leftover:  # the model worker left work behind that could have written the answers
+    if result.leftover:  # work left behind could have written the answers
         return fail(
             EvalStatus.REJECTED,
             f"the evaluation left {result.leftover} process(es) running after it exited (killed)",
@@ -238,6 +319,10 @@ def evaluate_run(
     summary = json.loads(data["summary"].tobytes())
     phases.mark_each(map(tuple, summary["marks"]))  # the evaluation process's own phases
     phases.mark("scoring_check")
+    if summary.get("rejected"):
+        return fail(
+            EvalStatus.REJECTED, f"the exported model cannot be scored: {summary['rejected']}"
+        )
     nats = data["nats_final"].astype(np.float64)
     if nats.shape != plan.inputs.shape or not np.isfinite(nats[plan.scored >= 0]).all():
         return fail(EvalStatus.INVALID, "the model's validation loss is not finite")
@@ -250,11 +335,11 @@ def evaluate_run(
             f"at {where} when other inputs changed (tokens after it, or other rows of the batch); "
             "a language model may not look ahead or across rows",
         )
-    if summary["init"].get("reference_diff"):
+    if made.get("reference_diff"):
         return fail(
             EvalStatus.REJECTED,
             "the weights at the first clock mark are not the model that torch.manual_seed(EVOLVE_SEED) "
-            f"then build_model() gives ({summary['init']['reference_diff']}); build the model that "
+            f"then build_model() gives ({made['reference_diff']}); build the model that "
             "way and train only after speedrun_clock.start",
         )
     record.params = int(summary["final"]["params"])

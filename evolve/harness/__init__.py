@@ -10,6 +10,9 @@
 - ``orphans``: adopting and reaping, for one sandboxed command, the processes a candidate orphans, so their CPU time counts.
 - ``lm``: cross-entropy and bytes from logits; causality and row-independence probes that
   cannot be told from scored batches; weight perturbation for probes of fresh models.
+- ``exported`` and ``exporter``: a trained model scored as a pure function: the candidate's
+  model code exported once after the stop (``torch.export``, in a process with no data), the
+  graph screened, checked and bound to the checkpoint's own weights by harness code only.
 - ``download``, ``documents``, ``tokenizer``, ``hashing``: resumable verified downloads,
   document readers (and the standard library's test package, the CPU scales' hidden
   validation text), BPE training and token bytes, SHA-256 of files and the harness hash

@@ -34,12 +34,11 @@ from evolve import landlock
 from evolve.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
-from tests.redteam import carried
+from tests.redteam import carried, stateful
 from tests.redteam import nanochat_programs as programs
 from tests.redteam.helpers import (
     Listener,
     assert_caught,
-    processes_under,
     reach_waiting,
     reason,
 )
@@ -439,7 +438,17 @@ def score_model(
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
-    return fitness.score(folder, EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict))
+    ctx = EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict)
+    return fitness.export_and_score(folder, folder.parent / f"{folder.name}-export", ctx)
+
+
+@pytest.fixture(scope="module")
+def honest(scoring, tmp_path_factory):
+    """The seed's model, fresh (seed 0), scored: the verdict a neutralised cheat must match."""
+    folder = tmp_path_factory.mktemp("honest") / "ckpt"
+    verdict = score_model(scoring, folder, programs.seed_files()["model.py"])
+    assert verdict["status"] == "ok", verdict
+    return verdict
 
 
 def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
@@ -449,49 +458,26 @@ def test_an_honest_model_passes_the_interleaved_probes(scoring, tmp_path):
     assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
 
 
-def test_a_scorer_started_before_the_checkpoint_exists_scores_it_the_same(scoring, tmp_path):
-    # GPU scales start the scorer when training begins, in the empty folder the checkpoint is
-    # later copied to: it must see the files and score them as a scorer started then would
+def test_an_exporter_and_scorer_started_before_the_checkpoint_exists_score_it_the_same(
+    scoring, honest, tmp_path
+):
+    # GPU scales start the exporter and the scorer when training begins, in the empty folders
+    # the checkpoint is later copied to: they must see the files and score them the same
     made = tmp_path / "made"
     assert score_model(scoring, made, programs.seed_files()["model.py"])["status"] == "ok"
-    ahead = tmp_path / "ahead"
+    ahead, exportdir = tmp_path / "ahead", tmp_path / "ahead-export"
     ahead.mkdir()
+    exportdir.mkdir()
     ctx = EvalContext(seed=0, scratch=tmp_path)
-    started = scoring.start_harness("scoring", ahead, ctx, limit_s=scoring.scale.eval_limit_s)
-    for path in made.iterdir():
-        if path.is_file() and path.suffix in (".py", ".json", ".pt"):
-            (ahead / path.name).write_bytes(path.read_bytes())
-    verdict = scoring.score(ahead, ctx, started)
+    ready = {
+        role: scoring.start_harness(role, folder, ctx, limit_s=scoring.scale.eval_limit_s)
+        for role, folder in (("export", exportdir), ("scoring", ahead))
+    }
+    for name in ("model.py", "config.json", "model.pt"):
+        (ahead / name).write_bytes((made / name).read_bytes())
+    verdict = scoring.export_and_score(ahead, exportdir, ctx, ready)
     assert verdict["status"] == "ok", verdict
-    assert verdict["val_bpb"] == scoring.score(made, ctx)["val_bpb"]
-
-
-def _workers_in(folder: Path) -> list[int]:
-    """Processes running the model worker in ``folder``."""
-    return [
-        pid
-        for pid, command in processes_under(folder).items()
-        if "nanochat.model_worker" in command
-    ]
-
-
-def test_a_scorer_started_ahead_starts_its_worker_and_a_cancelled_one_leaves_none(
-    scoring, tmp_path
-):
-    # the model worker starts with the scorer, before the job, and waits with torch imported
-    # and no candidate code run; an unused scorer takes it along when cancelled
-    ahead = tmp_path / "ahead"
-    ahead.mkdir()
-    ctx = EvalContext(seed=0, scratch=tmp_path)
-    started = scoring.start_harness("scoring", ahead, ctx, limit_s=scoring.scale.eval_limit_s)
-    deadline = time.monotonic() + 120
-    while not _workers_in(ahead) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _workers_in(ahead), "no model worker started ahead of the job"
-    made = sorted(p.name for p in ahead.iterdir() if p.name != ".sandbox")  # the sandbox's home
-    assert made == ["worker.log"]  # it waits: nothing of a candidate's is there or has run
-    started.cancel()
-    assert not _workers_in(ahead)
+    assert verdict["val_bpb"] == honest["val_bpb"]
 
 
 FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others: -m slow
@@ -504,15 +490,23 @@ FAST_TRIGGERS = ("call_count", "inference_mode", "late_positions")  # the others
         for t in sorted(programs.TRIGGERS)
     ],
 )
-def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught(scoring, tmp_path, trigger):
+def test_a_model_that_looks_ahead_only_under_a_trigger_is_caught_or_scored_honestly(
+    scoring, honest, tmp_path, trigger
+):
+    # The scored function is the graph traced once at export: a trigger that held then put
+    # the look-ahead in the graph (the probes catch it), one on a tensor's value cannot be
+    # traced (rejected), and one that did not hold left the honest graph, scored as the seed.
     verdict = score_model(
         scoring,
         tmp_path / "ckpt",
         programs.cheating_model(trigger),
         armed=trigger == "trained_flag",
     )
-    assert verdict["status"] == "rejected", verdict
-    assert "not causal" in verdict["reason"]
+    if verdict["status"] == "ok":
+        assert verdict["val_bpb"] == honest["val_bpb"], (trigger, verdict)
+    else:
+        assert verdict["status"] == "rejected", verdict
+        assert re.search(r"not causal|torch.export could not trace", verdict["reason"]), verdict
 
 
 def test_strict_mode_probes_more_and_an_honest_model_still_passes(scoring, tmp_path):
@@ -524,13 +518,43 @@ def test_strict_mode_probes_more_and_an_honest_model_still_passes(scoring, tmp_p
     assert max(verdict["max_prefix_diff"], verdict["max_row_diff"]) <= scoring.scale.causal_atol
 
 
-def test_a_look_ahead_past_the_usual_call_count_is_caught_only_in_strict_mode(scoring, tmp_path):
-    # the tiny scale sends 2 scored batches and 2 probes: a model honest for 4 calls passes them
+def test_a_look_ahead_past_the_usual_call_count_never_reaches_the_score(scoring, honest, tmp_path):
+    # honest for as many calls as scoring used to make, then looking ahead: the graph is the
+    # first call's, so in any mode it is scored as the honest seed
     late = programs.cheating_model("late_calls")
-    assert score_model(scoring, tmp_path / "usual", late)["status"] == "ok"
-    verdict = score_model(scoring, tmp_path / "strict", late, strict=True)
-    assert verdict["status"] == "rejected", verdict
-    assert "not causal" in verdict["reason"]
+    for strict in (False, True):
+        verdict = score_model(scoring, tmp_path / f"strict-{strict}", late, strict=strict)
+        assert verdict["status"] == "ok", verdict
+        assert verdict["val_bpb"] == honest["val_bpb"]
+
+
+def stateful_model(name: str) -> str:
+    """The seed's model.py with the stateful variant ``name`` (``tests.redteam.stateful``)."""
+    return stateful.apply(
+        programs.seed_files()["model.py"],
+        stateful.VARIANTS[name],
+        module_anchor="# EVOLVE-BLOCK-START\n",
+        init_anchor="        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
+        returned=programs.RETURN,
+        vocab="vocab_size",
+    )
+
+
+@pytest.mark.parametrize("name", sorted(stateful.VARIANTS))
+def test_a_model_with_memory_or_a_python_callback_is_rejected_or_scored_honestly(
+    scoring, honest, tmp_path, name
+):
+    # issue 29 item 1: the scored function is a graph of ATen operators bound to the
+    # checkpoint's weights; Python memory, buffers written in forward and callbacks never run
+    verdict = score_model(scoring, tmp_path / "ckpt", stateful_model(name))
+    caught = stateful.VARIANTS[name].caught
+    if caught is None:
+        assert verdict["status"] == "ok", verdict
+        assert verdict["val_bpb"] == honest["val_bpb"]
+    else:
+        assert verdict["status"] == "rejected", verdict
+        assert re.search(caught, verdict["reason"]), verdict["reason"]
+        assert "pure function" in verdict["reason"]
 
 
 # --- class 4: quick stages blind to zero initialisations ---------------------------------------------
@@ -581,7 +605,7 @@ def gpu_fitness(data_dir: Path, **overrides):
 
 
 @pytest.mark.gpu
-def test_gpu_cheats_under_triggers_are_caught_and_the_honest_model_passes(data_dir, tmp_path):
+def test_gpu_cheats_and_stateful_models_are_caught_or_scored_honestly(data_dir, tmp_path):
     fitness = gpu_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
     honest = score_model(fitness, tmp_path / "honest", programs.seed_files()["model.py"], gpu="0")
     assert honest["status"] == "ok", honest
@@ -593,7 +617,21 @@ def test_gpu_cheats_under_triggers_are_caught_and_the_honest_model_passes(data_d
             armed=trigger == "trained_flag",
             gpu="0",
         )
-        assert verdict["status"] == "rejected" and "not causal" in verdict["reason"], trigger
+        if verdict["status"] == "ok":  # the trigger did not hold in the traced call
+            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), trigger
+        else:
+            assert verdict["status"] == "rejected", (trigger, verdict)
+            assert re.search(r"not causal|torch.export could not trace", verdict["reason"])
+    for name, variant in sorted(stateful.VARIANTS.items()):  # exported under bf16 autocast on CUDA
+        verdict = score_model(
+            fitness, tmp_path / name.replace(" ", "_"), stateful_model(name), gpu="0"
+        )
+        if variant.caught is None:
+            assert verdict["status"] == "ok", (name, verdict)
+            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), name
+        else:
+            assert verdict["status"] == "rejected", (name, verdict)
+            assert re.search(variant.caught, verdict["reason"]), (name, verdict["reason"])
 
 
 @pytest.mark.gpu

@@ -30,7 +30,7 @@ from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness import bytecode
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
-from tests.redteam import carried
+from tests.redteam import carried, stateful
 from tests.redteam.helpers import (
     Listener,
     assert_caught,
@@ -282,6 +282,7 @@ SETUP = {
     "calls other than the 2nd and 3rd": "global CALLS\nCALLS = globals().get('CALLS', 0) + 1",
     "after the first 50 ms of forward calls": "global FIRST\nFIRST = globals().get('FIRST') or time.monotonic()",
 }
+NEUTRALISED = ("after the first 50 ms of forward calls",)
 QUICK_PEEKS = ("positions from T/2 on", "rows after the first", "calls other than the 2nd and 3rd")
 
 
@@ -289,12 +290,17 @@ QUICK_PEEKS = ("positions from T/2 on", "rows after the first", "calls other tha
     "trigger",
     [t if t in QUICK_PEEKS else pytest.param(t, marks=pytest.mark.slow) for t in PEEKS],
 )
-def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected(
+def test_a_model_looking_ahead_only_where_the_old_probe_did_not_look_is_rejected_or_never_scored(
     trigger, data_dir, tmp_path
 ):
+    # the scored function is the graph traced once at export: a trigger that held then put the
+    # look-ahead in it (rejected); one that did not (time) left the honest graph, scored as such
     text = peek(PEEKS[trigger], SETUP.get(trigger, ""))
     ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
-    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+    if trigger in NEUTRALISED:
+        assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
+    else:
+        assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
 
 
 READ_TARGETS = """
@@ -311,7 +317,7 @@ return logits
 """
 READ_SCORER = """
 import os, sys
-if "model_worker" in sys.argv[0]:  # evaluating: open the scorer's memory or its stdin (the targets)
+if "exporter" in sys.argv[0]:  # exporting: open its parent's memory or stdin
     for name in ("mem", "fd/0"):
         try:
             os.close(os.open(f"/proc/{os.getppid()}/{name}", os.O_RDONLY | os.O_NONBLOCK))
@@ -324,7 +330,7 @@ return self.lm_head(self.ln_f(x))
 
 @pytest.mark.parametrize("cheat", [READ_TARGETS, READ_SCORER], ids=["frames", "proc"])
 def test_a_model_looking_for_the_targets_in_the_evaluation_finds_none(cheat, data_dir, tmp_path):
-    # the model runs in a child of the process holding the targets, given inputs only
+    # the model's code runs only in the export process, which holds no target and no row
     ev = run(data_dir, tmp_path, program((LOGITS, cheat)), target=7.0)
     assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
 
@@ -347,15 +353,15 @@ def usual_eval_calls(fitness) -> int:
     return math.ceil(init_rows / batch) + len(plan.inputs) // batch
 
 
-def test_strict_mode_probes_more_and_catches_a_look_ahead_past_the_usual_call_count(
-    data_dir, tmp_path
-):
+def test_a_look_ahead_past_the_usual_call_count_never_reaches_the_score(data_dir, tmp_path):
+    # honest for as many calls as scoring used to make, then looking ahead: the graph is the
+    # export's one call, honest, in any mode
     usual = usual_eval_calls(cpu_fitness(data_dir))
     text = peek(f"torch.tensor(CALLS > {usual})", SETUP["calls other than the 2nd and 3rd"])
     quick = {"overrides": {"steps": 2, "warmup_steps": 1}, "target": 7.0}
-    assert run(data_dir, tmp_path / "usual", text, **quick).ok  # honest for every usual call
-    ev = run(data_dir, tmp_path / "strict", text, strict=True, **quick)
-    assert_caught(ev, EvalStatus.REJECTED, NOT_CAUSAL)
+    for strict in (False, True):
+        ev = run(data_dir, tmp_path / f"strict-{strict}", text, strict=strict, **quick)
+        assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
 
 
 def test_strict_mode_probes_every_scored_batch_and_an_honest_seed_still_passes(data_dir, tmp_path):
@@ -371,6 +377,41 @@ def test_strict_mode_probes_every_scored_batch_and_an_honest_seed_still_passes(d
     assert scored_batches == set(plans[1].base[plans[1].base >= 0] // batch)
     ev = run(data_dir, tmp_path, SEED.read_text(), strict=True, target=7.0)
     assert ev.ok and ev.stage == "all_seeds", ev.artifacts
+
+
+STATEFUL_QUICK = (
+    "memory keyed by prefix (a Python dict)",
+    "memory keyed by row content (a bigram buffer written in forward)",
+    "memory of the call count (a buffer)",
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in STATEFUL_QUICK else pytest.param(n, marks=pytest.mark.slow)
+        for n in sorted(stateful.VARIANTS)
+    ],
+)
+def test_a_model_with_memory_or_a_python_callback_is_rejected_or_scored_honestly(
+    name, data_dir, tmp_path
+):
+    # issue 29 item 1: the evaluation runs a graph of ATen operators bound to the checkpoint's
+    # weights; Python memory, buffers written in forward and callbacks never run there
+    variant = stateful.VARIANTS[name]
+    text = stateful.apply(
+        SEED.read_text(),
+        variant,
+        module_anchor="# EVOLVE-BLOCK-START\n",
+        init_anchor="        self.lm_head.weight = self.wte.weight\n",
+        returned=LOGITS,
+        vocab="padded",
+    )
+    ev = run(data_dir, tmp_path, text, overrides={"steps": 2, "warmup_steps": 1})
+    if variant.caught is None:
+        assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.metrics, ev.artifacts)
+    else:
+        assert_caught(ev, EvalStatus.REJECTED, variant.caught)
 
 
 # --- class 4: checks blind to common initialisations ----------------------------------------------

@@ -31,7 +31,7 @@ def test_the_phases_of_a_two_seed_evaluation_add_up_to_its_wall_time(data_dir, t
     assert ev.stage == "all_seeds" and "loss_1" in ev.metrics, ev.artifacts
     spent = assert_adds_up(ev)
     timed = {"run_setup", "sandbox_start", "startup", "training", "checkpoint", "checkpoint_copy"}
-    scoring = {"scoring_start", "scoring_worker", "scoring_load", "scoring_forward", "scoring_exit"}
+    scoring = {"export", "scoring_start", "scoring_load", "scoring_forward", "scoring_exit"}
     timed |= scoring | {"scoring_check"}
     assert {f"time_{name}" for name in timed} <= set(spent)
     assert {"time_first_seed", "time_all_seeds", "time_other_seeds", "time_verdict"} <= set(spent)

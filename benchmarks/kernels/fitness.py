@@ -180,8 +180,8 @@ class KernelFitness:
         """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason.
 
         It marks where the evaluation's time went (``evolve.harness.phases``: calibration,
-        baseline, build, process_start, candidate_import, correctness, kernel_checks, timing,
-        process_exit, witness, scoring...); ``evaluate_safely`` stores them as ``time_<phase>``.
+        baseline, build, process_start, candidate_import, correctness, timing,
+        process_exit, scoring...); ``evaluate_safely`` stores them as ``time_<phase>``.
         """
         report = self.measure(workdir, ctx)
         phases.mark_each(report.marks)

@@ -12,7 +12,7 @@ problem on which the candidate gains most over the plain reference (its score mi
 reference's own score on that problem, both from measurements the harness already
 makes), so the archive keeps specialists for every problem instead of one generalist.
 
-Each problem is measured in its own sandboxed driver, as in single-problem runs; a
+Each problem is measured by its own sandboxed timer, as in single-problem runs; a
 problem whose folder did not change since an earlier evaluation in this process reuses
 that measurement (keyed by the SHA-256 of the folder's files), so a mutation that
 touches one kernel costs one problem's measurement, not the suite's.

@@ -247,13 +247,13 @@ class Harness:
             for name, at in timer_marks:  # the timer's clock is this machine's monotonic clock
                 report.mark(str(name), min(max(float(at), launched), returned))
             report.output = result.tail(4000)
+            if result.leftover:  # (no verdict is read then: work left behind could outlive it)
+                report.status, report.message = "cheat", f"candidate left {result.leftover} process(es) running"
+                return report
             if raw is None:
                 why = "timed out" if result.timed_out else f"exited with status {result.returncode} without a result"
                 report.status = "timeout" if result.timed_out else "error"
                 report.message = f"the timer and the candidate's process {why}"
-                return report
-            if result.leftover:
-                report.status, report.message = "cheat", f"candidate left {result.leftover} process(es) running"
                 return report
             for key, status in (("fatal", "error"), ("error", "error"), ("cheat", "cheat")):
                 if key in raw:

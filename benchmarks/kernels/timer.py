@@ -71,7 +71,7 @@ class Session:
         self.process = subprocess.Popen(
             [sys.executable, *SAFE_PATH, "-m", RUNNER, device, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-            stderr=sys.stderr.fileno(), cwd=cwd, start_new_session=True,
+            stderr=sys.stderr.fileno(), cwd=cwd,
         )  # fmt: skip
         theirs.close()
 

@@ -10,8 +10,9 @@ solution's lazy value, names of the harness's modules rebound at import, forgers
 from their import to the frames of the process hosting them (issue 29 item 5: they scored
 0.94 when that process also timed and checked them), and a cross_entropy loss that never
 reads the logits.
-GPU part (``-m gpu``): patched CUDA events, lazy output tensors, outputs cached across calls
-and a proxy output on the real rmsnorm problem of our suite.
+
+GPU part (``-m gpu``): patched CUDA events (harmless now), a lazy output tensor, outputs cached across
+calls and the driver-frame forger on the real rmsnorm problem of our suite.
 """
 
 from __future__ import annotations
@@ -515,9 +516,9 @@ FRAME_FORGER = textwrap.dedent(  # issue 29 item 5: scored 0.94 against the in-p
         frame = frame.f_back
     print("harness names in reach:", sorted(found) or "none", file=sys.stderr)
     # a forged result line in the old driver's format, and a verdict line without the nonce
-    line = b'EVOLVE_KERNELS_RESULT {"workloads": [{"uuid": "t33", "status": "ok", "timings_ms": [[1e-06]]}]}\n'
+    line = b'EVOLVE_KERNELS_RESULT {"workloads": [{"uuid": "t33", "status": "ok", "timings_ms": [[1e-06]]}]}\\n'
     os.write(1, line)
-    os.write(1, b'{"workloads": [{"uuid": "t33", "status": "ok", "timings_ms": [[1e-06]]}]}\n')
+    os.write(1, b'{"workloads": [{"uuid": "t33", "status": "ok", "timings_ms": [[1e-06]]}]}\\n')
     for path in (f"/proc/{os.getppid()}/fd/1", f"/proc/{os.getppid()}/mem"):
         try:
             with open(path, "wb") as reached:
@@ -543,23 +544,21 @@ def test_the_driver_frame_forger_reaches_nothing_that_scores(fitness, tmp_path):
 
 LIAR = GOOD + textwrap.dedent(  # answers "done" for the timed calls without running them
     """
-    import gc
-    from evolve.benchmarks.kernels import runner
+    import gc, types
 
-    served = [0]
-    honest_go = runner.Runner.go
+    # the object serving the timer, found from here, made to answer "done" without running the calls
+    [host] = [o for o in gc.get_objects() if type(o).__name__ == "Runner"]
+    served, honest_go = [0], host.go
 
     def go(self, message, fds):
         served[0] += 1
         if served[0] <= 2:  # the correctness rounds: computed
-            return honest_go(self, message, fds)
+            return honest_go(message, fds)
         if "arena" in message:
             self.attach(message, fds)
         return {"done": len(self.calls)}
 
-    runner.Runner.go = go
-    hosts = [o for o in gc.get_objects() if type(o).__name__ == "Runner"]
-    print("runner instances in reach:", len(hosts))
+    host.go = types.MethodType(go, host)
     """
 )
 
@@ -681,9 +680,9 @@ LAZY_OUTPUT = textwrap.dedent(
 @pytest.mark.parametrize(
     ("name", "code", "reason"),
     [
-        ("patched CUDA events", PATCHED_EVENTS, r"elapsed_time|timer|patched"),
-        ("lazy output tensor", LAZY_OUTPUT, r"replaced|subclass|reshaped|proxy"),
+        ("lazy output tensor", LAZY_OUTPUT, r"round 0: output 0: \d+ NaN/Inf value"),
         ("outputs cached across calls", None, r"although the correctness rounds passed"),
+        ("driver-frame forger", FRAME_FORGER, r"the candidate's process exited \(status 0\) before answering"),
     ],
 )
 def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):
@@ -691,6 +690,14 @@ def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):
     fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager", **GPU_QUICK)
     ev = evaluate(fitness, tmp_path, code, name.replace(" ", "_"))
     assert_caught(ev, FAILED, reason)
+
+
+@pytest.mark.gpu
+def test_gpu_patched_cuda_events_time_nothing(tmp_path):
+    """Patched events claimed 1 ns a call while the candidate's process timed itself."""
+    fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager", **GPU_QUICK)
+    ev = evaluate(fitness, tmp_path, PATCHED_EVENTS, "patched_events")
+    assert ev.ok and 0 < ev.fitness < 1, dict(ev.artifacts)
 
 
 @pytest.mark.gpu

@@ -85,7 +85,7 @@ class KernelSuiteFitness:
         category: a sub-folder of the dataset (for example upstream's ``L1``), instead of a list.
         dataset: folder of problem folders; default our suite.
         workloads_per_problem: score only each problem's first N workloads (0: all), for short runs.
-        other arguments: as ``KernelFitness`` (device, counts, baseline, calibration, inputs, timer...).
+        other arguments: as ``KernelFitness`` (device, counts, baseline, calibration, inputs, batch...).
     """
 
     def __init__(self, *, problems: Sequence[str] = (), category: str | None = None, dataset: str | None = None,

@@ -25,13 +25,13 @@ from kernels_candidates import (
 from kernels_fixtures import tiny_rmsnorm
 
 CAUGHT = {
-    "proxy output (storage swapped)": (PROXY_OUTPUT, "incorrect", "round 0: output 0: 2112 NaN/Inf value(s)"),
+    "proxy output (storage swapped)": (PROXY_OUTPUT, "invalid", "round 0: output 0: 2112 NaN/Inf value(s)"),
     "outputs cached across calls": (CACHED_OUTPUT, "cheat", "although the correctness rounds passed"),
     "inline C++ loading": (INLINE_CPP, "cheat", "tried inline C++ loading (load_inline)"),
     "process left running": (LEFTOVER_PROCESS, "cheat", "left 1 process(es) running"),
     "harness checks disabled in the candidate's process": (
         TAMPERED_DRIVER,
-        "incorrect",
+        "invalid",
         "round 0: output 0: all zeros where the reference is not",
     ),
 }

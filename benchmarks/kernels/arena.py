@@ -85,12 +85,24 @@ def view(base: torch.Tensor, placed: Placed, typed: dict[str, torch.Tensor] | No
     return flat.as_strided(placed.shape, placed.strides, placed.offset // flat.element_size())
 
 
+def _own_storage(mapping: mmap.mmap, placed: Placed) -> torch.Tensor:
+    """The tensor ``placed`` describes, on a storage of its own over its bytes of a CPU arena (Triton's
+    interpreter copies a tensor's whole storage at every launch: one storage for the arena made a
+    batch of ten calls copy ten calls' memory per argument)."""
+    dtype = getattr(torch, placed.dtype)
+    count = max(1, span(placed.shape, placed.strides))
+    return torch.frombuffer(mapping, dtype=dtype, count=count, offset=placed.offset).as_strided(
+        placed.shape, placed.strides
+    )
+
+
 class Arena:
     """One batch's memory, allocated by the timer: ``base`` (bytes) and what hands it over (``share``)."""
 
     def __init__(self, nbytes: int, device: torch.device):
         self.nbytes = -(-max(1, nbytes) // ALIGNMENT_BYTES) * ALIGNMENT_BYTES  # any dtype can view it
         self.device = device
+        self._typed: dict[str, torch.Tensor] = {}
         if device.type == "cuda":
             self._cuda = _CudaAllocation(self.nbytes, device)
             self.base = self._cuda.tensor
@@ -99,6 +111,12 @@ class Arena:
             os.ftruncate(self._fd, self.nbytes)
             self._map = mmap.mmap(self._fd, self.nbytes)
             self.base = torch.frombuffer(self._map, dtype=torch.uint8)
+
+    def view(self, placed: Placed) -> torch.Tensor:
+        """The tensor ``placed`` describes, in this arena."""
+        if self.device.type == "cuda":
+            return view(self.base, placed, self._typed)
+        return _own_storage(self._map, placed)
 
     def share(self) -> tuple[dict[str, Any], tuple[int, ...]]:
         """The message part and the fds that let the candidate's process attach this arena."""
@@ -109,6 +127,7 @@ class Arena:
     def close(self) -> None:
         """Free the memory (call once the candidate's process has let go of it)."""
         self.base = None  # type: ignore[assignment]
+        self._typed.clear()
         if self.device.type == "cuda":
             self._cuda.free()
             return
@@ -123,6 +142,7 @@ class Attached:
     def __init__(self, share: dict[str, Any], fds: Sequence[int], device: torch.device):
         nbytes = int(share["nbytes"])
         self.device = device
+        self._typed: dict[str, torch.Tensor] = {}
         if device.type == "cuda":
             self._cuda = _CudaAllocation.open(bytes.fromhex(share["ipc"]), nbytes, device)
             self.base = self._cuda.tensor
@@ -133,9 +153,16 @@ class Attached:
             os.close(fds[0])
             self.base = torch.frombuffer(self._map, dtype=torch.uint8)
 
+    def view(self, placed: Placed) -> torch.Tensor:
+        """The tensor ``placed`` describes, in this arena."""
+        if self.device.type == "cuda":
+            return view(self.base, placed, self._typed)
+        return _own_storage(self._map, placed)
+
     def close(self) -> None:
         """Unmap the arena (views made from ``base`` must be gone)."""
         self.base = None  # type: ignore[assignment]
+        self._typed.clear()
         if self.device.type == "cuda":
             self._cuda.close_ipc()
             return

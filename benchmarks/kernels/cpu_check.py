@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=Path, help="upstream's examples folder (sol-execbench-examples)")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--iters", type=int, default=4)
+    parser.add_argument("--only", action="append", default=[], help="score only these problems (repeatable)")
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "1"
     settings = Settings(device="cpu", rounds=2, warmup=1, iters=args.iters, audits=1, baseline="eager",
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     root = Path(tempfile.mkdtemp(prefix="evolve-kernels-check-problems-"))
     for problem_dir, candidate in pairs(args.examples, root):
+        if args.only and problem_dir.name not in args.only:
+            continue
         runs = [score(problem_dir, candidate, settings) for _ in range(args.runs)]
         failures += sum(status != "ok" for status, _, _ in runs)
         shown = "  ".join(f"{value:.3f}" if status == "ok" else status for status, value, _ in runs)

@@ -109,10 +109,10 @@ class Runner:
         arena = self.arena_module
         self.release()
         self.attached = arena.Attached(message["arena"], fds, self.device)
-        base, typed = self.attached.base, {}
+        attached = self.attached
 
         def value(arg: dict[str, Any]) -> Any:
-            return arena.view(base, arena.Placed.from_json(arg["tensor"]), typed) if "tensor" in arg else arg["scalar"]
+            return attached.view(arena.Placed.from_json(arg["tensor"])) if "tensor" in arg else arg["scalar"]
 
         self.calls = [([value(a) for a in call["args"]], [value(o) for o in call["outputs"]])
                       for call in message["calls"]]  # fmt: skip

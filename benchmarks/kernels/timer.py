@@ -153,18 +153,16 @@ class Batch:
 
     def write(self) -> None:
         """Write every call's inputs into the arena, and NaN (0 for integers) into its outputs."""
-        arena, base = self.arena_module, self.arena.base
+        arena = self.arena_module
         for made, (args, outs) in zip(self.inputs, self.placed, strict=True):
             for value, placed in zip(made, args, strict=True):
-                if isinstance(placed, arena.Placed):
-                    target = arena.view(base, placed)
-                    if target.numel():
-                        count = arena.span(placed.shape, placed.strides)
-                        flat = arena.view(base, arena.Placed(placed.offset, placed.dtype, (count,), (1,)))
-                        source = value if min(placed.strides, default=0) >= 0 else value.contiguous()
-                        flat.copy_(source.as_strided((count,), (1,)))
+                count = arena.span(placed.shape, placed.strides) if isinstance(placed, arena.Placed) else 0
+                if count:  # the storage the tensor spans, its broadcast's zero strides kept
+                    flat = self.arena.view(arena.Placed(placed.offset, placed.dtype, (count,), (1,)))
+                    source = value if min(placed.strides, default=0) >= 0 else value.contiguous()
+                    flat.copy_(source.as_strided((count,), (1,)))
             for placed in outs:
-                out = arena.view(base, placed)
+                out = self.arena.view(placed)
                 out.fill_(float("nan") if out.dtype.is_floating_point else 0)
 
     def message(self) -> tuple[dict[str, Any], tuple[int, ...]]:
@@ -180,7 +178,7 @@ class Batch:
 
     def outputs(self, index: int) -> list[Any]:
         """Call ``index``'s outputs, viewing the arena."""
-        return [self.arena_module.view(self.arena.base, placed) for placed in self.placed[index][1]]
+        return [self.arena.view(placed) for placed in self.placed[index][1]]
 
     def samples(self, generator: Any) -> list[tuple[Any, Any, Any]]:
         """Per floating dtype of the outputs: the arena viewed as that dtype, ``SAMPLES_PER_OUTPUT``

@@ -8,7 +8,7 @@ sandbox (``build_ext.py``, writes confined to a scratch folder, killed at the bu
 timeout); the finished ``.so`` is then copied by this process into a cache keyed by the
 SHA-256 of everything that decides the result (sources, flags, languages, include paths,
 torch/CUDA/Python versions). The cache lives outside every folder a sandboxed process may
-write, so no candidate can plant a library for another; the driver loads the ``.so``
+write, so no candidate can plant a library for another; the candidate's process loads the ``.so``
 the harness names, never one the candidate names.
 """
 

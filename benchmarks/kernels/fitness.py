@@ -102,7 +102,7 @@ class KernelFitness:
         score_mode: "local" (T_b and T_SOL measured here) or "published" (upstream's published
             per-workload times; comparable only on the hardware they were measured on).
         inputs: "shifted" (upstream: the same values at a new address per timed call) or "fresh".
-        timer: "cupti" (upstream's default; CUDA events when cupti-python is missing) or "events".
+        batch: timed calls per batch; the timer (``timer.py``) times each batch on its own clock.
     """
 
     def __init__(
@@ -124,16 +124,14 @@ class KernelFitness:
         quick_calibration: bool = False,
         score_mode: str = "local",
         inputs: str = "shifted",
-        timer: str = "cupti",
+        batch: int = 10,
     ) -> None:
         if score_mode not in ("local", "published"):
             raise EvolveError(
                 f"kernels: score_mode must be 'local' or 'published', got {score_mode!r}"
             )
-        if inputs not in ("shifted", "fresh") or timer not in ("cupti", "events"):
-            raise EvolveError(
-                "kernels: inputs must be 'shifted' or 'fresh', timer 'cupti' or 'events'"
-            )
+        if inputs not in ("shifted", "fresh") or batch < 1:
+            raise EvolveError(f"kernels: inputs must be 'shifted' or 'fresh' (got {inputs!r}), batch at least 1 (got {batch})")
         self.score_mode = score_mode
         if baseline not in ("compile", "eager"):
             raise EvolveError(f"kernels: baseline must be 'compile' or 'eager', got {baseline!r}")
@@ -141,7 +139,7 @@ class KernelFitness:
         self.settings = Settings(
             device=resolve_device(device), rounds=rounds, warmup=warmup, iters=iters, repeats=repeats, audits=audits,
             baseline=baseline, workloads=tuple(workloads), timeout_s=timeout_s, quick_calibration=quick_calibration,
-            inputs=inputs, timer=timer,
+            inputs=inputs, batch=batch,
         )  # fmt: skip
         missing = [w.uuid for w in self.problem.workloads if w.uuid not in self.problem.published]
         if score_mode == "published" and missing:
@@ -180,8 +178,8 @@ class KernelFitness:
         """Score the candidate in ``workdir``; failures become non-OK evaluations with the reason.
 
         It marks where the evaluation's time went (``evolve.harness.phases``: calibration,
-        baseline, build, process_start, candidate_import, correctness, kernel_checks, timing,
-        process_exit, witness, scoring...); ``evaluate_safely`` stores them as ``time_<phase>``.
+        baseline, build, process_start, candidate_import, correctness, timing,
+        process_exit, scoring...); ``evaluate_safely`` stores them as ``time_<phase>``.
         """
         report = self.measure(workdir, ctx)
         phases.mark_each(report.marks)
@@ -194,7 +192,6 @@ class KernelFitness:
                 value = getattr(row, key)
                 if value is not None:
                     metrics[f"{row.uuid}/{key}"] = value
-        metrics["cupti_timing"] = 1.0 if report.timer == "cupti" else 0.0
         methods = [r.flops_method for r in report.rows]
         metrics["flops_counted_on_real_inputs"] = float(sum(m.startswith("real") for m in methods))
         metrics["flops_memory_bound_only"] = float(sum(m.startswith("none") for m in methods))

@@ -6,7 +6,7 @@
 It measures (1) the machine's ceilings (calibration); (2) for every problem and
 workload the reference's eager time, the torch.compile baseline T_b, the roofline T_SOL
 and the reference's SOL score, each timing repeated ``--repeats`` times; (3) our Triton
-seed kernels scored through the full sandboxed harness (correctness, audits, witness),
+seed kernels scored through the full sandboxed harness (correctness, probes, the timer),
 with the coefficient of variation of their median over the repeats. Problems are shared
 out over the given GPUs; a problem not started within the time budget is reported as
 skipped. Results go to $OUT (or --out): results.json, results.md, log.txt.
@@ -458,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in threads if not args.no_suite_table else ():
         t.join()
 
-    # Phase 2: our Triton seeds through the full harness (correctness, audits, witness, repeats).
+    # Phase 2: our Triton seeds through the full harness (correctness, probes, repeats, timed by the timer).
     todo: queue.Queue[str] = queue.Queue()
     for name in order:
         if name in SEEDS and name in baselines:

@@ -2,15 +2,15 @@
 
 For one problem and one candidate folder it (1) gets the machine's ceilings and the
 problem's baselines from the referee process (measured once per process and kept),
-(2) runs the candidate's driver in the sandbox, (3) has the referee check the witness
-outputs the driver saved, then (4) recomputes every verdict from the raw error stats
-with the workload's tolerance and every time from the raw timings, and scores.
-Nothing the candidate's process reports is taken as a verdict or a score.
+(2) runs the timer in the sandbox (``timer.py``: it owns the inputs' seed, the clock and
+every comparison, and hosts the candidate in a child process that cannot reach it), then
+(3) recomputes every verdict from the timer's raw error stats with the workload's
+tolerance and every time from its raw timings, and scores. Nothing the candidate's
+process says is taken as a measurement, a verdict or a score.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 import shutil
@@ -23,16 +23,14 @@ from typing import Any
 from evolve.benchmarks.kernels.build import BuildError, build
 from evolve.benchmarks.kernels.compare import verdict
 from evolve.benchmarks.kernels.process import (
-    DRIVER_TAG,
     PER_EVALUATION_ENV,
     REFEREE,
-    Prepared,
+    TIMER,
     harness_json,
-    prepare_next_driver,
+    prepare_next_timer,
     prepare_referee,
     special_files,
-    tagged_json,
-    take_driver,
+    take_timer,
 )
 from evolve.benchmarks.kernels.report import Report, WorkloadRow
 from evolve.benchmarks.kernels.roofline import sol_ms
@@ -58,7 +56,8 @@ class Settings:
     warmup: int = 10
     iters: int = 50
     repeats: int = 1
-    audits: int = 3
+    audits: int = 3  # probes among the timed calls (in pairs: half the rows changed, then the other half)
+    batch: int = 10  # timed calls per batch: one round trip to the candidate's process, one timing
     baseline: str = "compile"  # or "eager": T_b = the reference without torch.compile
     flush_l2: bool = True
     timeout_s: float = 900.0
@@ -75,9 +74,9 @@ class Settings:
     build_cache: str | None = None  # default build.default_cache()
 
     def strict(self) -> Settings:
-        """The auditor's stricter mode: three times the correctness rounds and audited calls, at
-        least three (the witness and a pair of probes, see ``driver``)."""
-        return replace(self, rounds=3 * self.rounds, audits=max(3, 3 * self.audits))
+        """The auditor's stricter mode: three times the correctness rounds and probes, at least a
+        pair of probes (see ``timer``)."""
+        return replace(self, rounds=3 * self.rounds, audits=max(2, 3 * self.audits))
 
 
 def _importable(module: str | None) -> bool:
@@ -97,22 +96,11 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
 
 
-def referee_call(
-    job: Mapping[str, Any],
-    settings: Settings,
-    env: Mapping[str, str],
-    prepared: Prepared | None = None,
-) -> dict[str, Any]:
-    """Run one referee task in the sandbox (its own temp folder) and return its payload.
-
-    ``prepared``: a referee already started by ``prepare_referee`` (with the same settings
-    and environment) to hand the task to; it is closed here.
-    """
+def referee_call(job: Mapping[str, Any], settings: Settings, env: Mapping[str, str]) -> dict[str, Any]:
+    """Run one referee task in the sandbox (its own temp folder) and return its payload."""
     # harness code only: safe to retry once if killed from outside (OOM killer)
-    for attempt in range(2):
-        if attempt or prepared is None:
-            prepared = prepare_referee(settings.device, settings.referee_timeout_s, env)
-        with prepared as referee:
+    for _attempt in range(2):
+        with prepare_referee(settings.device, settings.referee_timeout_s, env) as referee:
             task = {"device": settings.device, "harness_dir": str(referee.folder), **job}
             payload, result = harness_json(REFEREE, task, cwd=referee.folder, timeout_s=settings.referee_timeout_s,
                                            env=env, gpu=settings.device.startswith("cuda"), started=referee.started)  # fmt: skip
@@ -152,22 +140,17 @@ class Harness:
             if not self.settings.workloads or w.uuid in self.settings.workloads
         ]
 
-    def _referee(
-        self,
-        job: dict[str, Any],
-        env: Mapping[str, str],
-        prepared: Prepared | None = None,
-    ) -> dict[str, Any]:
+    def _referee(self, job: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         job = {"problem_dir": str(self.problem.root), **job}
-        return referee_call(job, self.settings, env, prepared)
+        return referee_call(job, self.settings, env)
 
-    def driver_job(self, s: Settings, entry: dict[str, Any], env: Mapping[str, str], *, witness_dir: Path,
-                   harness_dir: Path) -> dict[str, Any]:  # fmt: skip
-        """The driver's job for one evaluation with settings ``s`` (its input seed drawn now)."""
-        return {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "witness_dir": str(witness_dir),
-                "device": s.device, "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
-                "repeats": s.repeats, "audits": s.audits, "flush_l2": s.flush_l2, "workloads": self._selected(),
-                "entry": entry, "inputs": s.inputs, "timer": s.timer,
+    def timer_job(self, s: Settings, entry: dict[str, Any], env: Mapping[str, str], *,
+                  harness_dir: Path) -> dict[str, Any]:  # fmt: skip
+        """The timer's job for one evaluation with settings ``s`` (its input seed drawn now)."""
+        return {"problem_dir": str(self.problem.root), "harness_dir": str(harness_dir), "device": s.device,
+                "seed": secrets.randbits(62), "rounds": s.rounds, "warmup": s.warmup, "iters": s.iters,
+                "repeats": s.repeats, "audits": s.audits, "batch": s.batch, "flush_l2": s.flush_l2,
+                "workloads": self._selected(), "entry": entry, "inputs": s.inputs,
                 "env": {k: env[k] for k in PER_EVALUATION_ENV if k in env}}  # fmt: skip
 
     def calibration(self, env: Mapping[str, str]) -> dict[str, Any]:
@@ -186,15 +169,16 @@ class Harness:
         if self.fixed_baselines:
             return self.fixed_baselines
         s = self.settings
-        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{s.inputs}|{s.timer}|{self._selected()}"
+        key = f"baseline|{self.problem.root}|{self.problem.name}|{s.device}|{env.get('CUDA_VISIBLE_DEVICES')}|{s.baseline}|{s.warmup}|{s.iters}|{s.repeats}|{s.inputs}|{s.batch}|{self._selected()}"
         if key not in _CACHE:
             job = {"task": "baseline", "workloads": self._selected(), "warmup": s.warmup, "iters": s.iters,
-                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats, "inputs": s.inputs, "timer": s.timer}  # fmt: skip
+                   "baseline": s.baseline, "seed": 0, "repeats": s.repeats, "inputs": s.inputs, "batch": s.batch,
+                   "flush_l2": s.flush_l2}  # fmt: skip
             _CACHE[key] = self._referee(job, env)["workloads"]
         return _CACHE[key]
 
     def entry(self, workdir: Path, report: Report, env: Mapping[str, str]) -> dict[str, Any] | None:
-        """What the driver calls: kernel.py's run, a solution's Python entry, or the extension
+        """What the candidate's process calls: kernel.py's run, a solution's Python entry, or the extension
         the harness builds from a C++ solution (None, with the report filled in, when that fails)."""
         try:
             solution = read_candidate(workdir)
@@ -244,65 +228,45 @@ class Harness:
         if entry is None:
             return report
         device, timeout_s = self.settings.device, self.settings.timeout_s
-        # this one's witness-check referee and the next evaluations' drivers start now and import
+        # the next evaluations' timers (each with its candidate's process) start now and import
         # while this candidate runs (only the CPU: neither touches the GPU before its job)
-        with (
-            take_driver(device, timeout_s, env) as driver,
-            prepare_referee(device, self.settings.referee_timeout_s, env) as referee,
-        ):
-            prepare_next_driver(device, timeout_s, env)
-            # the candidate's files go into the driver's folder (links stay links), after the
-            # driver imported the harness's modules, so no file of theirs can stand in for one
-            shutil.copytree(workdir, driver.folder / "work", symlinks=True, dirs_exist_ok=True,
+        with take_timer(device, timeout_s, env) as timer:
+            prepare_next_timer(device, timeout_s, env)
+            # the candidate's files go into the timer's folder (links stay links), after both
+            # processes imported the harness's modules, so no file of theirs can stand in for one
+            shutil.copytree(workdir, timer.folder / "work", symlinks=True, dirs_exist_ok=True,
                             ignore=special_files)  # fmt: skip
-            witness_dir, harness_dir = driver.folder / "witness", driver.folder / "harness"
             s = self.settings.strict() if strict else self.settings
-            job = self.driver_job(s, entry, env, witness_dir=witness_dir, harness_dir=harness_dir)
+            job = self.timer_job(s, entry, env, harness_dir=timer.folder / "harness")
             launched = time.monotonic()
-            report.mark("process_start")  # until the driver is ready to import the candidate
-            result = driver.started.finish(json.dumps(job).encode())
-            raw = tagged_json(result.stdout, DRIVER_TAG)
+            report.mark("process_start")  # until the timer is ready to load the candidate
+            raw, result = harness_json(TIMER, job, cwd=timer.folder / "work", timeout_s=timeout_s, env=env,
+                                       gpu=device.startswith("cuda"), started=timer.started)  # fmt: skip
             returned = time.monotonic()
-            driver_marks = (raw or {}).get("marks") or [("candidate_process", launched)]
-            for name, at in driver_marks:  # the driver's clock is this machine's monotonic clock
+            timer_marks = (raw or {}).get("marks") or [("candidate_process", launched)]
+            for name, at in timer_marks:  # the timer's clock is this machine's monotonic clock
                 report.mark(str(name), min(max(float(at), launched), returned))
-            report.mark("witness", returned)
             report.output = result.tail(4000)
-            if raw is None:
-                why = (
-                    "timed out"
-                    if result.timed_out
-                    else f"exited with status {result.returncode} without a result"
-                )
-                report.status, report.message = (
-                    ("timeout" if result.timed_out else "error"),
-                    f"candidate process {why}",
-                )
+            if result.leftover:  # (no verdict is read then: work left behind could outlive it)
+                report.status, report.message = "cheat", f"candidate left {result.leftover} process(es) running"
                 return report
-            if result.leftover:
-                report.status, report.message = (
-                    "cheat",
-                    f"candidate left {result.leftover} process(es) running",
-                )
+            if raw is None:
+                why = "timed out" if result.timed_out else f"exited with status {result.returncode} without a result"
+                report.status = "timeout" if result.timed_out else "error"
+                report.message = f"the timer and the candidate's process {why}"
                 return report
             for key, status in (("fatal", "error"), ("error", "error"), ("cheat", "cheat")):
                 if key in raw:
                     report.status, report.message = status, raw[key]
+                    if raw.get("traceback"):
+                        report.message += "\n" + raw["traceback"][-1500:]
                     return report
-            witnesses = [
-                {"uuid": w["uuid"], **w["witness"]} for w in raw["workloads"] if w.get("witness")
-            ]
-            checked = (
-                self._referee({"task": "witness", "witnesses": witnesses}, env, referee)["witness"]
-                if witnesses
-                else {}
-            )
             report.mark("scoring")
-            self._score(report, raw, checked, baselines, calibration, s)
+            self._score(report, raw, baselines, calibration, s)
             return report
 
-    def _score(self, report: Report, raw: dict[str, Any], checked: dict[str, Any], baselines: dict[str, Any],
-               calibration: dict[str, Any], settings: Settings) -> None:  # fmt: skip
+    def _score(self, report: Report, raw: dict[str, Any], baselines: dict[str, Any], calibration: dict[str, Any],
+               settings: Settings) -> None:  # fmt: skip
         by_uuid = {w["uuid"]: w for w in raw.get("workloads", [])}
         report.ceilings = {
             k: calibration[k] for k in ("bandwidth_bytes_per_s", "matrix_flops_per_s")
@@ -341,12 +305,9 @@ class Harness:
                 row.message += "\n" + got["traceback"][-1500:]
             if row.status != "ok":
                 continue
-            problems = self._verify(got, checked.get(uuid), workload, settings)
+            problems = self._verify(got, workload, settings)
             if problems:
-                row.status, row.message = (
-                    ("cheat" if problems.startswith("witness") else "incorrect"),
-                    problems,
-                )
+                row.status, row.message = "incorrect", problems
                 continue
             row.repeat_medians = [_median(t) for t in got["timings_ms"]]
             row.kernel_ms = _median(row.repeat_medians)
@@ -383,9 +344,7 @@ class Harness:
         if flagged and not report.message:
             report.message = f"score above 1 on {flagged}: faster than the roofline, so the SOL bound or the timing is wrong"
 
-    def _verify(
-        self, got: dict[str, Any], witness: dict[str, Any] | None, workload: Any, settings: Settings
-    ) -> str:
+    def _verify(self, got: dict[str, Any], workload: Any, settings: Settings) -> str:
         """Recompute every verdict from raw stats and check the timings; '' when all is well."""
         tol = workload.tolerance
         if len(got.get("rounds", [])) != settings.rounds:
@@ -395,27 +354,10 @@ class Harness:
                 reason = verdict(s, tol, name=f"round {r} output {i}")
                 if reason:
                     return reason
-        for a, stats in enumerate(got.get("audits", [])):
-            for i, s in enumerate(stats):
-                reason = verdict(s, tol, name=f"audited timed call {a} output {i}")
-                if reason:
-                    return reason
         timings = got.get("timings_ms", [])
-        if len(timings) != settings.repeats or any(len(t) != settings.iters for t in timings):
-            return "the timing loop did not report the expected number of timed calls"
-        if any(
-            not (isinstance(v, int | float) and math.isfinite(v) and v > 0)
-            for t in timings
-            for v in t
-        ):
+        batches = math.ceil(settings.iters / max(1, settings.batch))
+        if len(timings) != settings.repeats or any(len(t) != batches for t in timings):
+            return "the timing loop did not report the expected number of timed batches"
+        if any(not (isinstance(v, int | float) and math.isfinite(v) and v > 0) for t in timings for v in t):
             return "a reported time is not a positive finite number"
-        if settings.audits and witness is None:
-            return "witness: no witness outputs to check"
-        if witness is not None:
-            if "error" in witness:
-                return f"witness: {witness['error']}"
-            for i, s in enumerate(witness["stats"]):
-                reason = verdict(s, tol, name=f"output {i}")
-                if reason:
-                    return f"witness: outputs saved from a timed call do not match the reference run by the harness ({reason})"
         return ""

@@ -4,17 +4,21 @@
     python -m evolve.benchmarks.kernels.harness_tax --device cpu --tiny     # CPU check (interpreter)
 
 Per workload, the median time of the problem's seed kernel (``--kernel`` for another file),
-measured in one run three ways with the driver's own timer, warm-up, L2 flush and inputs at
-shifted addresses:
+measured in one run four ways, with warm-up, L2 flush and inputs at shifted addresses:
 
-1. ``bare``: in this process, with nothing else done first;
-2. ``after profile``: in this process, after the profiled call the driver makes before it
-   times (``guards.kernel_signature``: the torch profiler, then CUPTI in the timing);
-3. ``driver``: the harness's driver process with the harness's job, run without the sandbox;
-4. ``harness``: a full evaluation through ``KernelFitness`` (the sandboxed driver), its
+1. ``bare``: in this process, each call timed alone (CUPTI or CUDA events on a GPU, the
+   host clock on a CPU: ``timing.measure``), with nothing else done first;
+2. ``after profile``: the same, after a profiled call (``guards.kernel_signature``: the torch
+   profiler, then CUPTI in the timing);
+3. ``timer``: the harness's timer process (``timer.py``) with the harness's job, run without
+   the sandbox: batches of calls in the candidate's process, timed on the timer's clock
+   from the message that hands the batch over to its outputs being read;
+4. ``harness``: a full evaluation through ``KernelFitness`` (the sandboxed timer), its
    ``<workload>/kernel_ms``.
 
-and the ratios to ``bare``. The harness should change nothing. On the H200 on 2026-12-01
+and the ratios to ``bare``: ``timer`` over ``bare`` is what timing from another process adds
+(the hand-over, the views of the arena, the launches); ``harness`` over ``timer`` is what the
+sandbox adds, which should be nothing. On the H200 on 2026-12-01
 this table found that the rmsnorm seed ran 2.1x as long after the profiled call as bare
 (and so in the driver and through the harness): the torch profiler left CUPTI state that
 slowed the next CUPTI timing window, which now starts from a detached CUPTI
@@ -69,29 +73,23 @@ def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[flo
     return out
 
 
-def unsandboxed_driver_times(fitness, workdir: Path, scratch: Path) -> dict[str, float]:
-    """Per workload uuid: the median time the harness's driver measures when run without the sandbox."""
+def unsandboxed_timer_times(fitness, workdir: Path, scratch: Path) -> dict[str, float]:
+    """Per workload uuid: the median time the harness's timer measures when run without the sandbox."""
     from evolve.benchmarks.kernels.harness import Harness
-    from evolve.benchmarks.kernels.process import DRIVER, DRIVER_TAG, tagged_json
+    from evolve.benchmarks.kernels.process import TIMER
 
-    from evolve.harness.protocol import SAFE_PATH
+    from evolve.harness.protocol import SAFE_PATH, job_input
 
     harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
-    for name in ("witness", "harness"):
-        (scratch / name).mkdir()
+    (scratch / "harness").mkdir()
     entry = {"file": "kernel.py", "function": "run", "dps": True}
-    job = harness.driver_job(
-        fitness.settings,
-        entry,
-        {},
-        witness_dir=scratch / "witness",
-        harness_dir=scratch / "harness",
-    )
-    done = subprocess.run([sys.executable, *SAFE_PATH, "-m", DRIVER, fitness.settings.device], cwd=workdir,
-                          input=json.dumps(job), capture_output=True, text=True, timeout=900)  # fmt: skip
-    raw = tagged_json(done.stdout, DRIVER_TAG) or {}
+    nonce, stdin = job_input(harness.timer_job(fitness.settings, entry, {}, harness_dir=scratch / "harness"))
+    done = subprocess.run([sys.executable, *SAFE_PATH, "-m", TIMER, fitness.settings.device], cwd=workdir,
+                          input=stdin, capture_output=True, timeout=900)  # fmt: skip
+    lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
+    raw = next((line for line in lines if line.get("nonce") == nonce), {})
     if "workloads" not in raw:
-        raise RuntimeError(f"the driver gave no result: {raw or done.stderr[-2000:]}")
+        raise RuntimeError(f"the timer gave no result: {raw or done.stderr.decode()[-2000:]}")
     return {
         w["uuid"]: statistics.median(w["timings_ms"][0])
         for w in raw["workloads"]
@@ -100,7 +98,7 @@ def unsandboxed_driver_times(fitness, workdir: Path, scratch: Path) -> dict[str,
 
 
 def measure(problem: str, device: str, tiny: bool, kernel: Path | None = None):
-    """(the harness's Evaluation, one row per workload: uuid, bare_ms, profiled_ms, driver_ms, harness_ms)."""
+    """(the harness's Evaluation, one row per workload: uuid, bare_ms, profiled_ms, timer_ms, harness_ms)."""
     from evolve.fitness import EvalContext, evaluate_safely
 
     with tempfile.TemporaryDirectory(prefix="evolve-kernels-harness-tax-") as tmp:
@@ -110,10 +108,10 @@ def measure(problem: str, device: str, tiny: bool, kernel: Path | None = None):
         workdir = Path(tmp) / "candidate"
         workdir.mkdir()
         (workdir / "kernel.py").write_text(kernel.read_text())
-        driver = unsandboxed_driver_times(fitness, workdir, Path(tmp))
+        timer = unsandboxed_timer_times(fitness, workdir, Path(tmp))
         ev = evaluate_safely(fitness, workdir, EvalContext(seed=0, timeout_s=900.0))
     rows = [
-        {"uuid": uuid, "bare_ms": plain, "profiled_ms": profiled, "driver_ms": driver.get(uuid),
+        {"uuid": uuid, "bare_ms": plain, "profiled_ms": profiled, "timer_ms": timer.get(uuid),
          "harness_ms": ev.metrics.get(f"{uuid}/kernel_ms")}
         for uuid, (plain, profiled) in bare.items()
     ]  # fmt: skip
@@ -140,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"why: {str(ev.artifacts.get('error', ev.artifacts))[:2000]}")
         return 1
     print(
-        "\n| workload | bare ms | after profile ms (x bare) | driver, no sandbox, ms (x bare) "
+        "\n| workload | bare ms | after profile ms (x bare) | timer, no sandbox, ms (x bare) "
         "| harness ms (x bare) |"
     )
     print("| --- | ---: | ---: | ---: | ---: |")
@@ -148,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         plain = row["bare_ms"]
         cells = [
             f"{row[key]:.4f} ({row[key] / plain:.2f}x)" if row[key] is not None else "-"
-            for key in ("profiled_ms", "driver_ms", "harness_ms")
+            for key in ("profiled_ms", "timer_ms", "harness_ms")
         ]
         print(f"| {row['uuid']} | {plain:.4f} | " + " | ".join(cells) + " |")
     return 0

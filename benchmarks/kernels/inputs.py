@@ -1,8 +1,7 @@
 """Tensors for a workload: inputs drawn from a seed, safetensors files, outputs, the reference.
 
-Inputs are a pure function of (workload, seed, device): the candidate's process and the
-harness's own checking process draw the same values, so the harness can re-create the
-inputs of any call it audits. Random tensors follow SOL-ExecBench's ``gen_inputs``:
+Inputs are a pure function of (workload, seed, device), made by the harness's timer (which
+holds the seed) and the referee, never by the candidate's process. Random tensors follow SOL-ExecBench's ``gen_inputs``:
 upstream's name-based rules first (``heuristics.py``: weights scaled by 1/sqrt(fan_in),
 norm weights of one, rotary tables, masks...), else normal floats, fp8 from a normal
 clamped to [-2, 2], fp4 (``float4_e2m1fn_x2``) a normal rounded to the nearest E2M1 value

@@ -1,6 +1,6 @@
-"""The kernels benchmark's own processes: harness-only ones (referee, C++ build) through the
-harness layer's protocol, the driver and the referee started ahead of their jobs, and the
-fast exit of the referee and driver."""
+"""The kernels benchmark's own processes, all through the harness layer's protocol: the timer
+(which starts the candidate's process itself) and the referee, started ahead of their jobs,
+the C++ build, and the fast exit of each."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from typing import Any, NoReturn
 from evolve.fitness import Limits, Policy, Result, Started, start_sandboxed
 from evolve.harness.protocol import SAFE_PATH, job_input, read_verdict
 
-DRIVER = "evolve.benchmarks.kernels.driver"
+TIMER = "evolve.benchmarks.kernels.timer"
 REFEREE = "evolve.benchmarks.kernels.referee"
-DRIVER_TAG = "EVOLVE_KERNELS_RESULT "
 
 
 def start_harness(module: str, *, cwd: Path, timeout_s: float, env: Mapping[str, str], gpu: bool,
@@ -99,73 +98,74 @@ def _prepare(module: str, prefix: str, *, cwd: str = "", writable: tuple[str, ..
 
 
 PER_EVALUATION_ENV = ("EVOLVE_SEED", "PYTHONHASHSEED")  # sent with the job, not at the start
-# Drivers kept waiting per key (device, timeout, environment): a driver's start (imports) took
-# ~10 s on the H200 host and an rmsnorm evaluation ~5 s, so one driver started when an
+# Timers kept waiting per key (device, timeout, environment): the driver they replace took ~10 s
+# to start (imports) on the H200 host and an rmsnorm evaluation ~5 s, so one started when an
 # evaluation begins was still importing when the next began (4.5 s of its wall time, measured
-# on 2026-12-01); two ahead give each driver two evaluations' time.
+# on 2026-12-01); two ahead give each timer, and the candidate's process it starts, two
+# evaluations' time.
 AHEAD = 2
-# per process, oldest first: (key, driver) pairs waiting for a later evaluation; a lock, as
+# per process, oldest first: (key, timer) pairs waiting for a later evaluation; a lock, as
 # gpu_run evaluates on several GPUs from threads of one process
 _WAITING: list[tuple[str, Prepared]] = []
-MAX_WAITING_DRIVERS = 16  # AHEAD per GPU of a large machine; each holds torch in memory (~0.4 GB)
+MAX_WAITING_TIMERS = 16  # AHEAD per GPU of a large machine; each pair holds torch twice (~0.8 GB)
 _NEXT_LOCK = threading.Lock()
 
 
-def prepare_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
-    """A driver for ``device`` (its job's timeout ``timeout_s``) and ``env`` that waits for its job,
-    in a folder with ``work/`` (the candidate's files are copied there when its evaluation
-    begins), ``witness/`` and ``harness/``.
+def prepare_timer(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
+    """A timer for ``device`` (its job's timeout ``timeout_s``) and ``env`` that waits for its job,
+    with the candidate's process it started, in a folder with ``work/`` (the candidate's files
+    are copied there when its evaluation begins) and ``harness/``.
 
-    The per-evaluation variables (``PER_EVALUATION_ENV``) reach it with the job; the hash seed
-    of a driver started ahead is therefore its own (random), not the evaluation's.
+    The per-evaluation variables (``PER_EVALUATION_ENV``) reach the candidate with the job; the
+    hash seed of a process started ahead is therefore its own (random), not the evaluation's.
     """
-    return _prepare(DRIVER, "evolve-kernels-", cwd="work", writable=("witness", "harness"),
+    return _prepare(TIMER, "evolve-kernels-", cwd="work", writable=("harness",),
                     args=(device,), timeout_s=timeout_s, gpu=device.startswith("cuda"),
                     env={k: v for k, v in env.items() if k not in PER_EVALUATION_ENV})  # fmt: skip
 
 
-def driver_key(device: str, timeout_s: float, env: Mapping[str, str]) -> str:
-    """What a waiting driver must match to serve an evaluation: all but the per-evaluation variables."""
+def timer_key(device: str, timeout_s: float, env: Mapping[str, str]) -> str:
+    """What a waiting timer must match to serve an evaluation: all but the per-evaluation variables."""
     spawn = sorted((k, v) for k, v in env.items() if k not in PER_EVALUATION_ENV)
     return json.dumps([device, timeout_s, spawn])
 
 
-def take_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
-    """The oldest driver an earlier evaluation started for this key when it still waits, else a new one."""
-    key = driver_key(device, timeout_s, env)
+def take_timer(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
+    """The oldest timer an earlier evaluation started for this key when it still waits, else a new one."""
+    key = timer_key(device, timeout_s, env)
     while True:
         with _NEXT_LOCK:
             index = next((i for i, (k, _) in enumerate(_WAITING) if k == key), None)
             ready = None if index is None else _WAITING.pop(index)[1]
         if ready is None:
-            return prepare_driver(device, timeout_s, env)
+            return prepare_timer(device, timeout_s, env)
         if ready.started.alive():
             return ready
         ready.close()
 
 
-def prepare_next_driver(device: str, timeout_s: float, env: Mapping[str, str]) -> None:
-    """Start drivers for the next evaluations with this device, timeout and environment until
-    ``AHEAD`` wait for them; beyond ``MAX_WAITING_DRIVERS`` in all, the oldest give way."""
-    key = driver_key(device, timeout_s, env)
+def prepare_next_timer(device: str, timeout_s: float, env: Mapping[str, str]) -> None:
+    """Start timers for the next evaluations with this device, timeout and environment until
+    ``AHEAD`` wait for them; beyond ``MAX_WAITING_TIMERS`` in all, the oldest give way."""
+    key = timer_key(device, timeout_s, env)
     with _NEXT_LOCK:
         missing = AHEAD - sum(k == key for k, _ in _WAITING)
-    started = [prepare_driver(device, timeout_s, env) for _ in range(missing)]
+    started = [prepare_timer(device, timeout_s, env) for _ in range(missing)]
     with _NEXT_LOCK:
-        _WAITING.extend((key, driver) for driver in started)
-        stale = [_WAITING.pop(0)[1] for _ in range(len(_WAITING) - MAX_WAITING_DRIVERS)]
-    for driver in stale:
-        driver.close()
+        _WAITING.extend((key, timer) for timer in started)
+        stale = [_WAITING.pop(0)[1] for _ in range(len(_WAITING) - MAX_WAITING_TIMERS)]
+    for timer in stale:
+        timer.close()
 
 
 @atexit.register
-def close_waiting_drivers() -> None:
-    """End the drivers still waiting for an evaluation and remove their folders (at exit)."""
+def close_waiting_timers() -> None:
+    """End the timers still waiting for an evaluation and remove their folders (at exit)."""
     with _NEXT_LOCK:
-        waiting = [driver for _, driver in _WAITING]
+        waiting = [timer for _, timer in _WAITING]
         _WAITING.clear()
-    for driver in waiting:
-        driver.close()
+    for timer in waiting:
+        timer.close()
 
 
 def special_files(folder: str, names: list[str]) -> list[str]:
@@ -179,17 +179,8 @@ def special_files(folder: str, names: list[str]) -> list[str]:
     ]
 
 
-def tagged_json(stdout: str, tag: str) -> dict[str, Any] | None:
-    """The payload of the last stdout line starting with ``tag`` (None when there is none)."""
-    payload = None
-    for line in stdout.splitlines():
-        if line.startswith(tag):
-            payload = json.loads(line[len(tag) :])
-    return payload
-
-
 def prepare_referee(device: str, timeout_s: float, env: Mapping[str, str]) -> Prepared:
-    """A referee that waits for its task (``harness.referee_call(..., prepared=)``), in its folder."""
+    """A referee that waits for its task (``harness.referee_call``), in its folder."""
     return _prepare(REFEREE, "evolve-kernels-referee-", timeout_s=timeout_s, env=env,
                     gpu=device.startswith("cuda"))  # fmt: skip
 
@@ -197,8 +188,9 @@ def prepare_referee(device: str, timeout_s: float, env: Mapping[str, str]) -> Pr
 def exit_now(code: int) -> NoReturn:
     """End this process at once, its answer already written: Python's teardown of torch's modules
     takes seconds that every evaluation would pay (2.6 s measured on the 2-core development
-    machine). Only without child processes (e.g. a compile worker pool), which a normal exit
-    shuts down and the sandbox would otherwise count as left behind."""
+    machine). Only without child processes (e.g. a compile worker pool, or the candidate's
+    process the timer ended), which a normal exit shuts down and the sandbox would otherwise
+    count as left behind."""
     sys.stdout.flush()
     sys.stderr.flush()
     if _has_children():

@@ -1,4 +1,4 @@
-"""The harness's own GPU process (no candidate code): calibration, baselines, roofline, witness checks.
+"""The harness's own GPU process (no candidate code): calibration, baselines, roofline, timer checks.
 
 Run through ``run_sandboxed`` as ``python -P -m evolve.benchmarks.kernels.referee``; it talks
 the harness layer's protocol (``evolve.harness.protocol``: the job with a nonce on stdin, the
@@ -6,10 +6,11 @@ verdict as the JSON line carrying it). Tasks:
 
 - ``calibrate``: the machine's bandwidth and matrix rates;
 - ``baseline``: per workload, timings of the reference in eager mode and under
-  ``torch.compile`` (the baseline T_b), its unavoidable bytes and its matrix FLOPs;
-- ``timers``: the reference of each workload timed with CUDA events and with CUPTI;
-- ``witness``: re-create the inputs of calls the driver audited, run the reference on
-  them here, and compare with the outputs the candidate's process saved.
+  ``torch.compile`` (the baseline T_b), measured exactly as a candidate is (``timer.py``:
+  the reference hosted in a process of its own, batches timed from this one), its
+  unavoidable bytes and its matrix FLOPs;
+- ``timers``: the reference of each workload timed in this process with CUDA events and with
+  CUPTI, one call at a time (a diagnostic of the two GPU timers).
 """
 
 from __future__ import annotations
@@ -31,50 +32,44 @@ PREPARED_MODULES = (
     "evolve.benchmarks.kernels.roofline",
     "evolve.benchmarks.kernels.spec",
     "evolve.benchmarks.kernels.timing",
+    "evolve.benchmarks.kernels.timer",
+    "evolve.benchmarks.kernels.arena",
+    "evolve.benchmarks.kernels.wire",
 )
 
 
-def _measure_workload(
-    job: dict[str, Any], problem: Any, workload: Any, reference: Any, state: dict[str, Any]
-) -> dict[str, Any]:
+def _measure_workload(job: dict[str, Any], problem: Any, workload: Any, reference: Any,
+                      sessions: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """Bytes, FLOPs, eager and compiled timings of the reference on one workload."""
     import torch
-    from evolve.benchmarks.kernels import inputs, pool, roofline, timing
+    from evolve.benchmarks.kernels import inputs, roofline, timer
 
     device = torch.device(job["device"])
     maker = inputs.InputMaker(problem, workload, device, reference)
-    entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes()}
+    entry: dict[str, Any] = {"bytes": maker.input_bytes() + maker.output_bytes(), "timer": "host"}
     entry["flops"], entry["flops_method"] = roofline.flops_with_fallback(problem, maker, reference)
-
-    if job.get("inputs", "shifted") == "shifted":  # as the candidate's timed calls (pool.py)
-        base = maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline"))
-        shifted = pool.ShiftedInputs(base, int(job["warmup"]) + int(job["iters"]))
-
-        def setup(i: int) -> list[Any]:
-            return shifted.get(int(job["warmup"]) + i if i >= 0 else -1 - i)
-    else:
-
-        def setup(i: int) -> list[Any]:
-            return maker.make(inputs.derive_seed(job["seed"], workload.uuid, "baseline", i))
-
-    kwargs = {"device": device, "warmup": job["warmup"], "iters": job["iters"], "flush_l2": True,
-              "method": job.get("timer", "events")}  # fmt: skip
-    repeats = int(job.get("repeats", 1))
-    with torch.no_grad():
-        entry["reference_ms"] = [
-            timing.measure(reference.run, setup, **kwargs) for _ in range(repeats)
-        ]
-        entry["timer"] = timing.last_timer()
-        if job["baseline"] == "compile":
-            try:
-                if "compiled" not in state:
-                    state["compiled"] = torch.compile(reference.run, dynamic=False)
-                entry["baseline_ms"] = [
-                    timing.measure(state["compiled"], setup, **kwargs) for _ in range(repeats)
-                ]
-            except Exception as exc:  # T_b falls back to the eager reference; the report says so
-                entry["compile_error"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    entry["reference_ms"] = timer.time_reference(sessions["eager"], job, problem, workload, reference)
+    if "compile" in sessions:
+        try:
+            entry["baseline_ms"] = timer.time_reference(sessions["compile"], job, problem, workload, reference)
+        except (timer.Failed, timer.RunnerGone) as exc:  # T_b falls back to the eager reference; the report says so
+            entry["compile_error"] = str(exc)[:2000]
     return entry
+
+
+def _sessions(job: dict[str, Any], problem: Any) -> dict[str, Any]:
+    """Processes hosting the problem's reference (eager, and compiled for ``baseline=compile``),
+    each timed from this process as a candidate's is."""
+    from evolve.benchmarks.kernels import timer
+
+    sessions = {}
+    for kind in ("eager", "compile") if job["baseline"] == "compile" else ("eager",):
+        session = timer.Session(job["device"], cwd=Path(job["harness_dir"]))
+        sessions[kind] = session
+        load = {"op": "load", "entry": {"reference": kind}, "outputs": list(problem.definition.outputs),
+                "problem_dir": str(problem.root), "harness_dir": job["harness_dir"]}  # fmt: skip
+        timer.check_answer(session.ask(load), f"loading the {kind} reference")
+    return sessions
 
 
 def _baseline(job: dict[str, Any]) -> dict[str, Any]:
@@ -102,67 +97,28 @@ def _baseline(job: dict[str, Any]) -> dict[str, Any]:
             }
             continue
         out: dict[str, Any] = {}
-        state: dict[str, Any] = {}
-        for workload in problem.workloads:
-            if item.get("workloads") and workload.uuid not in item["workloads"]:
-                continue
-            try:
-                out[workload.uuid] = _measure_workload(job, problem, workload, reference, state)
-            except (
-                Exception
-            ) as exc:  # one workload failing (out of memory...) must not lose the others
-                out[workload.uuid] = {"error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        sessions: dict[str, Any] = {}
+        try:
+            sessions = _sessions(job, problem)
+            for workload in problem.workloads:
+                if item.get("workloads") and workload.uuid not in item["workloads"]:
+                    continue
+                try:
+                    out[workload.uuid] = _measure_workload(job, problem, workload, reference, sessions)
+                except Exception as exc:  # one workload failing (out of memory...) must not lose the others
+                    out[workload.uuid] = {"error": f"{type(exc).__name__}: {str(exc)[:1000]}"}
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        except Exception as exc:  # the reference's process did not start or load
+            results[problem.name] = {"error": f"the reference's process failed: {type(exc).__name__}: {exc}"}
+            continue
+        finally:
+            for session in sessions.values():
+                session.close()
         results[problem.name] = {"workloads": out, "seconds": time.monotonic() - start}
     if "problems" in job:
         return {"problems": results}
     return next(iter(results.values()))
-
-
-def _witness(job: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    from evolve.benchmarks.kernels import compare, inputs, spec
-
-    problem = spec.load_problem(job["problem_dir"])
-    device = torch.device(job["device"])
-    reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
-    out: dict[str, Any] = {}
-    for item in job["witnesses"]:
-        workload = problem.workload(item["uuid"])
-        maker = inputs.InputMaker(problem, workload, device, reference)
-        path = Path(item["file"])
-        # a FIFO put in its place would block open() for good; a link could lead anywhere
-        if path.is_symlink() or not path.is_file():
-            out[item["uuid"]] = {"error": "the witness file is not a regular file"}
-            continue
-        try:  # the candidate's process can write anything there
-            saved = torch.load(path, map_location=device, weights_only=True)
-            seed, got = int(saved["seed"]), list(saved["outputs"])
-            if not all(isinstance(g, torch.Tensor) for g in got):
-                raise TypeError("an output is not a tensor")
-        except Exception as exc:
-            out[item["uuid"]] = {"error": f"the witness file does not hold saved outputs "
-                                          f"({type(exc).__name__}: {str(exc)[:200]})"}  # fmt: skip
-            continue
-        if seed != int(item["seed"]):
-            out[item["uuid"]] = {
-                "error": "the witness file holds outputs for other inputs than reported"
-            }
-            continue
-        with torch.no_grad():
-            ref = maker.normalize(reference.run(*maker.make(seed)))
-        if len(got) != len(ref):
-            out[item["uuid"]] = {
-                "error": f"witness has {len(got)} outputs, the definition {len(ref)}"
-            }
-            continue
-        out[item["uuid"]] = {
-            "stats": [
-                compare.error_stats(g, r, workload.tolerance) for g, r in zip(got, ref, strict=True)
-            ]
-        }
-    return {"witness": out}
 
 
 def _timers(job: dict[str, Any]) -> dict[str, Any]:
@@ -228,7 +184,7 @@ def _calibrate(job: dict[str, Any]) -> dict[str, Any]:
     return {"calibration": calibrate(torch.device(job["device"]), quick=bool(job.get("quick")))}
 
 
-TASKS = {"baseline": _baseline, "witness": _witness, "calibrate": _calibrate, "timers": _timers}
+TASKS = {"baseline": _baseline, "calibrate": _calibrate, "timers": _timers}
 
 
 def main() -> int:

@@ -52,7 +52,7 @@ class Report:
     language: str = "kernel.py"  # the solution's language, or kernel.py for our plain format
     build: dict[str, Any] = field(default_factory=dict)
     # Where the evaluation's time went: (phase, monotonic time it began), in the order marked;
-    # the driver's own marks (its imports, rounds, timing loops) are merged in by the harness.
+    # the timer's own marks (the candidate's import, rounds, timing) are merged in by the harness.
     marks: list[tuple[str, float]] = field(default_factory=list)
     ceilings: dict[str, Any] = field(
         default_factory=dict

@@ -12,7 +12,7 @@ problem on which the candidate gains most over the plain reference (its score mi
 reference's own score on that problem, both from measurements the harness already
 makes), so the archive keeps specialists for every problem instead of one generalist.
 
-Each problem is measured in its own sandboxed driver, as in single-problem runs; a
+Each problem is measured by its own sandboxed timer, as in single-problem runs; a
 problem whose folder did not change since an earlier evaluation in this process reuses
 that measurement (keyed by the SHA-256 of the folder's files), so a mutation that
 touches one kernel costs one problem's measurement, not the suite's.
@@ -85,7 +85,7 @@ class KernelSuiteFitness:
         category: a sub-folder of the dataset (for example upstream's ``L1``), instead of a list.
         dataset: folder of problem folders; default our suite.
         workloads_per_problem: score only each problem's first N workloads (0: all), for short runs.
-        other arguments: as ``KernelFitness`` (device, counts, baseline, calibration, inputs, timer...).
+        other arguments: as ``KernelFitness`` (device, counts, baseline, calibration, inputs, batch...).
     """
 
     def __init__(self, *, problems: Sequence[str] = (), category: str | None = None, dataset: str | None = None,

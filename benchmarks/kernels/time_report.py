@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a measurement setting of the harness (e.g. timer=events, inputs=fresh); repeatable",
+        help="a measurement setting of the harness (e.g. batch=5, inputs=fresh); repeatable",
     )
     args = parser.parse_args(argv)
     settings = dict(item.split("=", 1) for item in args.set)

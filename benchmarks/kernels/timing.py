@@ -1,4 +1,7 @@
-"""GPU timing of one callable: warm-up, timed runs with fresh arguments, L2 flushed before each.
+"""GPU timing of one callable in this process: warm-up, timed runs with fresh arguments, L2 flushed before each.
+
+Used by the harness's own processes for the reference (``referee.py``'s ``timers`` diagnostic,
+``harness_tax``'s bare times); a candidate is timed from another process (``timer.py``).
 
 Every iteration gets arguments from ``setup(i)`` (fresh inputs and fresh output buffers,
 so nothing computed earlier can be reused), then the L2 cache is flushed by zeroing a
@@ -6,9 +9,8 @@ buffer of twice its size, then the call runs between two CUDA events (GPU time o
 setup and flush sit before the start event). Before the start event the GPU also spins
 for ``HEAD_START_CYCLES``, so that the call's kernel launches are already queued when the
 clock starts: the time is the GPU's execution, not Python launch overhead (which CUPTI
-timing in SOL-ExecBench excludes the same way). ``audit(i, args)`` runs after the end
-event of chosen iterations, so its work is never timed and the audited call is a timed
-call like any other. On a CPU device (tests) the host clock stands in for the events.
+timing in SOL-ExecBench excludes the same way). On a CPU device (tests) the host clock stands
+in for the events.
 
 ``method="cupti"`` (SOL-ExecBench's default timer) takes each call's time from CUPTI
 activity records instead: the span from the first kernel/memcpy/memset the call starts
@@ -17,11 +19,8 @@ cupti-python``; the ``kernels`` extra). It excludes event-record overhead, which
 measured at 6-10 us, and matters for workloads of a few microseconds. Without the
 package, ``resolve_timer`` answers "events" and the report says so.
 
-The clock functions, CUPTI's module included, are captured when this module is imported,
-which the driver does before it imports a candidate: a candidate that patches them or
-plants its own ``cupti`` module later changes nothing here (and ``guards`` reports the
-patch). CUPTI sees the activities of every stream of the process; CUDA events see only
-the stream they are recorded on.
+CUPTI sees the activities of every stream of the process; CUDA events see only the stream
+they are recorded on.
 """
 
 from __future__ import annotations
@@ -29,12 +28,12 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-try:  # before any candidate is imported: a module planted in sys.modules later is never used
+try:
     from cupti import cupti as _CUPTI
 except ImportError:
     _CUPTI = None
@@ -74,7 +73,7 @@ class CuptiUnavailable(RuntimeError):
     """CUPTI could not start here (driver or library mismatch); CUDA events are used instead."""
 
 
-_USED: dict[str, str] = {}  # the timer the last measure() really used (the driver reports it)
+_USED: dict[str, str] = {}  # the timer the last measure() really used (the referee reports it)
 
 
 def last_timer() -> str:
@@ -95,7 +94,7 @@ def resolve_timer(method: str, device: torch.device) -> str:
 
 
 def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]], flush: torch.Tensor | None,
-                   iters: int, audits: set[int], audit: Any, device: torch.device) -> list[float]:  # fmt: skip
+                   iters: int, device: torch.device) -> list[float]:  # fmt: skip
     """Per call: the GPU span of its activities (ns clock of CUPTI), calls separated by syncs.
 
     Each call is launched behind the same head start as the events path, so a reference made
@@ -117,7 +116,7 @@ def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]]
         records.extend((int(a.start), int(a.end)) for a in activities)
 
     try:
-        # A torch profiler run earlier in this process (the driver profiles the kernels a call
+        # A torch profiler run earlier in this process (harness_tax profiles the kernels a call
         # launches just before it times) leaves kineto's CUPTI state behind: timed under it, the
         # rmsnorm seed ran 2.1x slower on the H200 (kernels/RESULTS.md, 2026-12-01), and the next
         # window after a finalize ran at bare speed. So each window starts from a detached CUPTI.
@@ -143,8 +142,6 @@ def _measure_cupti(fn: Callable[..., Any], setup: Callable[[int], Sequence[Any]]
             fn(*args)
             _SYNC(device)
             windows.append((begin, int(cupti.get_timestamp())))
-            if i in audits and audit is not None:
-                audit(i, args)
         cupti.activity_flush_all(1)
     finally:
         for kind in kinds:
@@ -178,15 +175,12 @@ def measure(
     warmup: int = 10,
     iters: int = 50,
     flush_l2: bool = True,
-    audit_at: Iterable[int] = (),
-    audit: Callable[[int, Sequence[Any]], None] | None = None,
     method: str = "events",
 ) -> list[float]:
     """Milliseconds of each of ``iters`` timed calls ``fn(*setup(i))`` after ``warmup`` untimed ones.
 
     ``method`` is "events" or "cupti" (see ``resolve_timer`` for which one runs).
     """
-    audits = set(audit_at)
     _USED.pop("activities", None)
     flush = (
         torch.empty(2 * l2_bytes(device), dtype=torch.int8, device=device)
@@ -207,13 +201,11 @@ def measure(
             start = _NOW_NS()
             fn(*args)
             times.append((_NOW_NS() - start) / 1e6)
-            if i in audits and audit is not None:
-                audit(i, args)
         return times
     _USED["timer"] = resolve_timer(method, device)
     if _USED["timer"] == "cupti":
         try:
-            return _measure_cupti(fn, setup, flush, iters, audits, audit, device)
+            return _measure_cupti(fn, setup, flush, iters, device)
         except CuptiUnavailable as exc:
             _USED["timer"] = f"events (cupti unavailable: {str(exc)[:200]})"
     starts = [_EVENT(enable_timing=True) for _ in range(iters)]
@@ -227,8 +219,6 @@ def measure(
         _RECORD(starts[i])
         fn(*args)
         _RECORD(ends[i])
-        if i in audits and audit is not None:
-            audit(i, args)
     _SYNC(device)
     return [float(_ELAPSED(s, e)) for s, e in zip(starts, ends, strict=True)]
 

@@ -6,10 +6,13 @@ at import, caches keyed on the pointer or on a sample of the values, work deferr
 call), class 3 (state carried between evaluations: files in /dev/shm, /tmp and $HOME,
 poisoned harness caches and dataset, a daemon left to serve the next candidate), the
 auditor's strict mode (``EvalContext.strict``: more rounds and probes), a returning
-solution's lazy value, names of the harness's modules rebound at import, a FIFO in place
-of the witness, and a cross_entropy loss that never reads the logits.
-GPU part (``-m gpu``): patched CUDA events, lazy output tensors, outputs cached across calls
-and a proxy output on the real rmsnorm problem of our suite.
+solution's lazy value, names of the harness's modules rebound at import, forgers that walk
+from their import to the frames of the process hosting them (issue 29 item 5: they scored
+0.94 when that process also timed and checked them), and a cross_entropy loss that never
+reads the logits.
+
+GPU part (``-m gpu``): patched CUDA events (harmless now), a lazy output tensor, outputs cached across
+calls and the driver-frame forger on the real rmsnorm problem of our suite.
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ SABOTEUR = (
         if int(pid) == os.getpid():
             continue
         try:
-            if b"kernels.driver" not in open(f"/proc/{pid}/cmdline", "rb").read():
+            if b"kernels.timer" not in open(f"/proc/{pid}/cmdline", "rb").read():
                 continue
             with open(f"/proc/{pid}/fd/0", "w") as stdin:
                 stdin.write('{"rounds": 0, "audits": 0}')
@@ -423,18 +426,17 @@ LAZY_RETURN = (  # returns at once; the harness reads the output after the timed
 )
 
 
-def test_a_returned_output_that_computes_when_read_is_caught(fitness, tmp_path):
-    """A returning solution's value is read after the timed call: a lazy one would be timed at ~0
+def test_a_returned_output_that_computes_when_read_is_computed_inside_the_clock(fitness, tmp_path):
+    """A returning solution's value used to be read after the timed call: a lazy one was timed at ~0
     (1.24 before, rejected only for being above 1; with a spin to land below 1, 0.82 against 0.50
-    for the honest solution, on this fixture)."""
+    for the honest solution, on this fixture). Now the candidate's process copies the returned
+    outputs into the timer's memory before it may say "done", so reading it is inside the clock."""
     workdir = tmp_path / "lazy"
     workdir.mkdir()
     (workdir / "solution.json").write_text(RETURNING_SOLUTION)
     (workdir / "kernel.py").write_text(LAZY_RETURN)
     ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
-    assert_caught(
-        ev, EvalStatus.REJECTED, r"round 0: the call returned Later, not plain torch.Tensor"
-    )
+    assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
     honest = tmp_path / "honest"
     honest.mkdir()
     (honest / "solution.json").write_text(RETURNING_SOLUTION)
@@ -474,13 +476,14 @@ def test_a_loss_that_never_reads_the_logits_fails_on_our_cross_entropy(tmp_path,
     )
 
 
-SEED_PATCH = (  # one seed for every call: the first answer is every answer, the witness's included
+SEED_PATCH = (  # one seed for every call: the first answer would be every answer
     "import torch\nfrom evolve.benchmarks.kernels import inputs\ninputs.derive_seed = lambda *parts: 12345\n"
     + POINTER_CACHE.replace("key = (x.data_ptr(), weight.data_ptr())", "key = 0")
 )
-CLOCK_PATCH = (  # the clock timing.py captured, read through its module: every call takes 10 us
-    "import itertools\nfrom evolve.benchmarks.kernels import timing\n"
-    "timing._NOW_NS = (lambda ticks: lambda: next(ticks))(itertools.count(step=10_000))\n" + GOOD
+CLOCK_PATCH = (  # every clock of the candidate's process made to claim 10 us a call
+    "import itertools, time\nfrom evolve.benchmarks.kernels import timer, timing\n"
+    "_ticks = itertools.count(step=10_000)\n"
+    "time.perf_counter_ns = timing._NOW_NS = timer._NOW_NS = lambda: next(_ticks)\n" + GOOD
 )
 CODE_SWAP = (  # the function stays the same object; its code is the candidate's
     "from evolve.benchmarks.kernels import inputs\n"
@@ -488,56 +491,94 @@ CODE_SWAP = (  # the function stays the same object; its code is the candidate's
 )
 
 
-@pytest.mark.parametrize(
-    ("code", "name"),
-    [
-        (SEED_PATCH, "inputs.derive_seed"),  # scored 1.75 (above 1 only because it does no work)
-        (CLOCK_PATCH, "timing._NOW_NS"),  # scored 0.91, or any score it chose, against 0.5-0.7
-        (CODE_SWAP, "inputs.derive_seed"),
-    ],
+@pytest.mark.parametrize("code", [SEED_PATCH, CODE_SWAP], ids=["rebound", "code swapped"])
+def test_a_seed_function_rebound_in_the_candidates_process_changes_no_input(fitness, tmp_path, code):
+    """Scored 1.75 when the process hosting the candidate made its inputs: now the timer makes them."""
+    assert_caught(evaluate(fitness, tmp_path, code), EvalStatus.INVALID, r"round 1: output 0: only")
+
+
+def test_clocks_patched_in_the_candidates_process_time_nothing(fitness, tmp_path):
+    """Scored 0.91 (any score it chose) against 0.5-0.7 when its process read that clock."""
+    ev = evaluate(fitness, tmp_path, CLOCK_PATCH)
+    assert ev.ok and 0 < ev.fitness < 1, dict(ev.artifacts)
+
+
+FRAME_FORGER = textwrap.dedent(  # issue 29 item 5: scored 0.94 against the in-process driver
+    """
+    import os, sys
+
+    # walk from this import to the frames of the process hosting it: anything named like the
+    # evaluation's seed, its job, the clock or the verdict's channel would be forged here
+    found = set()
+    frame = sys._getframe()
+    while frame is not None:
+        found.update(name for name in frame.f_locals if any(k in name for k in ("seed", "job", "nonce", "clock")))
+        frame = frame.f_back
+    print("harness names in reach:", sorted(found) or "none", file=sys.stderr)
+    # a forged result line in the old driver's format, and a verdict line without the nonce
+    line = b'EVOLVE_KERNELS_RESULT {"workloads": [{"uuid": "t33", "status": "ok", "timings_ms": [[1e-06]]}]}\\n'
+    os.write(1, line)
+    os.write(1, b'{"workloads": [{"uuid": "t33", "status": "ok", "timings_ms": [[1e-06]]}]}\\n')
+    for path in (f"/proc/{os.getppid()}/fd/1", f"/proc/{os.getppid()}/mem"):
+        try:
+            with open(path, "wb") as reached:
+                reached.write(line)
+            print("reached", path, file=sys.stderr)
+        except OSError as exc:
+            print("refused", path, type(exc).__name__, file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(0)
+    """
 )
-def test_rebinding_a_name_of_the_harness_modules_is_caught(fitness, tmp_path, code, name):
-    """The snapshot held torch's and a few driver functions; the harness's own modules were open."""
+
+
+def test_the_driver_frame_forger_reaches_nothing_that_scores(fitness, tmp_path):
+    """The forger of issue 29 item 5: from its import it walked to the driver's frame, saved a
+    true witness for inputs of its choosing, wrote its own result line and exited (0.94, every
+    check passing). The timer that owns the seed, the clock and the verdict is another process."""
+    ev = evaluate(fitness, tmp_path, FRAME_FORGER)
+    assert_caught(ev, EvalStatus.ERROR, r"the candidate's process exited \(status 0\) before answering")
+    assert "harness names in reach: none" in reason(ev)
+    assert "reached /proc" not in reason(ev) and "refused /proc" in reason(ev)
+
+
+LIAR = GOOD + textwrap.dedent(  # answers "done" for the timed calls without running them
+    """
+    import gc, types
+
+    # the object serving the timer, found from here, made to answer "done" without running the calls
+    [host] = [o for o in gc.get_objects() if type(o).__name__ == "Runner"]
+    served, honest_go = [0], host.go
+
+    def go(self, message, fds):
+        served[0] += 1
+        if served[0] <= 2:  # the correctness rounds: computed
+            return honest_go(message, fds)
+        if "arena" in message:
+            self.attach(message, fds)
+        return {"done": len(self.calls)}
+
+    host.go = types.MethodType(go, host)
+    """
+)
+
+
+def test_a_candidate_answering_for_its_process_is_caught(fitness, tmp_path):
+    """Code in the candidate's process can answer the timer as it likes: the timer reads the
+    outputs in its own memory, with its own clock."""
     assert_caught(
-        evaluate(fitness, tmp_path, code),
+        evaluate(fitness, tmp_path, LIAR),
         EvalStatus.REJECTED,
-        rf"after import: harness functions were replaced .*evolve\.benchmarks\.kernels\.{name}",
+        r"timed call \d+ gave wrong outputs \(output 0: \d+ NaN/Inf value\(s\)\) although the correctness rounds passed",
     )
 
 
-SPOIL_WITNESS = {  # once the driver saved the witness, the candidate's next call puts this in its place
-    "fifo": ("os.mkfifo(saved)", r"is not a regular file"),
-    "link": ("saved.symlink_to(pathlib.Path('kernel.py').resolve())", r"is not a regular file"),
-    "junk": ("saved.write_bytes(b'not a checkpoint')", r"does not hold saved outputs"),
-}
+def test_the_timer_is_out_of_the_candidates_reach(fitness, tmp_path):
+    """The timer is the candidate's parent in one sandbox: undumpable, its stdin, fds and memory refused."""
+    from tests.redteam.helpers import reach_waiting
 
-
-def spoiled_witness(how: str) -> str:
-    return GOOD + textwrap.dedent(
-        f"""
-        import os, pathlib
-
-        _run = run
-
-        def run(x, weight, eps, y):
-            _run(x, weight, eps, y)
-            for saved in pathlib.Path("../witness").glob("*.pt"):
-                if saved.is_file() or saved.is_symlink():
-                    saved.unlink()
-                    {SPOIL_WITNESS[how][0]}
-        """
-    )
-
-
-@pytest.mark.parametrize("how", sorted(SPOIL_WITNESS))
-def test_a_spoiled_witness_is_a_rejection_naming_it(fitness, tmp_path, how):
-    """A FIFO's open() blocked the referee until its own timeout (1800 s), far past the
-    candidate's; a link or junk bytes made the referee fail: an ERROR, not a rejection."""
-    assert_caught(
-        evaluate(fitness, tmp_path, spoiled_witness(how)),
-        EvalStatus.REJECTED,
-        rf"witness: the witness file {SPOIL_WITNESS[how][1]}",
-    )
+    ev = evaluate(fitness, tmp_path, reach_waiting("kernels.timer") + GOOD)
+    assert ev.ok and ev.fitness > 0, dict(ev.artifacts)
 
 
 # --- class 3: state carried between evaluations ---------------------------------------------
@@ -639,9 +680,9 @@ LAZY_OUTPUT = textwrap.dedent(
 @pytest.mark.parametrize(
     ("name", "code", "reason"),
     [
-        ("patched CUDA events", PATCHED_EVENTS, r"elapsed_time|timer|patched"),
-        ("lazy output tensor", LAZY_OUTPUT, r"replaced|subclass|reshaped|proxy"),
+        ("lazy output tensor", LAZY_OUTPUT, r"round 0: output 0: \d+ NaN/Inf value"),
         ("outputs cached across calls", None, r"although the correctness rounds passed"),
+        ("driver-frame forger", FRAME_FORGER, r"the candidate's process exited \(status 0\) before answering"),
     ],
 )
 def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):
@@ -649,6 +690,14 @@ def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):
     fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager", **GPU_QUICK)
     ev = evaluate(fitness, tmp_path, code, name.replace(" ", "_"))
     assert_caught(ev, FAILED, reason)
+
+
+@pytest.mark.gpu
+def test_gpu_patched_cuda_events_time_nothing(tmp_path):
+    """Patched events claimed 1 ns a call while the candidate's process timed itself."""
+    fitness = KernelFitness(problem="rmsnorm", device="cuda", baseline="eager", **GPU_QUICK)
+    ev = evaluate(fitness, tmp_path, PATCHED_EVENTS, "patched_events")
+    assert ev.ok and 0 < ev.fitness < 1, dict(ev.artifacts)
 
 
 @pytest.mark.gpu

@@ -158,12 +158,11 @@ subprocess.Popen(["sleep", "60"])
 
 TAMPERED_DRIVER = """
 import torch
-from evolve.benchmarks.kernels import compare, guards
+from evolve.benchmarks.kernels import compare, guards, timer
 
-# Disable every in-process check and make every comparison report a perfect match.
-guards.Snapshot.check = lambda self, when: None
-guards.TensorFacts.check = lambda self, when: None
-guards.check_same_kernels = lambda *args: None
+# Disable, in this process, every check the harness has and make every comparison a perfect match.
+guards.CppBlocker.check = lambda self, when: None
+timer.Measurer.failure = lambda self, stats: None
 
 
 def perfect(out, ref, tolerance):

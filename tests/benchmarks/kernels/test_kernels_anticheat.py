@@ -1,4 +1,10 @@
-"""Each anti-cheat check catches its cheat: a candidate per cheat, run through the sandboxed harness."""
+"""Each cheat is caught, or has nothing left to gain: a candidate per cheat, run through the sandboxed harness.
+
+The timer (``timer.py``) owns the inputs, the clock and every comparison in a process the
+candidate cannot reach, so cheats that patched the process hosting the candidate (its clocks,
+torch modes, the harness's checks) change no number; the harness scores them as the honest
+kernels they otherwise are.
+"""
 
 from __future__ import annotations
 
@@ -18,38 +24,46 @@ from kernels_candidates import (
 )
 from kernels_fixtures import tiny_rmsnorm
 
-CHEATS = {
-    "patched timer at import": (PATCHED_TIMER, "torch.cuda.Event.elapsed_time"),
-    "patched clock during a call": (PATCHED_CLOCK_AT_CALL, "time.perf_counter_ns"),
-    "extra threads": (EXTRA_THREAD, "extra thread(s) still running"),
-    "proxy output (storage swapped)": (PROXY_OUTPUT, "replaced or reshaped"),
-    "outputs cached across calls": (CACHED_OUTPUT, "although the correctness rounds passed"),
-    "inline C++ loading": (INLINE_CPP, "tried inline C++ loading (load_inline)"),
-    "kernels changing between iterations": (
-        KERNEL_SWITCH,
-        "kernels launched changed between iterations",
-    ),
-    "torch dispatch mode": (DISPATCH_MODE, "dispatch mode is active"),
-    "process left running": (LEFTOVER_PROCESS, "left 1 process(es) running"),
-    "driver checks disabled (caught by the witness)": (
+CAUGHT = {
+    "proxy output (storage swapped)": (PROXY_OUTPUT, "invalid", "round 0: output 0: 2112 NaN/Inf value(s)"),
+    "outputs cached across calls": (CACHED_OUTPUT, "cheat", "although the correctness rounds passed"),
+    "inline C++ loading": (INLINE_CPP, "cheat", "tried inline C++ loading (load_inline)"),
+    "process left running": (LEFTOVER_PROCESS, "cheat", "left 1 process(es) running"),
+    "harness checks disabled in the candidate's process": (
         TAMPERED_DRIVER,
-        "witness: outputs saved from a timed call",
+        "invalid",
+        "round 0: output 0: all zeros where the reference is not",
     ),
+}
+HARMLESS = {  # each was a cheat while the candidate shared its process with the clock
+    "patched timer at import": PATCHED_TIMER,
+    "patched clock during a call": PATCHED_CLOCK_AT_CALL,
+    "extra threads": EXTRA_THREAD,
+    "kernels changing between iterations": KERNEL_SWITCH,
+    "torch dispatch mode": DISPATCH_MODE,
 }
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
-    """Every cheat evaluated once, a few in parallel (each in its own sandboxed process)."""
+    """Every candidate evaluated once, a few in parallel (each in its own sandboxed process)."""
     root = tmp_path_factory.mktemp("kernels-cheats")
     tiny_rmsnorm(root, rows=(33,))
-    return evaluate_many(root, {name: code for name, (code, _) in CHEATS.items()}, root)
+    codes = {name: code for name, (code, _, _) in CAUGHT.items()} | HARMLESS
+    return evaluate_many(root, codes, root)
 
 
-@pytest.mark.parametrize("cheat", list(CHEATS))
+@pytest.mark.parametrize("cheat", list(CAUGHT))
 def test_each_cheat_is_caught(reports, cheat):
-    message = CHEATS[cheat][1]
+    _, status, message = CAUGHT[cheat]
     report = reports[cheat]
-    assert report.status == "cheat", f"{cheat}: {report.status} {report.message}\n{report.output}"
+    assert report.status == status, f"{cheat}: {report.status} {report.message}\n{report.output}"
     assert message in report.message, report.message
     assert report.score == 0.0
+
+
+@pytest.mark.parametrize("cheat", list(HARMLESS))
+def test_what_the_candidates_process_patches_changes_no_number(reports, cheat):
+    report = reports[cheat]
+    assert report.status == "ok", f"{cheat}: {report.status} {report.message}\n{report.output}"
+    assert all(row.status == "ok" and row.kernel_ms > 0 for row in report.rows)

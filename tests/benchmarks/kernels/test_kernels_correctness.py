@@ -109,9 +109,10 @@ def test_a_crashing_kernel_is_an_error_with_its_traceback(reports):
     )
 
 
-def test_resizing_the_output_is_caught(reports):
+def test_resizing_the_output_leaves_the_timers_output_unwritten(reports):
+    """The output's storage is the timer's arena: a resized view writes none of it."""
     report = reports["resize"]
-    assert report.status == "cheat" and "replaced or reshaped" in report.message
+    assert report.status in ("invalid", "error") and "round 0" in report.message, report.message
 
 
 def test_triton_kernel_under_the_interpreter(reports):

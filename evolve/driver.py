@@ -111,6 +111,7 @@ class Driver:
                 reevaluate=self._strict_reevaluation,
                 strict_seeds=audit.strict_seeds,
                 review_diff=review_diff if audit.review else None,
+                prescribed=engine.benchmark.prescribed,
             )
             if audit.enabled
             else None

@@ -70,7 +70,7 @@ class Archive:
         islands: int = 1,
         sampler: str = "rank",
         qd_offset: float | None = None,
-        min_improvement: float = 1e-9,
+        min_improvement: float = 1e-6,
         novelty: NoveltySettings | dict | None = None,
         split_depth: int = 0,
     ) -> None:
@@ -105,6 +105,8 @@ class Archive:
         # Noise-aware selection (evolve.noise.NoiseJudge): judge(challenger, incumbent id,
         # incumbent value) -> whether the challenger replaces the incumbent; None = plain comparison.
         self.judge: Callable[[Evaluation, str, float], bool] | None = None
+        # The sd of repeated evaluations of one program (evolve.referee measures it); None: not measured.
+        self.noise_sd: float | None = None
         for island, cell, candidate_id, value in store.elites():
             if island < islands:
                 self._put(island, cell, Elite(candidate_id, value))
@@ -192,6 +194,12 @@ class Archive:
         """Whether ``value`` beats ``over`` by more than the stated tolerance (``min_improvement``)."""
         gain = self.objective.oriented(value) - self.objective.oriented(over)
         return gain > self.min_improvement * max(1.0, abs(over))
+
+    def beyond_noise(self, value: float, over: float) -> bool:
+        """Whether ``value`` beats ``over`` beyond the tolerance and twice the measured noise
+        (``noise_sd``): what a new best must do to be called one."""
+        gain = self.objective.oriented(value) - self.objective.oriented(over)
+        return self.improves(value, over) and gain > 2 * (self.noise_sd or 0.0)
 
     def incumbent(self, island: int, cell: str) -> Elite | None:
         """The elite of ``cell`` on ``island``, or None when the cell is empty."""

@@ -258,7 +258,10 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} unknown; available: {', '.join(BACKENDS)}")
     try:
-        noise = NoiseSettings.from_config(cfg.get("noise"))
+        node = dict(cfg.get("noise") or {})
+        if node.get("seeds") is None:  # a benchmark whose score varies says how often to measure it
+            node["seeds"] = int(cfg["benchmark"].get("noise_seeds") or 1)
+        noise = NoiseSettings.from_config(node)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     checked = dict(

@@ -348,10 +348,10 @@ class Driver:
         result = self.engine.tell(candidate, evaluation, samples, audit=verdict)
         self._unfinished -= 1
         best = archive.best()
-        new_best = (
+        new_best = (  # beyond the measured noise, not only first in the archive
             best is not None
             and best[0] == candidate.id
-            and (before is None or archive.improves(best[1], before[1]))
+            and (before is None or archive.beyond_noise(best[1], before[1]))
         )
         log.info(
             "%s",

@@ -6,7 +6,10 @@ extra seed, and hands it every finished evaluation: ``calibrate`` for the seed p
 (``noise.seeds`` samples, side by side on the evaluation slots, each stored at once so a
 killed run does not measure it again),
 ``settle`` for a challenger (more samples while its one-sided test against the cell's
-incumbent is close, per ``noise.schedule``). The calibration becomes the archive's judge.
+incumbent is close, per ``noise.schedule``, and ``noise.best_seeds`` when its first score
+would make it the run's best). The calibration becomes the archive's judge, and the spread of
+every program evaluated more than once, pooled, its ``noise_sd``, which a new best must clear
+(``Archive.beyond_noise``).
 
 The ``Auditor`` looks at a candidate about to become the run's best: ``evolve.harness.audit``'s
 static detectors read what it added to its parent, and, when the run has a model, a
@@ -34,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 
 from evolve import noise as noise_aware
 from evolve.archive import Archive
-from evolve.fitness import Samples
+from evolve.fitness import Samples, pooled_sd
 from evolve.harness.audit import AuditReport, audit
 from evolve.store import Store
 from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, EvolveError, Files
@@ -103,6 +106,7 @@ class Referee:
         self.sample_seed = sample_seed
         self.slots = max(1, slots)
         self.calibration: noise_aware.Calibration | None = None
+        self._repeated: dict[str, Samples] = {}  # programs evaluated more than once
 
     async def calibrate(self, candidate: Candidate, first: Evaluation) -> Evaluation:
         """Evaluate the seed program with ``noise.seeds`` seeds; return its verdict.
@@ -183,6 +187,10 @@ class Referee:
         samples, p = [first], None
         while elite is None and len(samples) < self.settings.new_cell_seeds and samples[-1].ok:
             samples.append(await self.reevaluate(slot, candidate, len(samples)))
+        best = self.archive.best()
+        if best is not None and self.archive.improves(float(first.fitness), best[1]):  # type: ignore[arg-type]
+            while len(samples) < self.settings.best_seeds and samples[-1].ok:
+                samples.append(await self.reevaluate(slot, candidate, len(samples)))
         while elite is not None:
             p = judge.pvalue(
                 Samples.of([s.fitness for s in samples]), elite.candidate_id, elite.value
@@ -197,10 +205,18 @@ class Referee:
         verdict = noise_aware.summarize(
             samples, calibration=self.calibration, settings=self.settings, p=p
         )
+        if verdict.ok and len(samples) > 1:
+            self._repeated[candidate.id] = noise_aware.stored_samples(verdict)
+            self.archive.noise_sd = pooled_sd(list(self._repeated.values()))[0]
         return verdict, samples[1:]
 
     def _use(self, calibration: noise_aware.Calibration) -> None:
         self.calibration = calibration
+        self._repeated = {
+            calibration.seed_id: calibration.fitness,
+            **noise_aware.repeated(self.store),
+        }
+        self.archive.noise_sd = pooled_sd(list(self._repeated.values()))[0]
         self.archive.judge = noise_aware.NoiseJudge(
             store=self.store,
             objective=self.archive.objective,

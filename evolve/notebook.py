@@ -283,11 +283,12 @@ class Notebook:
         return self._labels[child]
 
     def text(self) -> str:
-        """The notebook as the archive is now (markdown, at most ``max_chars``); '' before any proposal."""
+        """The notebook as the archive is now (markdown, at most ``max_chars``); '' before any
+        proposal, unless the noise was measured (the seed's calibration): that comes first."""
         tally, newest = self._tally()
-        if not tally.counts:
-            return ""
         sd = noise_sd(self.source)
+        if not tally.counts and sd is None:
+            return ""
         sections = [
             self._overview(tally, sd),
             self._recent(tally),
@@ -309,7 +310,7 @@ class Notebook:
     # --- sections -----------------------------------------------------------------------------
 
     def _overview(self, tally: _Tally, sd: float | None) -> str:
-        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items()))
+        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items())) or "none yet"
         noise = (
             f"repeated evaluations of one program vary by sd {sd:.3g}, so an effect holds "
             f"only beyond {2 * sd:.3g} (2 sd); a single try is a single try"

@@ -164,6 +164,7 @@ class Driver:
                 candidate.status,
             )
             self._unfinished += 1
+            self._pending += 1
             self._spawn(self._judge(candidate))
         with self._progress.shown(self.engine.evaluated):
             self._show_progress()
@@ -302,6 +303,7 @@ class Driver:
             self._stop_reason = self._stop_reason or self._streak.rejected(admitted)
             return
         self._streak.admitted()
+        self._pending += 1
         self._spawn(self._judge(admitted))
 
     # --- evaluations --------------------------------------------------------------------------------
@@ -330,8 +332,8 @@ class Driver:
 
     @contextlib.asynccontextmanager
     async def _slot(self) -> AsyncIterator[int]:
-        """A slot for an admitted candidate, counted in the window until it is given back."""
-        self._pending += 1
+        """A slot for an admitted candidate (counted in ``_pending`` from its admission until
+        the slot is given back)."""
         try:
             async with self._slots.lent() as slot:
                 yield slot

@@ -200,6 +200,7 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
         timeout_s=float(timeout_s if timeout_s is not None else cfg.get("timeout_s", 60.0)),
         gpus=int(gpus if gpus is not None else cfg.get("gpus", 0)),
         prescribed=tuple(str(name) for name in cfg.get("prescribed") or ()),
+        shown_metrics=tuple(str(name) for name in cfg.get("shown_metrics") or ()),
     )
 
 

@@ -110,6 +110,8 @@ class Benchmark:
         gpus: GPUs one evaluation needs (0 on CPU).
         prescribed: dotted names of calls the task tells programs to make (circle packing:
             ``time.process_time``); the auditor's static rules do not flag them.
+        shown_metrics: the metrics prompts show (those meaningful to the model); empty:
+            every metric but the harness's own phase timings (``time_<phase>``).
     """
 
     name: str
@@ -121,6 +123,7 @@ class Benchmark:
     timeout_s: float = 60.0
     gpus: int = 0
     prescribed: tuple[str, ...] = ()
+    shown_metrics: tuple[str, ...] = ()
 
     def seed_files(self) -> dict[str, str]:
         """The seed program as {relative path: text}."""

@@ -5,11 +5,13 @@ Usage:
                                                                           # model, 2 islands, 2 workers
   python scripts/prompt_report.py --make 60 --out /tmp/before --repo /work/main   # another checkout
   python scripts/prompt_report.py --archive /tmp/after                   # measure an existing run
+  python scripts/prompt_report.py --make 100 --out /tmp/x --set emitter.selection=weights \
+      --set llm.operators.crossover=2                                     # more crossovers
 Prints one line per measure: prompts and distinct texts, median size, how many show other
 elites, the results of earlier children of their parent, the engine's own refusals, failure
 notes printed as "X -> X", and cells given as bare numbers; then the notebook and selection
-figures of issue 31: how often the notebook's first 5 effect lines differ from those shown 50
-proposals earlier, effect lines labelled by the diff (settings ``NAME a -> b``, ``edits f()``,
+figures of issue 31: how often the labels of the notebook's first 5 effect lines (what was
+changed) differ from those shown 50 proposals earlier, effect lines labelled by the diff (settings ``NAME a -> b``, ``edits f()``,
 line counts) rather than the model's prose, ties listed as open directions, crossovers
 pairing a program with its own ancestor, the top-3 parents' share of proposals and cells
 filled per island. Reads the archive with sqlite3 only, so runs of older evolve versions
@@ -84,7 +86,8 @@ def notebook_figures(prompts: list[str]) -> list[str]:
         notebook = prompt.split("## Research notebook", 1)[-1] if "## Research notebook" in prompt else ""
         found = EFFECTS.search(notebook)
         lines = found["lines"].strip().splitlines() if found else []
-        tops.append(tuple(lines[:5]))
+        lines = [line for line in lines if not line.startswith("- ... ")]  # a cut, not an effect
+        tops.append(tuple(line.split(":", 1)[0] for line in lines[:5]))  # what was changed
         labels += len(lines)
         diff_labels += sum(bool(DIFF_LABEL.match(line)) for line in lines)
         shown = OPEN.search(notebook)
@@ -94,7 +97,7 @@ def notebook_figures(prompts: list[str]) -> list[str]:
     later = [k for k in range(LAG, len(tops)) if tops[k] or tops[k - LAG]]
     changed = sum(tops[k] != tops[k - LAG] for k in later)
     return [
-        f"notebook's first 5 effect lines differ from {LAG} proposals earlier: "
+        f"notebook's first 5 effect labels differ from {LAG} proposals earlier: "
         f"{changed} of {len(later)}",
         f"effect lines labelled by the diff: {diff_labels} of {labels}",
         f"open directions that are ties (|effect| <= {TIE:g} relative): {ties} of {opens}",
@@ -165,9 +168,12 @@ def main() -> None:
     parser.add_argument("--make", type=int, help="make a run of this many candidates first")
     parser.add_argument("--out", type=Path, help="where --make writes its run")
     parser.add_argument("--repo", type=Path, default=REPO, help="the evolve checkout --make runs")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for --make"
+    )
     args = parser.parse_args()
     if args.make:
-        make_run(args.make, args.out, ISLANDS, repo=args.repo)
+        make_run(args.make, args.out, [*ISLANDS, *args.set], repo=args.repo)
     run = args.out if args.make else args.archive
     archive = run / "archive.db" if run.is_dir() else run
     print("\n".join(report(archive)))

@@ -152,7 +152,8 @@ def test_a_review_or_summary_prompt_cuts_its_long_part_to_fit_the_context() -> N
     settings = LLMSettings(context_tokens=1500, max_tokens=500)
     diff = "".join(f"+    value_{i} = compute({i}) * {i}\n" for i in range(2000))
     values = {"task": "Keep the rules.", "objective": "score", "direction": "higher is better",
-              "diff": diff, "flags": ""}  # fmt: skip
+              "diff": diff, "flags": "", "score": "2.5", "best": "2.4", "gain": "+0.1",
+              "prescribed": "time.process_time"}  # fmt: skip
     messages = fitted_text("review.md.j2", values, "diff", model="command/x", settings=settings)
     content = messages[-1]["content"]
     assert prompt_tokens("command/x", messages) <= 1000

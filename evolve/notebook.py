@@ -234,8 +234,9 @@ class Notebook:
             self._add(self._settled, row, self._settled.fitness)
             self._after = row["seq"]
         later = _Tally()
-        for row in fresh:
-            self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
+        for row in fresh:  # proposals still in flight taught nothing yet (and their status is timing)
+            if row["status"] in FINAL:
+                self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
         newest = fresh[-1]["seq"] if fresh else self._after
         return self._settled.joined(later, self._sign), newest
 

@@ -207,6 +207,8 @@ def build_benchmark(cfg: Mapping[str, Any], *, allowed: Sequence[str] = ()) -> B
         harness_files=tuple(resolve_path(p) for p in cfg.get("harness") or ()),
         timeout_s=timeout_s,
         gpus=int(gpus if gpus is not None else cfg.get("gpus", 0)),
+        prescribed=tuple(str(name) for name in cfg.get("prescribed") or ()),
+        shown_metrics=tuple(str(name) for name in cfg.get("shown_metrics") or ()),
     )
 
 
@@ -275,7 +277,10 @@ def build_settings(cfg: Mapping[str, Any]) -> RunSettings:
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r} unknown; available: {', '.join(BACKENDS)}")
     try:
-        noise = NoiseSettings.from_config(cfg.get("noise"))
+        node = dict(cfg.get("noise") or {})
+        if node.get("seeds") is None:  # a benchmark whose score varies says how often to measure it
+            node["seeds"] = int(cfg["benchmark"].get("noise_seeds") or 1)
+        noise = NoiseSettings.from_config(node)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     checked = dict(

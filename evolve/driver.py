@@ -2,14 +2,17 @@
 
 A proposal starts (its parents chosen from the archive as it is then) while fewer than
 ``search.max_proposals_in_flight`` are running and fewer than ``in flight + slots +
-lookahead - 1`` proposals are unfinished (running, waiting for a slot, evaluated or
-audited). Each admitted candidate borrows the next free evaluation slot (``evolve.slots``)
+search.lookahead - 1`` are running, waiting for a slot or holding one: a candidate whose
+evaluation is over no longer counts while the auditor reviews it (a model's review, a
+strict re-run), so no slot idles behind an audit, and ``search.lookahead`` (the user's
+bound) lets more LLM calls run ahead while every slot is busy. Each admitted candidate borrows the next free evaluation slot (``evolve.slots``)
 for its evaluation and the referee's extra samples, and gives it back before the auditor's
 model review: no slot waits on a model. Every start, admission and result happens in one
 synchronous step of the event loop and is numbered by the engine, so:
 
-- with one proposal in flight and one slot, everything happens one at a time and a run is a
-  pure function of its seed, interrupted and resumed or not;
+- with one proposal in flight and one slot, everything happens one at a time (but the next
+  proposal while a would-be best is audited) and a run without a would-be best's model
+  review is a pure function of its seed, interrupted and resumed or not;
 - with more, the numbered order is stored (the ``schedule`` table) and an offline replay of
   the run (``llm.offline`` + ``llm.replay_from``) follows it event by event, so it makes the
   same candidates whatever its own timing.
@@ -24,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +114,7 @@ class Driver:
                 reevaluate=self._strict_reevaluation,
                 strict_seeds=audit.strict_seeds,
                 review_diff=review_diff if audit.review else None,
+                prescribed=engine.benchmark.prescribed,
             )
             if audit.enabled
             else None
@@ -125,6 +129,7 @@ class Driver:
         self._tasks: set[asyncio.Task] = set()
         self._running = 0  # proposals whose operator is running
         self._unfinished = 0  # asked and not yet told: running, queued or under evaluation
+        self._pending = 0  # admitted, waiting for a slot or holding one (not yet audited)
         self._stop_reason: str | None = None
         self._deadline: float | None = None
         self._streak = Streak(run_dir)
@@ -159,6 +164,7 @@ class Driver:
                 candidate.status,
             )
             self._unfinished += 1
+            self._pending += 1
             self._spawn(self._judge(candidate))
         with self._progress.shown(self.engine.evaluated):
             self._show_progress()
@@ -255,7 +261,7 @@ class Driver:
             not following
             and self._budget_left()
             and self._running < self.in_flight
-            and self._unfinished < self.window
+            and self._running + self._pending < self.window
         ):
             self._start(self.engine.ask()[0])
         if self._running == 0 and self._unfinished == 0 and not following:
@@ -297,13 +303,14 @@ class Driver:
             self._stop_reason = self._stop_reason or self._streak.rejected(admitted)
             return
         self._streak.admitted()
+        self._pending += 1
         self._spawn(self._judge(admitted))
 
     # --- evaluations --------------------------------------------------------------------------------
 
     async def _judge(self, candidate: Candidate) -> None:
         """Evaluate an admitted candidate on a slot, settle and audit its result, and tell it."""
-        async with self._slots.lent() as slot:
+        async with self._slot() as slot:
             self.engine.start_evaluation(candidate)
             evaluation = await self.backend.evaluate(slot, self.engine.jobs.job(candidate))
             samples: list[Evaluation] = []
@@ -311,6 +318,8 @@ class Driver:
                 evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
         verdict = None
         if self.auditor is not None:
+            if self.auditor.due(candidate, evaluation) is not None and not self._replay:
+                self._pump()  # its audit holds no place in the window: another proposal may start
             evaluation, verdict = await self.auditor.review(
                 candidate, evaluation, next_sample=len(samples) + 1
             )
@@ -320,6 +329,16 @@ class Driver:
         else:
             self._tell(*told)
             self._pump()
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[int]:
+        """A slot for an admitted candidate (counted in ``_pending`` from its admission until
+        the slot is given back)."""
+        try:
+            async with self._slots.lent() as slot:
+                yield slot
+        finally:
+            self._pending -= 1
 
     async def reevaluate(
         self, slot: int, candidate: Candidate, k: int, *, strict: bool = False
@@ -347,10 +366,10 @@ class Driver:
         result = self.engine.tell(candidate, evaluation, samples, audit=verdict)
         self._unfinished -= 1
         best = archive.best()
-        new_best = (
+        new_best = (  # beyond the measured noise, not only first in the archive
             best is not None
             and best[0] == candidate.id
-            and (before is None or archive.improves(best[1], before[1]))
+            and (before is None or archive.beyond_noise(best[1], before[1]))
         )
         log.info(
             "%s",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from evolve.archive import Archive
+from evolve.archive import CURIOSITY_KEPT, CURIOSITY_NOT_KEPT, Archive
 from evolve.fitness import Benchmark
 from evolve.notebook import sibling_notes
 from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
@@ -40,12 +40,14 @@ def reward(result: AddResult | None, scale: float) -> float:
 
 @dataclass
 class BanditState:
-    """Discounted counts and reward sums per arm, plus the running improvement scale."""
+    """Discounted counts and reward sums per arm, the running improvement scale, and each
+    parent's curiosity score (``evolve.archive``: +1 per child kept, -0.5 per child not kept)."""
 
     counts: dict[str, float] = field(default_factory=dict)
     rewards: dict[str, float] = field(default_factory=dict)
     improvement_scale: float = 0.0
     improvements_seen: int = 0
+    curiosity: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +55,7 @@ class BanditState:
             "rewards": self.rewards,
             "improvement_scale": self.improvement_scale,
             "improvements_seen": self.improvements_seen,
+            "curiosity": self.curiosity,
         }
 
     @classmethod
@@ -182,10 +185,15 @@ class Emitter:
         key = self.choose(rng)
         operator = self.arms[key][0]
         parents: list[tuple[str, str | None]] = list(
-            self.archive.sample_cells(operator.arity, rng, island=island)
+            self.archive.sample_cells(  # crossover parents apart: neither descends from the other
+                operator.arity,
+                rng,
+                island=island,
+                curiosity=self.state.curiosity,
+                apart=operator.arity > 1,
+                first=migrant,
+            )
         )
-        if migrant is not None:
-            parents[0] = (migrant, None)
         exclude = [pid for pid, _ in parents]
         inspirations = self.archive.inspiration_cells(
             self.n_inspirations, rng, island=island, exclude=exclude
@@ -237,8 +245,13 @@ class Emitter:
 
     # --- learning ---------------------------------------------------------------------------------
 
-    def tell(self, key: str, result: AddResult | None) -> None:
-        """Update the bandit with the outcome of one proposal (None: failed or rejected)."""
+    def tell(self, key: str, result: AddResult | None, parents: Sequence[str] = ()) -> None:
+        """Update the bandit with the outcome of one proposal (None: failed or rejected) and
+        the curiosity scores of its ``parents`` (kept: it entered the archive)."""
+        kept = result is not None and result.status != AddStatus.NOT_ADDED
+        for parent in dict.fromkeys(parents):
+            score = self.state.curiosity.get(parent, 0.0)
+            self.state.curiosity[parent] = score + (CURIOSITY_KEPT if kept else CURIOSITY_NOT_KEPT)
         if key not in self.arms:
             return  # an arm from an earlier configuration of a resumed run
         if (

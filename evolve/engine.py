@@ -46,6 +46,7 @@ from evolve.types import (
     AddStatus,
     Candidate,
     CandidateStatus,
+    EdgeRole,
     Evaluation,
     EvolveError,
     Proposal,
@@ -360,7 +361,10 @@ class Engine:
             kept_out = AddResult(status=AddStatus.NOT_ADDED, island=candidate.island)
             result = (results or [kept_out])[0] if evaluation.ok else None
             if not seed:
-                self.emitter.tell(arm_key(candidate.operator, candidate.model), result)
+                parents = [  # the programs it was made from (inspirations were only shown)
+                    pid for pid, role in candidate.parents if role != EdgeRole.INSPIRATION
+                ]
+                self.emitter.tell(arm_key(candidate.operator, candidate.model), result, parents)
                 self.store.set_state("bandit", self.emitter.state.to_json())
                 self.store.mark_event(candidate.seq, "told", self._next_event())
             started = (

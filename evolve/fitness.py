@@ -116,6 +116,10 @@ class Benchmark:
         harness_files: files whose content defines the measurement; hashed per run.
         timeout_s: per-evaluation wall-clock limit handed to the fitness.
         gpus: GPUs one evaluation needs (0 on CPU).
+        prescribed: dotted names of calls the task tells programs to make (circle packing:
+            ``time.process_time``); the auditor's static rules do not flag them.
+        shown_metrics: the metrics prompts show (those meaningful to the model); empty:
+            every metric but the harness's own phase timings (``time_<phase>``).
     """
 
     name: str
@@ -126,6 +130,8 @@ class Benchmark:
     harness_files: tuple[Path, ...] = ()
     timeout_s: float = 60.0
     gpus: int = 0
+    prescribed: tuple[str, ...] = ()
+    shown_metrics: tuple[str, ...] = ()
 
     def seed_files(self) -> dict[str, str]:
         """The seed program as {relative path: text}."""

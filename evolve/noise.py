@@ -53,6 +53,9 @@ class NoiseSettings:
         new_cell_seeds: samples taken of a challenger that lands in an empty cell (1: just
             the first). More make it a firmer incumbent: later challengers of its cell are
             then judged against a better estimate, so real gains pass more often.
+        best_seeds: samples taken of a challenger whose first score would make it the run's
+            best (the re-evaluation of would-be bests): its verdict is their mean, and their
+            spread measures the noise of programs far from the seed (``Archive.noise_sd``).
     """
 
     seeds: int = 1
@@ -61,6 +64,7 @@ class NoiseSettings:
     schedule: tuple[int, ...] = (1, 4)
     level: float = 0.95
     new_cell_seeds: int = 1
+    best_seeds: int = 3
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schedule", tuple(int(n) for n in self.schedule))
@@ -89,6 +93,8 @@ class NoiseSettings:
             raise ValueError(
                 f"noise.new_cell_seeds must be an integer >= 1, got {self.new_cell_seeds!r}"
             )
+        if not isinstance(self.best_seeds, int) or self.best_seeds < 1:
+            raise ValueError(f"noise.best_seeds must be an integer >= 1, got {self.best_seeds!r}")
 
     @property
     def enabled(self) -> bool:
@@ -318,6 +324,16 @@ class NoiseJudge:
         """True when the challenger is better than the incumbent beyond noise."""
         samples = stored_samples(challenger)
         return self.pvalue(samples, incumbent_id, value) < self.settings.look_alpha(samples.n)
+
+
+def repeated(store: Store) -> dict[str, Samples]:
+    """Every program evaluated more than once: its verdict's samples (n, mean, sd), by candidate id."""
+    rows = store.conn.execute(
+        "SELECT candidate, fitness, json_extract(metrics, '$.fitness_n'), "
+        "json_extract(metrics, '$.fitness_sd') FROM evaluations WHERE status = 'ok' "
+        f"AND stage NOT IN ('{REEVALUATION}', 'strict') AND json_extract(metrics, '$.fitness_n') > 1"
+    )
+    return {cid: Samples(n=int(n), mean=float(mean), sd=float(sd)) for cid, mean, n, sd in rows}
 
 
 def reevaluations(store: Store, candidate_id: str) -> list[Evaluation]:

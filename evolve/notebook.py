@@ -3,16 +3,20 @@
 Built mechanically from the archive (operators, diffs, scores, failure reasons) each time a
 proposal is asked, so it is a pure function of the archive at that moment; a version is
 stored in the ``notebook`` table whenever it changes (a resumed run and an offline replay
-show the same text). Sections, most useful first: the run so far, measured effects per
-change (grouped by the settings a diff changes, or by the model's own description of its
-idea), failures grouped by cause, the best programs of every island, open directions, and
-the latest summary a model wrote of it (``evolve.operators.summary``). Proposals the engine
-refused without a model answer (e.g. a crossover with one elite) are not the model's
+show the same text). It is organised by recency and significance, not by raw delta, so its
+first lines keep changing as the run learns: the run so far (with the measured noise), what
+was tried most recently, the effects that hold beyond noise (newest first), failures by cause
+(latest first), the best programs of every island, open directions (improvements beyond
+noise, never ties) and the latest summary a model wrote of it (``evolve.operators.summary``).
+Every change is labelled by its diff (``change_label``: the settings it changes, else the
+functions it edits), never by the model's prose; a single try is called one. Proposals the
+engine refused without a model answer (e.g. a crossover with one elite) are not the model's
 lessons and are left out.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import heapq
 import re
@@ -33,22 +37,31 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 _HEX_ID = re.compile(r"\b[0-9a-f]{8,}\b")
 FINAL = ("done", "failed", "rejected")  # statuses a proposal keeps for good
 SHOWN = 60  # at most this many lines per section (the size budget usually cuts earlier)
+RECENT = 8  # proposals listed under "Tried recently"
+TOLERANCE = 1e-6  # relative gain below which two scores tie (the archive's default min_improvement)
 
 
 def describe_cell(cell: str | None, axes: Sequence[Mapping[str, Any]] | None) -> str:
-    """``cell`` with its axes named: ``radius_std 0.01-0.02 [bin 2/6], wall_fraction ...``."""
+    """``cell`` with its axes named by their ranges: ``radius_std 0.01-0.02, wall_fraction 0.5-0.6667``
+    (a split cell, ``1,3/0,1``, by its narrower ranges), the one way cells are named."""
     if not cell:
         return ""
-    parts = cell.split(",")
-    if not axes or len(parts) != len(axes) or not all(p.strip().isdigit() for p in parts):
+    levels = [level.split(",") for level in cell.split("/")]
+    valid = bool(axes) and all(
+        len(parts) == len(axes) and all(p.strip().isdigit() for p in parts) for parts in levels
+    )
+    if not valid:
         names = " x ".join(str(a["name"]) for a in axes or ())
         return f"{cell} ({names})" if names else cell
     shown = []
-    for part, axis in zip(parts, axes, strict=True):
-        index, bins = int(part), int(axis["bins"])
+    for k, axis in enumerate(axes):  # type: ignore[arg-type]
+        bins = int(axis["bins"])
         width = (float(axis["high"]) - float(axis["low"])) / bins
-        low = float(axis["low"]) + index * width
-        shown.append(f"{axis['name']} {low:.4g}-{low + width:.4g} [bin {index + 1}/{bins}]")
+        low = float(axis["low"]) + int(levels[0][k]) * width
+        for sub in levels[1:]:  # a split cell: each level halves the bin
+            width /= 2
+            low += int(sub[k]) * width
+        shown.append(f"{axis['name']} {low:.4g}-{low + width:.4g}")
     return ", ".join(shown)
 
 
@@ -71,9 +84,53 @@ def change_label(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[s
                 (removed if line[0] == "-" else added)[match["name"]] = match["value"]
     names = sorted(set(removed) | set(added))
     if "" in names or not names or len(names) > 4:
-        return "", f"-{lines['-']}/+{lines['+']} lines"
+        edited = edited_definitions(before, after)
+        size = f"-{lines['-']}/+{lines['+']} lines"
+        if not edited:
+            return "", size
+        shown = ", ".join(edited[:4]) + (f" and {len(edited) - 4} more" if len(edited) > 4 else "")
+        return f"edits {shown}", f"edits {shown} ({size})"
     label = ", ".join(f"{n} {removed.get(n, '(new)')} -> {added.get(n, '(gone)')}" for n in names)
     return ", ".join(names), label
+
+
+def edited_definitions(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """The functions and classes a change adds, removes or edits (``construct()``, ``class
+    Grid``, ``module level``), in file order; [] when a file is not Python it can parse."""
+    edited: list[str] = []
+    for path in sorted(set(before) | set(after)):
+        if before.get(path) == after.get(path):
+            continue
+        old, new = _definitions(before.get(path, "")), _definitions(after.get(path, ""))
+        if old is None or new is None:
+            return []
+        edited += [name for name in new if old.get(name) != new[name]]
+        edited += [name for name in old if name not in new]
+    return list(dict.fromkeys(edited))
+
+
+def _definitions(text: str) -> dict[str, str] | None:
+    """Each top-level function, class and method of ``text`` -> its code, plus ``module level``
+    -> every other statement (None: not valid Python)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    found: dict[str, str] = {}
+    rest = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found[f"{node.name}()"] = ast.dump(node)
+        elif isinstance(node, ast.ClassDef):
+            methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+            others = [ast.dump(n) for n in node.body if n not in methods]
+            found[f"class {node.name}"] = "\n".join(others)
+            for method in methods:
+                found[f"{node.name}.{method.name}()"] = ast.dump(method)
+        else:
+            rest.append(ast.dump(node))
+    found["module level"] = "\n".join(rest)
+    return found
 
 
 def cause(text: str) -> str:
@@ -97,15 +154,19 @@ def _number(value: float) -> str:
 
 @dataclass(frozen=True)
 class _Group:
-    """The tries of one idea: how many, their summed effect, and the best (effect, label, row)."""
+    """The tries of one idea: how many, their summed effect, the best (effect, label, row),
+    and the newest try's seq."""
 
     tries: int
     total: float
     best: tuple[float, str, dict]
+    last: int
 
     def join(self, other: _Group, sign: float) -> _Group:
         best = max(self.best, other.best, key=lambda t: sign * t[0])
-        return _Group(self.tries + other.tries, self.total + other.total, best)
+        return _Group(
+            self.tries + other.tries, self.total + other.total, best, max(self.last, other.last)
+        )
 
 
 @dataclass
@@ -119,6 +180,7 @@ class _Tally:
     failures: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     built_on: set[str] = field(default_factory=set)
     improved: list[tuple[float, dict]] = field(default_factory=list)
+    recent: list[str] = field(default_factory=list)  # the newest proposals, one line each
 
     def joined(self, later: _Tally, sign: float) -> _Tally:
         """This tally followed by ``later``'s proposals (neither changes)."""
@@ -136,6 +198,7 @@ class _Tally:
             failures=failures,
             built_on=self.built_on | later.built_on,
             improved=self.improved + later.improved,
+            recent=(self.recent + later.recent)[-RECENT:],
         )
 
 
@@ -171,8 +234,9 @@ class Notebook:
             self._add(self._settled, row, self._settled.fitness)
             self._after = row["seq"]
         later = _Tally()
-        for row in fresh:
-            self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
+        for row in fresh:  # proposals still in flight taught nothing yet (and their status is timing)
+            if row["status"] in FINAL:
+                self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
         newest = fresh[-1]["seq"] if fresh else self._after
         return self._settled.joined(later, self._sign), newest
 
@@ -185,15 +249,25 @@ class Notebook:
         parent = row["parent"]
         if parent:
             tally.built_on.add(parent)
-        if row["fitness"] is not None and fitness.get(parent) is not None:
-            key, label = self._label(row["id"], parent)
-            idea = key or _words(row["description"], 90).lower()
+        label = self._label(row["id"], parent)[1] if parent else row["operator"]
+        where = f"{row['operator']} on `{parent[:8]}`" if parent else row["operator"]
+        if row["status"] == "done" and fitness.get(parent) is not None:
+            key = self._label(row["id"], parent)[0] or label
             effect = row["fitness"] - fitness[parent]
-            group = _Group(1, effect, (effect, label if key else idea, row))
-            old = tally.effects.get(idea)
-            tally.effects[idea] = old.join(group, self._sign) if old else group
+            group = _Group(1, effect, (effect, label, row), row["seq"])
+            old = tally.effects.get(key)
+            tally.effects[key] = old.join(group, self._sign) if old else group
             if self._sign * effect > 0:
                 tally.improved.append((effect, row))
+            outcome = f"{_number(effect)} vs its parent"
+            if row["twin"]:
+                outcome += f", the same score as `{row['twin'][:8]}` (a twin, not kept)"
+        elif row["status"] == "done":
+            outcome = f"scored {row['fitness']:.6g}"
+        else:
+            outcome = f"{row['status']}: {cause(row['error'] or '')}"
+        if row["status"] != "rejected" or (row["answer"] or "").strip():
+            tally.recent = [*tally.recent, f"- #{row['seq']} {label} ({where}): {outcome}"][-RECENT:]
         failed = row["status"] == "failed"
         if failed or (row["status"] == "rejected" and (row["answer"] or "").strip()):
             why = ("failed: " if failed else "refused: ") + cause(
@@ -210,13 +284,15 @@ class Notebook:
         return self._labels[child]
 
     def text(self) -> str:
-        """The notebook as the archive is now (markdown, at most ``max_chars``); '' before any proposal."""
+        """The notebook as the archive is now (markdown, at most ``max_chars``); '' before any
+        proposal, unless the noise was measured (the seed's calibration): that comes first."""
         tally, newest = self._tally()
-        if not tally.counts:
-            return ""
         sd = noise_sd(self.source)
+        if not tally.counts and sd is None:
+            return ""
         sections = [
             self._overview(tally, sd),
+            self._recent(tally),
             self._effects(tally, sd),
             self._failures(tally),
             self._best(),
@@ -235,36 +311,54 @@ class Notebook:
     # --- sections -----------------------------------------------------------------------------
 
     def _overview(self, tally: _Tally, sd: float | None) -> str:
-        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items()))
+        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items())) or "none yet"
         noise = (
-            f"repeated evaluations of one program vary by sd {sd:.3g}"
+            f"repeated evaluations of one program vary by sd {sd:.3g}, so an effect holds "
+            f"only beyond {2 * sd:.3g} (2 sd); a single try is a single try"
             if sd is not None
-            else "noise not measured (no program was evaluated twice)"
+            else "noise not measured (no program was evaluated twice): a single try is a "
+            "single try"
         )
         return f"### The run so far\n\n{tally.counts.total()} proposals ({told}); {noise}."
 
+    def _recent(self, tally: _Tally) -> str:
+        if not tally.recent:
+            return ""
+        return "### Tried recently (newest last)\n\n" + "\n".join(tally.recent)
+
+    def _margin(self, sd: float | None, value: float) -> float:
+        """The smallest effect that is more than a tie or noise next to a score of ``value``."""
+        return max(2 * sd if sd is not None else 0.0, TOLERANCE * max(1.0, abs(value)))
+
     def _effects(self, tally: _Tally, sd: float | None) -> str:
-        ranked = heapq.nlargest(
-            SHOWN, tally.effects.items(), key=lambda kv: self._sign * kv[1].best[0]
-        )
+        held = [
+            (idea, group)
+            for idea, group in tally.effects.items()
+            if abs(group.total / group.tries)
+            > self._margin(sd, group.best[2]["fitness"] - group.best[0])
+        ]
         lines = []
-        for idea, group in ranked:
+        for idea, group in heapq.nlargest(SHOWN, held, key=lambda kv: kv[1].last):
             best, label, row = group.best
             mean = group.total / group.tries
-            verdict = ""
-            if sd is not None:
-                verdict = " (within noise)" if abs(mean) <= 2 * sd else " (beyond noise)"
             where = f"{row['operator']} on `{row['parent'][:8]}`, island {row['island']}"
             if group.tries == 1:
-                lines.append(f"- {label}: {_number(best)}{verdict}; 1 try ({where})")
+                lines.append(f"- {label}: {_number(best)}, a single try ({where}, #{row['seq']})")
             else:
                 lines.append(
-                    f"- {idea}: {group.tries} tries, mean {_number(mean)}{verdict}; best "
-                    f"{label}: {_number(best)} ({where})"
+                    f"- {idea}: {group.tries} tries, mean {_number(mean)}; best "
+                    f"{label}: {_number(best)} ({where}, #{row['seq']})"
                 )
-        if not lines:
+        if not tally.effects:
             return ""
-        return "### Measured effects (child minus parent, best first)\n\n" + "\n".join(lines)
+        ties = len(tally.effects) - len(held)
+        if ties:
+            lines.append(
+                f"- {ties} other change(s) moved the score by no more than "
+                + ("the noise (within noise)" if sd is not None else "ties")
+            )
+        title = "beyond noise" if sd is not None else "more than ties; noise not measured"
+        return f"### Effects that hold ({title}; newest first)\n\n" + "\n".join(lines)
 
     def _failures(self, tally: _Tally) -> str:
         ranked = heapq.nsmallest(SHOWN, tally.failures.items(), key=lambda kv: (-kv[1][0], kv[0]))
@@ -289,11 +383,11 @@ class Notebook:
         return "### Best programs across all islands\n\n" + "\n".join(lines)
 
     def _open(self, tally: _Tally, sd: float | None) -> str:
-        margin = 2 * sd if sd is not None else 0.0
         leads = []
         for effect, row in reversed(tally.improved):
             if len(leads) == 5:
                 break
+            margin = self._margin(sd, row["fitness"] - effect)
             if self._sign * effect > margin and row["id"] not in tally.built_on:
                 leads.append((effect, row))
         lines = [
@@ -349,6 +443,8 @@ def sibling_notes(source: Source, parent_ids: list[str], *, limit: int = 6) -> l
                 f", {_number(row['fitness'] - parent)} vs its parent" if parent is not None else ""
             )
             fate = "now an elite" if row["id"] in kept else "not kept"
+            if row["twin"]:
+                fate = f"the same as `{row['twin'][:8]}`: a twin, not kept"
             outcome = f"scored {row['fitness']:.6g}{change} ({fate})"
         elif row["status"] in ("failed", "rejected"):
             reason = " ".join((row["error"] or "").strip().splitlines()[-3:])

@@ -6,15 +6,25 @@ extra seed, and hands it every finished evaluation: ``calibrate`` for the seed p
 (``noise.seeds`` samples, side by side on the evaluation slots, each stored at once so a
 killed run does not measure it again),
 ``settle`` for a challenger (more samples while its one-sided test against the cell's
-incumbent is close, per ``noise.schedule``). The calibration becomes the archive's judge.
+incumbent is close, per ``noise.schedule``, and ``noise.best_seeds`` when its first score
+would make it the run's best). The calibration becomes the archive's judge, and the spread of
+every program evaluated more than once, pooled, its ``noise_sd``, which a new best must clear
+(``Archive.beyond_noise``).
 
 The ``Auditor`` looks at a candidate about to become the run's best: ``evolve.harness.audit``'s
 static detectors read what it added to its parent, and, when the run has a model, a
 ``ReviewDiff`` (``evolve.operators.review``) asks it to review the change against the task's
-rules. A candidate flagged by either is evaluated again, strictly (``EvalContext.strict``)
-with its next extra seed(s), and promoted only when that confirms it would still be the
-best; otherwise it is refused. A review without a verdict (a malformed answer, a failed
-call) is recorded and leaves the static verdict alone.
+rules (its score and gain beside it). Calls the task prescribes (``Benchmark.prescribed``)
+never flag. A candidate flagged by either is evaluated again, strictly
+(``EvalContext.strict``) with its next extra seed(s) and the same limits, and promoted only
+when that confirms it would still be the best; otherwise it is refused, and keeps its first
+score with the decision beside it. A strict evaluation stopped by the wall clock before the
+program's own budget was reached (artifact ``limit: wall``) is the machine's fault: it is run
+again, ``INFRASTRUCTURE_RETRIES`` times at most, and if it never finishes the candidate is
+``unconfirmed``, not refused: not promoted, and not held against it. What later prompts see
+of it is only "flagged, then refused" (or unconfirmed): a flag's reasons stay in the audit
+record, so no prompt steers models away from what the task prescribes. A review without a
+verdict (a malformed answer, a failed call) is recorded and leaves the static verdict alone.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 
 from evolve import noise as noise_aware
 from evolve.archive import Archive
-from evolve.fitness import Samples
+from evolve.fitness import Samples, pooled_sd
 from evolve.harness.audit import AuditReport, audit
 from evolve.store import Store
 from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, EvolveError, Files
@@ -62,8 +72,9 @@ class ModelReview:
     prompt_hash: str
 
 
-ReviewDiff = Callable[[Candidate, Files | None, AuditReport], Awaitable[ModelReview]]
-"""(candidate, its parent's files (None: a seed), the static report) -> a model's review."""
+ReviewDiff = Callable[[Candidate, Files | None, AuditReport, float, float], Awaitable[ModelReview]]
+"""(candidate, its parent's files (None: a seed), the static report, its score, the run's best
+it would replace) -> a model's review."""
 
 
 class Referee:
@@ -95,6 +106,7 @@ class Referee:
         self.sample_seed = sample_seed
         self.slots = max(1, slots)
         self.calibration: noise_aware.Calibration | None = None
+        self._repeated: dict[str, Samples] = {}  # programs evaluated more than once
 
     async def calibrate(self, candidate: Candidate, first: Evaluation) -> Evaluation:
         """Evaluate the seed program with ``noise.seeds`` seeds; return its verdict.
@@ -175,6 +187,10 @@ class Referee:
         samples, p = [first], None
         while elite is None and len(samples) < self.settings.new_cell_seeds and samples[-1].ok:
             samples.append(await self.reevaluate(slot, candidate, len(samples)))
+        best = self.archive.best()
+        if best is not None and self.archive.improves(float(first.fitness), best[1]):  # type: ignore[arg-type]
+            while len(samples) < self.settings.best_seeds and samples[-1].ok:
+                samples.append(await self.reevaluate(slot, candidate, len(samples)))
         while elite is not None:
             p = judge.pvalue(
                 Samples.of([s.fitness for s in samples]), elite.candidate_id, elite.value
@@ -189,10 +205,18 @@ class Referee:
         verdict = noise_aware.summarize(
             samples, calibration=self.calibration, settings=self.settings, p=p
         )
+        if verdict.ok and len(samples) > 1:
+            self._repeated[candidate.id] = noise_aware.stored_samples(verdict)
+            self.archive.noise_sd = pooled_sd(list(self._repeated.values()))[0]
         return verdict, samples[1:]
 
     def _use(self, calibration: noise_aware.Calibration) -> None:
         self.calibration = calibration
+        self._repeated = {
+            calibration.seed_id: calibration.fitness,
+            **noise_aware.repeated(self.store),
+        }
+        self.archive.noise_sd = pooled_sd(list(self._repeated.values()))[0]
         self.archive.judge = noise_aware.NoiseJudge(
             store=self.store,
             objective=self.archive.objective,
@@ -203,6 +227,13 @@ class Referee:
 
 STRICT = "strict"  # stage of the auditor's strict re-evaluations in the evaluations table
 SHOWN_FLAGS = 5  # flags named in a refusal's reason (browse shows them all)
+INFRASTRUCTURE_RETRIES = 2  # a strict evaluation the wall clock stopped is run again this often
+
+
+def infrastructure_timeout(evaluation: Evaluation) -> bool:
+    """Whether the wall clock stopped the program before its own budget was reached (the
+    fitness says so with the artifact ``limit: wall``): the machine's fault, not the program's."""
+    return evaluation.status == EvalStatus.TIMEOUT and evaluation.artifacts.get("limit") == "wall"
 
 
 @dataclass(frozen=True)
@@ -212,8 +243,9 @@ class AuditVerdict:
     Attributes:
         report: what the static detectors found in the lines it added to its parent.
         decision: ``clean`` (not flagged), ``promoted`` (flagged, the strict evaluation
-            confirmed) or ``refused``.
-        reason: why it was refused (empty otherwise).
+            confirmed), ``refused`` or ``unconfirmed`` (the wall clock stopped every strict
+            evaluation before the program's budget: not promoted, not held against it).
+        reason: why it was refused or unconfirmed (empty otherwise).
         strict: the strict re-evaluations (stored with stage ``strict``).
         review: the model's review (None: no model reviewed it).
     """
@@ -273,6 +305,7 @@ class Auditor:
             slot itself (the auditor holds none: its model review waits on a model, not a device).
         strict_seeds: strict re-evaluations of a flagged candidate (>= 1).
         review_diff: a model's review of the change (None: static detectors only).
+        prescribed: calls the task prescribes (``Benchmark.prescribed``), never flagged.
     """
 
     def __init__(
@@ -283,12 +316,14 @@ class Auditor:
         reevaluate: StrictReevaluate,
         strict_seeds: int = 1,
         review_diff: ReviewDiff | None = None,
+        prescribed: tuple[str, ...] = (),
     ) -> None:
         self.store = store
         self.archive = archive
         self.reevaluate = reevaluate
         self.strict_seeds = max(1, strict_seeds)
         self.review_diff = review_diff
+        self.prescribed = prescribed
 
     def due(self, candidate: Candidate, evaluation: Evaluation) -> tuple[str, float] | None:
         """The best it would replace when ``candidate`` is about to become the run's best; else None."""
@@ -316,10 +351,11 @@ class Auditor:
         if best is None:
             return evaluation, None
         parent_files = self.parent_files(candidate)
-        report = audit(candidate.files, parent_files)
+        report = audit(candidate.files, parent_files, prescribed=self.prescribed)
         review = None
         if self.review_diff is not None:
-            review = await self.review_diff(candidate, parent_files, report)
+            score = float(evaluation.fitness)  # type: ignore[arg-type]
+            review = await self.review_diff(candidate, parent_files, report, score, best[1])
         verdict = AuditVerdict(report=report, decision="clean", review=review)
         if not verdict.flagged:
             return evaluation, verdict
@@ -330,7 +366,7 @@ class Auditor:
         )
         strict: list[Evaluation] = []
         for k in range(next_sample, next_sample + self.strict_seeds):
-            strict.append(await self.reevaluate(candidate, k))
+            strict.append(await self._strict(candidate, k))
             if not strict[-1].ok:
                 break
         verdict = replace(verdict, decision="promoted", strict=tuple(strict))
@@ -340,27 +376,50 @@ class Auditor:
             kept = min(float(evaluation.fitness), confirmed, key=objective.oriented)  # type: ignore[arg-type]
             metrics = {**evaluation.metrics, "strict_fitness": confirmed}
             return replace(evaluation, fitness=kept, metrics=metrics), verdict
+        decision, told = "refused", "auditor: flagged, then refused"
         if confirmed is None:
             failed = strict[-1]
             error = failed.artifacts.get("error", "")
             detail = f"the strict evaluation with seed {list(failed.seeds)} ended {failed.status}"
             detail += f": {error[:300]}" if error else ""
+            if infrastructure_timeout(failed):
+                decision = "unconfirmed"
+                told = (
+                    f"auditor: flagged, then unconfirmed (the wall clock stopped its strict "
+                    f"re-evaluation {INFRASTRUCTURE_RETRIES + 1} times before its budget was "
+                    "reached: the machine is loaded; not held against the program)"
+                )
         else:
             detail = (
                 f"strict fitness {confirmed:.6g} does not beat the best {best[1]:.6g} "
                 f"(first evaluation: {evaluation.fitness:.6g})"
             )
-        reason = (
-            f"auditor: {flag_summary(verdict)}; strict re-evaluation did not confirm ({detail})"
-        )
-        refused = Evaluation(
+        reason = f"{told}; flags: {flag_summary(verdict)}; strict re-evaluation: {detail}"
+        kept_out = Evaluation(  # its first score stays, with the decision beside it
             status=EvalStatus.REJECTED,
+            fitness=evaluation.fitness,
             metrics=evaluation.metrics,
             descriptors=evaluation.descriptors,
-            artifacts={**evaluation.artifacts, "error": reason},
+            artifacts={**evaluation.artifacts, "error": told, "audit": reason},
             stage=evaluation.stage,
             wall_s=evaluation.wall_s,
             seeds=evaluation.seeds,
             hardware=evaluation.hardware,
         )
-        return refused, replace(verdict, decision="refused", reason=reason)
+        return kept_out, replace(verdict, decision=decision, reason=reason)
+
+    async def _strict(self, candidate: Candidate, k: int) -> Evaluation:
+        """The strict evaluation with extra seed ``k``, run again while the wall clock, not the
+        program's budget, stopped it (``INFRASTRUCTURE_RETRIES`` times at most)."""
+        for attempt in range(INFRASTRUCTURE_RETRIES + 1):
+            result = await self.reevaluate(candidate, k)
+            if not infrastructure_timeout(result):
+                return result
+            log.warning(
+                "auditor: the strict re-evaluation of %s hit the wall limit before its budget "
+                "(try %d of %d); running it again",
+                candidate.id[:8],
+                attempt + 1,
+                INFRASTRUCTURE_RETRIES + 1,
+            )
+        return result

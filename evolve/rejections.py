@@ -97,7 +97,9 @@ def record_rejection(store: Store, emitter: Emitter, rejected: Rejection, event:
                 },
             ),
         )
-        emitter.tell(ask.arm, None)
+        # a model's answer that was refused (a twin, a broken edit) is a child not kept
+        parents = [pid for pid, _ in ask.parents] if rejected.answer.strip() else []
+        emitter.tell(ask.arm, None, parents)
         store.set_state("bandit", emitter.state.to_json())
         store.record_ask(ask.seq, ask.to_json(), event)
         store.mark_event(ask.seq, "admitted", event)

@@ -168,7 +168,7 @@ class ArchiveSettings:
     islands: int = 1
     sampler: str = "rank"
     qd_offset: float | None = None
-    min_improvement: float = 1e-9
+    min_improvement: float = 1e-6
     novelty: NoveltySettings = NoveltySettings()
     split_depth: int = 0
 

@@ -139,3 +139,58 @@ def test_a_fixed_grid_never_splits(tmp_path):
     assert add(store, archive, 1, 0.5, 0.2).status == AddStatus.NOT_ADDED
     with pytest.raises(ValueError, match="split_depth"):
         make(tmp_path, split_depth=-1)
+
+
+def add_child(store, archive, seq, fitness, d, parents, island=0):
+    """A candidate made from ``parents`` (mutation edges), scored and offered to the archive."""
+    from evolve.types import EdgeRole
+
+    proposal = Proposal(
+        files={"f": f"{seq}"}, operator="t", parents=tuple((p, EdgeRole.MUTATION) for p in parents)
+    )
+    store.add_candidate(proposal, seq=seq)
+    evaluation = Evaluation(status=EvalStatus.OK, fitness=fitness, descriptors={"d": d})
+    with store.transaction():
+        store.set_status(proposal.id, CandidateStatus.DONE)
+        store.add_evaluation(proposal.id, evaluation)
+        archive.add(proposal.id, evaluation, island=island)
+    return proposal.id
+
+
+def test_a_parent_whose_children_are_not_kept_is_drawn_less_often(tmp_path):
+    """Cully & Demiris 2018's curiosity score: +1 per child kept, -0.5 per child not kept."""
+    store, archive = make(tmp_path)
+    for seq, (fitness, d) in enumerate([(4.0, 0.1), (3.0, 0.3), (2.0, 0.6), (1.0, 0.9)]):
+        add(store, archive, seq, fitness, d)
+    best = archive.best()[0]
+
+    def share(curiosity) -> float:
+        rng = random.Random(0)
+        draws = [archive.sample_cells(1, rng, island=0, curiosity=curiosity)[0][0] for _ in range(400)]
+        return draws.count(best) / len(draws)
+
+    plateau = {best: 24 * -0.5}  # edited 24 times, nothing kept
+    assert share(None) > 0.4 and share(plateau) < 0.1
+    assert share({best: 3.0}) == share(None)  # productivity adds nothing to rank
+
+
+def test_crossover_parents_are_drawn_apart_from_each_others_lineage(tmp_path):
+    store, archive = make(tmp_path, islands=1)
+    seed_id = add_child(store, archive, 0, 1.0, 0.1, [])
+    child = add_child(store, archive, 1, 2.0, 0.3, [seed_id])
+    grandchild = add_child(store, archive, 2, 3.0, 0.6, [child])
+    assert archive.kin(child) == {seed_id, child, grandchild}
+    # every elite descends from every other: no pair apart, the first is repeated (refused)
+    for s in range(20):
+        first, second = archive.sample_cells(2, random.Random(s), island=0, apart=True)
+        assert first == second
+    cousin = add_child(store, archive, 3, 0.5, 0.9, [seed_id])
+    pairs = {
+        frozenset(p[0] for p in archive.sample_cells(2, random.Random(s), island=0, apart=True))
+        for s in range(40)
+    }
+    assert pairs == {frozenset({cousin, child}), frozenset({cousin, grandchild})}
+    assert archive.sample_cells(2, random.Random(0), island=0, apart=True, first=grandchild)[1] == (
+        cousin,
+        "3",
+    )

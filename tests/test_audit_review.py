@@ -59,6 +59,7 @@ def test_a_clean_review_lets_a_clean_new_best_be_promoted(tmp_path) -> None:
     assert not more and tokens_in > 0
     prompt = prompt_messages(store.conn, call_id)[0]["content"]
     assert TASK in prompt and "-B = 4\n+B = 8" in prompt
+    assert "It scored -20.0625; the run's best so far is -68.0625 (a gain of +48)" in prompt
     assert "VERDICT: clean" in prompt and "static detectors" not in prompt
     flagged_prompt = store.conn.execute(
         "SELECT review_prompt_hash FROM audits a JOIN candidates c ON c.id = a.candidate WHERE seq = 2"
@@ -100,12 +101,14 @@ def test_a_suspicious_review_refuses_what_the_strict_evaluation_does_not_confirm
     _, decision, _, _, reason = audits(store)[1]
     assert decision == "refused"
     assert reason.startswith(
-        "auditor: model review by command/review_model: suspicious; strict re-evaluation did not confirm"
+        "auditor: flagged, then refused; flags: model review by command/review_model: suspicious; "
+        "strict re-evaluation: strict fitness"
     )
     assert store.candidate(by_seq(store, 1)).status == CandidateStatus.FAILED
     _, decision, _, _, reason = audits(store)[2]  # now the best would be the seed: refused too
     assert decision == "refused" and reason.startswith(
-        "auditor: native-code at params.py:3; model review by command/review_model: suspicious;"
+        "auditor: flagged, then refused; flags: native-code at params.py:3; model review by "
+        "command/review_model: suspicious;"
     )
 
 

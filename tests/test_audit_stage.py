@@ -31,10 +31,10 @@ from evolve.jobs import eval_seed
 from evolve.llm import LLMClient, LLMSettings
 from evolve.operators.base import OperatorRequest
 from evolve.operators.review import Reviewer
-from evolve.referee import ModelReview, ReviewDiff
+from evolve.referee import INFRASTRUCTURE_RETRIES, ModelReview, ReviewDiff
 from evolve.settings import AuditSettings, SearchSettings
 from evolve.store import Store
-from evolve.types import CandidateStatus, EdgeRole, Evaluation, Proposal
+from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.fixtures.toy import Toy
 
 SEED = "import math\n# EVOLVE-BLOCK-START\nA = 1.0\nB = 4\nC = 0.5\n# EVOLVE-BLOCK-END\n"
@@ -65,6 +65,26 @@ class StrictAware(Toy):
         )
 
 
+class WallLimited(StrictAware):
+    """The toy fitness, whose strict evaluations the wall clock stops ``stops`` times first (a
+    loaded machine: the program's own budget is never reached); counted in ``tally``."""
+
+    def __init__(self, *, tally: Path, stops: int) -> None:
+        super().__init__()
+        self.tally, self.stops = tally, stops
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        if ctx.strict:
+            seen = len(self.tally.read_text()) if self.tally.exists() else 0
+            self.tally.write_text("x" * (seen + 1))
+            if seen < self.stops:
+                return Evaluation(
+                    status=EvalStatus.TIMEOUT,
+                    artifacts={"error": "wall limit 60 s reached", "limit": "wall"},
+                )
+        return super().evaluate(workdir, ctx)
+
+
 class Scripted:
     """An operator whose child number ``seq`` is the fixed program ``CHILDREN[seq]``."""
 
@@ -92,6 +112,7 @@ def search(
     llm: LLMSettings | None = None,
     review_diff: ReviewDiff | None = None,
     proposals_in_flight: int | None = None,
+    fitness: StrictAware | None = None,
 ) -> Store:
     """A run of the seed and the three scripted children on one evaluation slot; returns its
     store (open).
@@ -102,7 +123,7 @@ def search(
     seed_dir = tmp_path / "seed"
     seed_dir.mkdir(parents=True)
     (seed_dir / "params.py").write_text(SEED)
-    fitness = StrictAware(penalty=penalty)
+    fitness = fitness or StrictAware(penalty=penalty)
     benchmark = Benchmark(
         name="toy", fitness=fitness, seed_dir=seed_dir, editable=("params.py",), task=TASK
     )
@@ -196,15 +217,19 @@ def test_a_flagged_new_best_is_refused_when_its_strict_evaluation_does_not_confi
     flagged, decision, flags, strict_fitness, reason = audits(store)[2]
     assert flagged and decision == "refused" and strict_fitness == pytest.approx(-104.0625)
     assert reason.startswith(
-        "auditor: native-code at params.py:3; strict re-evaluation did not confirm "
-        "(strict fitness -104.062 does not beat the best -20.0625"
+        "auditor: flagged, then refused; flags: native-code at params.py:3; strict "
+        "re-evaluation: strict fitness -104.062 does not beat the best -20.0625"
     )
     rows = stages(store, 2)
     assert [(stage, status) for stage, status, *_ in rows] == [
         ("strict", "ok"),
         ("full", "rejected"),
     ]
-    assert store.evaluation(by_seq(store, 2)).artifacts["error"] == reason
+    refused = store.evaluation(by_seq(store, 2))
+    assert refused.fitness == pytest.approx(-4.0625)  # its first score stays, beside the decision
+    # what prompts show of it: the decision, never the flag (a rule could be one the task prescribes)
+    assert refused.artifacts["error"] == "auditor: flagged, then refused"
+    assert refused.artifacts["audit"] == reason
     assert store.candidate(by_seq(store, 2)).status == CandidateStatus.FAILED
     elites = {cid for _, _, cid, _ in store.elites()}
     assert by_seq(store, 2) not in elites and by_seq(store, 1) in elites
@@ -291,7 +316,7 @@ def test_a_model_review_holds_no_evaluation_slot(tmp_path) -> None:
             query = "SELECT 1 FROM evaluations e JOIN candidates c ON c.id = e.candidate WHERE c.seq = ?"
             return db.execute(query, (seq,)).fetchone() is not None
 
-    async def slow_review(candidate, parent_files, report) -> ModelReview:
+    async def slow_review(candidate, parent_files, report, score, best) -> ModelReview:
         if candidate.seq == 1:  # waits as a slow model would, until child 2 has been evaluated
             deadline = time.monotonic() + 120  # bounds only a failing run: the slot is never free
             while not evaluated(2) and time.monotonic() < deadline:
@@ -302,6 +327,35 @@ def test_a_model_review_holds_no_evaluation_slot(tmp_path) -> None:
     store = search(tmp_path, review_diff=slow_review, proposals_in_flight=2)
     assert evaluated_during_review == [2], "child 2 waited for child 1's review to end"
     verdicts = audits(store)
-    assert set(verdicts) == {1, 2} and verdicts[1][1] == "clean"
+    # child 3 is asked while child 1 is under review (an audit holds no place in the window);
+    # told before child 1 it beats the run's best, the seed, and is audited too (clean)
+    assert {1, 2} <= set(verdicts) <= {1, 2, 3} and verdicts[1][1] == "clean"
+    assert verdicts.get(3, (False, "clean"))[1] == "clean"
     assert verdicts[2][1] == "promoted"  # flagged (import ctypes): its strict run borrowed the slot
     assert [stage for stage, *_ in stages(store, 2)] == ["strict", "full"]
+
+
+def test_a_strict_evaluation_the_wall_clock_stopped_is_run_again_not_refused(tmp_path) -> None:
+    """A loaded machine stops the strict re-run before the program's budget: it is a retry."""
+    tally = tmp_path / "strict_runs"
+    store = search(tmp_path, fitness=WallLimited(tally=tally, stops=1))
+    flagged, decision, _, strict_fitness, reason = audits(store)[2]
+    assert flagged and decision == "promoted" and reason == ""
+    assert strict_fitness == pytest.approx(-4.0625) and len(tally.read_text()) == 2
+    assert store.candidate(by_seq(store, 2)).status == CandidateStatus.DONE
+
+
+def test_a_strict_evaluation_the_wall_clock_always_stops_is_unconfirmed_not_refused(
+    tmp_path,
+) -> None:
+    tally = tmp_path / "strict_runs"
+    store = search(tmp_path, fitness=WallLimited(tally=tally, stops=99))
+    flagged, decision, _, strict_fitness, reason = audits(store)[2]
+    assert flagged and decision == "unconfirmed" and strict_fitness is None
+    assert len(tally.read_text()) == INFRASTRUCTURE_RETRIES + 1
+    kept = store.evaluation(by_seq(store, 2))
+    assert kept.fitness == pytest.approx(-4.0625)  # its first score is stored
+    assert kept.artifacts["error"].startswith("auditor: flagged, then unconfirmed (the wall clock")
+    assert "not held against the program" in kept.artifacts["error"] and "ctypes" not in reason
+    best = store.conn.execute("SELECT candidate FROM elites ORDER BY objective DESC").fetchone()[0]
+    assert best == by_seq(store, 1)  # not promoted unconfirmed

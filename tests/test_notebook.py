@@ -73,9 +73,9 @@ def test_a_cell_is_shown_with_its_axes_named() -> None:
         {"name": "radius_std", "low": 0.0, "high": 0.06, "bins": 6},
         {"name": "wall_fraction", "low": 0.0, "high": 1.0, "bins": 6},
     ]
-    assert describe_cell("1,3", axes) == (
-        "radius_std 0.01-0.02 [bin 2/6], wall_fraction 0.5-0.6667 [bin 4/6]"
-    )
+    assert describe_cell("1,3", axes) == "radius_std 0.01-0.02, wall_fraction 0.5-0.6667"
+    # a split cell is named the same way: its ranges, each level halving the bin
+    assert describe_cell("1,3/0,1", axes) == "radius_std 0.01-0.015, wall_fraction 0.5833-0.6667"
     assert describe_cell("c17", axes) == "c17 (radius_std x wall_fraction)"
     assert describe_cell("0", None) == "0" and describe_cell(None, axes) == ""
 
@@ -88,10 +88,10 @@ def test_a_change_of_settings_is_named_by_what_it_sets() -> None:
     )
     assert change_label(
         before, {"main.py": before["main.py"].replace("return A", "return -A")}
-    ) == (
-        "",
-        "-1/+1 lines",
-    )
+    ) == ("edits f()", "edits f() (-1/+1 lines)")  # the diff's gist, not the model's prose
+    grown = before["main.py"] + "class G:\n    def h(self):\n        return 1\n"
+    assert change_label(before, {"main.py": grown})[0] == "edits class G, G.h()"
+    assert change_label(before, {"main.py": "def (:\n"}) == ("", "-4/+1 lines")
 
 
 def test_failures_group_by_cause_without_their_particulars() -> None:
@@ -134,8 +134,10 @@ def test_effects_are_judged_against_the_measured_noise(tmp_path) -> None:
                 seed, Evaluation(status=EvalStatus.OK, fitness=fitness, stage="reevaluation")
             )
     text = Notebook(store).text()
-    assert "repeated evaluations of one program vary by sd" in text
-    assert "(within noise)" in text
+    assert "repeated evaluations of one program vary by sd 1, so an effect holds only beyond 2" in text
+    effects = text.split("### Effects that hold (beyond noise; newest first)\n\n", 1)[1]
+    assert effects.startswith("- 5 other change(s) moved the score by no more than the noise")
+    assert "a single try is a single try" in text
 
 
 # --- the notebook in a real search ---------------------------------------------------------------
@@ -170,12 +172,12 @@ def test_a_lesson_from_one_island_reaches_a_later_prompt_on_another(lesson_run) 
     prompt = prompt_of(db, later[-1])
     notebook = prompt.split("## Research notebook", 1)[1].split("\n## ", 1)[0]
     failures = notebook.split("### Failures by cause", 1)[1].split("###", 1)[0]
-    effects = notebook.split("### Measured effects", 1)[1].split("###", 1)[0]
+    effects = notebook.split("### Effects that hold", 1)[1].split("###", 1)[0]
     assert (
         f"refused: N of N SEARCH/REPLACE blocks did not apply: block N (packing.py): {MISTAKE}"
         in failures
     )
-    assert f", island {island})" in effects
+    assert f", island {island}, #" in effects
     # the engine's own refusals (a crossover with one elite) are not the model's lessons
     assert "crossover needs two different parents" not in prompt
 

@@ -10,7 +10,10 @@ deadline scores the same on a loaded machine and cannot buy more search by runni
 parallel: ``cpu_budget_s`` CPU seconds over all its processes and threads together (told to
 it as ``EVOLVE_CPU_BUDGET_S``; each process is also held to it by RLIMIT_CPU), measured by
 the harness from the resource usage of the process tree it waited for, orphans included
-(``evolve.harness.orphans``). The wall-clock timeout is only a backstop.
+(``evolve.harness.orphans``). The wall-clock timeout (the benchmark's ``timeout_s``, stated
+in TASK.md) is only a backstop; the error of a timeout names which limit was hit, and the
+artifact ``limit`` says it in one word (``cpu``: the program's fault; ``wall``: its CPU budget
+was not reached, so the auditor retries a strict re-evaluation that ends there).
 """
 
 from __future__ import annotations
@@ -113,9 +116,22 @@ class CirclePacking:
                 status=EvalStatus.TIMEOUT,
                 metrics={"cpu_s": cpu_s},
                 artifacts={
-                    "error": f"the program used {cpu_s:.1f} CPU seconds (all its processes and "
-                    f"threads together), over its budget of {self.cpu_budget_s:g}; search within "
-                    "EVOLVE_CPU_BUDGET_S, e.g. by time.process_time() in one process",
+                    "error": f"CPU budget {self.cpu_budget_s:g} s exceeded: the program used "
+                    f"{cpu_s:.1f} CPU seconds (all its processes and threads together); search "
+                    "within EVOLVE_CPU_BUDGET_S, e.g. by time.process_time() in one process",
+                    "limit": "cpu",
+                    "output": result.tail(),
+                },
+            )
+        if result.timed_out and not result.modified:
+            return Evaluation(
+                status=EvalStatus.TIMEOUT,
+                metrics={"cpu_s": cpu_s, "run_s": result.wall_s},
+                artifacts={
+                    "error": f"wall limit {ctx.timeout_s:g} s reached after {cpu_s:.1f} of the "
+                    f"{self.cpu_budget_s:g} CPU seconds: the CPU budget was not reached, so the "
+                    "machine was loaded or the program waited (sleep, I/O)",
+                    "limit": "wall",
                     "output": result.tail(),
                 },
             )

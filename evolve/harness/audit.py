@@ -7,7 +7,9 @@ scored pass from a probe (clock reads that steer behaviour, ``forward`` branchin
 inference or grad mode, ``self.training`` or ``grad_fn``, or keeping state across calls),
 or work outside the timed window (a training loop at module level of an imported file).
 Only flags whose source line the parent does not have count, so an inherited line never
-flags twice. A flag is a reason to look closer (re-evaluate strictly), not a verdict.
+flags twice; calls the task prescribes (``Benchmark.prescribed``, e.g. circle packing's
+``time.process_time``, the clock its CPU budget is measured by) never flag. A flag is a
+reason to look closer (re-evaluate strictly), not a verdict.
 The detectors follow seed 002's reward-hacking auditors: cheap checks before promotion.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 __all__ = ["RULES", "AuditReport", "Flag", "audit", "render"]
@@ -164,8 +166,10 @@ def _name_rule(name: str) -> str | None:
 class _Visitor(ast.NodeVisitor):
     """Collects (line, rule, reason) for one parsed file."""
 
-    def __init__(self, aliases: Mapping[str, str], imported: bool) -> None:
-        self.aliases, self.imported = aliases, imported
+    def __init__(
+        self, aliases: Mapping[str, str], imported: bool, prescribed: frozenset[str]
+    ) -> None:
+        self.aliases, self.imported, self.prescribed = aliases, imported, prescribed
         self.found: list[tuple[int, str, str]] = []
         self.functions: list[str] = []
         self.clock_names: set[str] = set()
@@ -252,6 +256,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self.arguments.update(id(a) for a in [*node.args, *(k.value for k in node.keywords)])
         name = _dotted(node.func, self.aliases)
+        if name in self.prescribed:
+            name = None
         if name in CLOCKS and (self.in_forward or id(node) in self.tests):
             self.flag(node, "clock", f"{name}() where it steers behaviour: {RULES['clock']}")
         if name in MODE_CALLS and self.in_forward and id(node) not in self.arguments:
@@ -272,6 +278,8 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         name = _dotted(node, self.aliases)
+        if name in self.prescribed:
+            name = None
         if name and (rule := _name_rule(name)) and not isinstance(node.ctx, ast.Store):
             self.flag(node, rule, f"uses {name}: {RULES[rule]}")
             return  # one flag per chain
@@ -283,7 +291,12 @@ class _Visitor(ast.NodeVisitor):
         name = self.aliases.get(node.id, node.id)
         bare_module = node.id in self.aliases and "." not in name  # flagged at its import
         rule = CALLS.get(name) or _module_rule(name)
-        if isinstance(node.ctx, ast.Load) and rule and not bare_module:
+        if (
+            isinstance(node.ctx, ast.Load)
+            and rule
+            and not bare_module
+            and name not in self.prescribed
+        ):
             self.flag(node, rule, f"uses {name}: {RULES[rule]}")
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -317,7 +330,9 @@ class _Visitor(ast.NodeVisitor):
             )
             for name, expr in pairs:
                 reads = any(
-                    isinstance(n, ast.Call) and _dotted(n.func, self.aliases) in CLOCKS
+                    isinstance(n, ast.Call)
+                    and (clock := _dotted(n.func, self.aliases)) in CLOCKS
+                    and clock not in self.prescribed
                     for n in ast.walk(expr)
                 )
                 if isinstance(name, ast.Name) and reads:
@@ -350,7 +365,7 @@ def _imported_files(trees: Mapping[str, ast.AST]) -> set[str]:
     return found
 
 
-def _scan(files: Mapping[str, str]) -> tuple[list[Flag], list[str]]:
+def _scan(files: Mapping[str, str], prescribed: frozenset[str]) -> tuple[list[Flag], list[str]]:
     trees, unparsed = {}, []
     for path, text in sorted(files.items()):
         if path.endswith(".py"):
@@ -360,7 +375,7 @@ def _scan(files: Mapping[str, str]) -> tuple[list[Flag], list[str]]:
                 unparsed.append(path)
     imported, flags = _imported_files(trees), []
     for path, tree in trees.items():
-        visitor = _Visitor(_aliases(tree), path in imported)
+        visitor = _Visitor(_aliases(tree), path in imported, prescribed)
         visitor.visit(tree)
         lines = files[path].splitlines()
         for line, rule, reason in sorted(set(visitor.found)):
@@ -369,16 +384,24 @@ def _scan(files: Mapping[str, str]) -> tuple[list[Flag], list[str]]:
     return flags, unparsed
 
 
-def audit(files: Mapping[str, str], parent_files: Mapping[str, str] | None = None) -> AuditReport:
+def audit(
+    files: Mapping[str, str],
+    parent_files: Mapping[str, str] | None = None,
+    *,
+    prescribed: Iterable[str] = (),
+) -> AuditReport:
     """Flag suspicious code in ``files`` that ``parent_files`` (None: a seed) did not have.
 
     A flag counts as inherited when the parent has a flag of the same rule on an identical
-    line (stripped) in the same file, as many times as the parent has it.
+    line (stripped) in the same file, as many times as the parent has it. ``prescribed``:
+    dotted names of calls the task tells programs to make (``time.process_time``); using
+    them, or branching on what they return, is never flagged.
     """
-    flags, unparsed = _scan(files)
+    allowed = frozenset(prescribed)
+    flags, unparsed = _scan(files, allowed)
     inherited: Counter[tuple[str, str, str]] = Counter()
     if parent_files is not None:
-        inherited.update((f.path, f.rule, f.code) for f in _scan(parent_files)[0])
+        inherited.update((f.path, f.rule, f.code) for f in _scan(parent_files, allowed)[0])
     added = []
     for flag in flags:
         key = (flag.path, flag.rule, flag.code)

@@ -13,9 +13,9 @@ from evolve.types import EdgeRole, Parent
 class Crossover(LLMOperator):
     """Shows two parents and asks for SEARCH/REPLACE blocks that turn parent A into their child.
 
-    The emitter samples the two parents from distinct cells when the island has them. If
-    both are the same candidate, an inspiration (another elite) takes the second place;
-    with no other elite at all the request is rejected.
+    The emitter samples the two parents from distinct cells, neither descending from the
+    other (``Archive.sample_cells(apart=True)``); when the archive holds no such pair it
+    repeats the first, and the request is rejected.
     """
 
     name = "crossover"
@@ -24,11 +24,12 @@ class Crossover(LLMOperator):
 
     def parents(self, request: OperatorRequest) -> Sequence[Parent]:
         first = request.parents[0]
-        others = [*request.parents[1:], *request.inspirations]
-        second = next((p for p in others if p.candidate.id != first.candidate.id), None)
+        # not the inspirations: the island's best may be the first parent's own ancestor
+        second = next((p for p in request.parents[1:] if p.candidate.id != first.candidate.id), None)
         if second is None:
             raise OperatorRejected(
-                "crossover needs two different parents; the archive holds one elite so far",
+                "crossover needs two different parents, neither descending from the other; "
+                "the archive holds no such pair yet",
                 model=self.model,
             )
         return (first, second)

@@ -23,6 +23,7 @@ from typing import Any
 import jinja2
 
 from evolve.fitness import Benchmark
+from evolve.harness.phases import is_phase
 from evolve.llm import LLMSettings
 from evolve.llm._litellm import litellm
 from evolve.llm.command import PROVIDER, TOKENIZER
@@ -148,7 +149,9 @@ def program_view(
     """What a template shows of one program."""
     evaluation = parent.evaluation
     metrics = sorted(
-        (str(k), _number(v)) for k, v in (evaluation.metrics.items() if evaluation else ())
+        (str(k), _number(v))
+        for k, v in (evaluation.metrics.items() if evaluation else ())
+        if (str(k) in benchmark.shown_metrics if benchmark.shown_metrics else not is_phase(str(k)))
     )
     artifacts = []
     if evaluation is not None:

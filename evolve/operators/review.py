@@ -1,8 +1,9 @@
 """The auditor's model review: the run's model reads a candidate's change against the task's rules.
 
 ``Reviewer`` is the ``evolve.referee.ReviewDiff`` a run with a model hands its auditor: it
-renders ``prompts/review.md.j2`` (the task's text, the unified diff from the parent, what the
-static detectors flagged) and asks for a first line ``VERDICT: clean`` or ``VERDICT:
+renders ``prompts/review.md.j2`` (the task's text and the calls it prescribes, the score and
+its gain over the run's best, the unified diff from the parent, what the static detectors
+flagged) and asks for a first line ``VERDICT: clean`` or ``VERDICT:
 suspicious`` followed by reasons. Any other answer is ``malformed`` and a call that fails or
 may not be made is ``unavailable``: both are recorded and are no verdict. The call goes
 through the run's LLM client like an operator's, so it is cached, recorded in ``llm_calls``,
@@ -67,9 +68,15 @@ class Reviewer:
     diff_chars: int = 40_000
 
     async def __call__(
-        self, candidate: Candidate, parent_files: Files | None, report: AuditReport
+        self,
+        candidate: Candidate,
+        parent_files: Files | None,
+        report: AuditReport,
+        score: float,
+        best: float,
     ) -> ModelReview:
-        """The model's review of ``candidate``'s change from ``parent_files`` (None: a seed)."""
+        """The model's review of ``candidate``'s change from ``parent_files`` (None: a seed),
+        which scored ``score`` where the run's best was ``best``."""
         before = parent_files or {}
         diff = files_diff(before, candidate.files, sorted({*before, *candidate.files}), context=3)
         try:
@@ -77,6 +84,10 @@ class Reviewer:
                 "review.md.j2",
                 {
                     **task_values(self.benchmark),
+                    "score": f"{score:.10g}",
+                    "best": f"{best:.10g}",
+                    "gain": f"{score - best:+.4g}",
+                    "prescribed": ", ".join(self.benchmark.prescribed),
                     "diff": truncate(diff or "(no change)", self.diff_chars),
                     "flags": render_report(report) if report.flags else "",
                 },

@@ -19,7 +19,8 @@ SELECT c.id, c.seq, c.operator, c.model, c.island, c.status, c.description,
         AND e.role IN ({marks(PARENT_ROLES)}) ORDER BY e.rowid LIMIT 1),
        {_VERDICT.format(column="v.fitness")},
        {_VERDICT.format(column="json_extract(v.artifacts, '$.error')")},
-       {_VERDICT.format(column="json_extract(v.artifacts, '$.answer')")}
+       {_VERDICT.format(column="json_extract(v.artifacts, '$.answer')")},
+       {_VERDICT.format(column="json_extract(v.artifacts, '$.twin')")}
 FROM candidates c WHERE c.seq > ? {{where}} ORDER BY c.seq
 """
 ATTEMPT_FIELDS = (
@@ -34,6 +35,7 @@ ATTEMPT_FIELDS = (
     "fitness",
     "error",
     "answer",
+    "twin",
 )
 
 
@@ -42,7 +44,8 @@ def attempts(source: Source, *, after_seq: int = 0) -> list[dict[str, Any]]:
 
     ``fitness`` is the verdict's (re-evaluations left out), ``error`` why it failed or was
     refused, ``answer`` the model's answer to a refused proposal ('' when there was none,
-    e.g. the engine refused the request itself).
+    e.g. the engine refused the request itself), ``twin`` the stored program a scored one
+    equals (kept out of the archive; None otherwise).
     """
     rows = connection(source).execute(_ATTEMPTS_SQL.format(where=""), (*PARENT_ROLES, after_seq))
     return [dict(zip(ATTEMPT_FIELDS, row, strict=True)) for row in rows]

@@ -176,7 +176,7 @@ def test_the_notebook_page_shows_the_notebook_and_its_versions(page, notes_run):
         page.locator(".evolve-tabs a", has_text="Notebook").click()
         page.wait_for_url("**/-/evolve/notes")
         notebook = page.locator("#notebook")
-        assert notebook.locator("h3", has_text="Measured effects").is_visible()
+        assert notebook.locator("h3", has_text="Tried recently").is_visible()
         assert notebook.locator("li").count() >= 3
         shoot(page, "notes")
         page.locator("#notebook-versions summary").click()

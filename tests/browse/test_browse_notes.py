@@ -16,7 +16,7 @@ def test_notes_shows_the_latest_notebook(browse, notes_run):
 
 def test_notes_json_and_an_earlier_version(browse_json, notes_run):
     latest = browse_json("notes", run=notes_run)
-    assert latest["seq"] > 40 and "Measured effects" in latest["text"]
+    assert latest["seq"] > 40 and "Tried recently" in latest["text"]
     assert [v["seq"] for v in latest["versions"]] == [40, latest["seq"]]
     early = browse_json("notes", "--at", "60", run=notes_run)
     assert early["seq"] == 40 and early["text"].endswith("an early version")
@@ -36,5 +36,5 @@ def test_the_notes_page(notes_run):
         early = loop.run_until_complete(app.client.get("/-/evolve/notes?at=45")).text
     finally:
         loop.close()
-    assert '<article class="notebook" id="notebook">' in html and "<h3>Measured effects" in html
+    assert '<article class="notebook" id="notebook">' in html and "<h3>Tried recently" in html
     assert 'href="?at=40"' in html and "an early version" in early

@@ -236,3 +236,30 @@ def test_render_names_path_line_rule_and_reason() -> None:
     assert "main.py:2 [native-code]" in text and "import ctypes" in text
     assert render(audit({"main.py": "x = 1\n"}, None)) == "audit: no suspicious code added"
     assert set(RULES) >= {flag.rule for _, (_, f) in CHEATS.items() for flag in audit(f).flags}
+
+
+def test_a_call_the_task_prescribes_is_not_flagged_there() -> None:
+    """Circle packing tells programs to search until ``time.process_time()`` reaches their budget."""
+    code = textwrap.dedent(
+        """
+        import time
+        from time import process_time_ns
+        def construct(budget):
+            start = time.process_time()
+            while time.process_time() - start < budget:
+                pass
+            if process_time_ns() > 0:
+                pass
+            deadline = time.monotonic() + budget
+            while time.monotonic() < deadline:
+                pass
+        """
+    )
+    files, parent = {"packing.py": code}, {"packing.py": "import time\n"}
+    everywhere = audit(files, parent)
+    assert [f.line for f in everywhere.flags if f.rule == "clock"] == [6, 6, 8, 11, 11]
+    prescribed = ("time.process_time", "time.process_time_ns")
+    here = audit(files, parent, prescribed=prescribed)
+    assert [(f.rule, f.line) for f in here.flags] == [("clock", 11), ("clock", 11)]  # monotonic
+    cp = REPO / "configs" / "benchmark" / "circle_packing.yaml"
+    assert "prescribed: [time.process_time, time.process_time_ns]" in cp.read_text()

@@ -60,14 +60,18 @@ def test_crossover_shows_both_parents_and_links_both(scripted, operator, tmp_pat
     assert "[0.04] * (n - 1) + [0.2]" in user and "sum_radii: 1.5" in user
 
 
-def test_the_same_parent_twice_falls_back_to_an_inspiration(scripted, operator, tmp_path) -> None:
-    scripted.queue("m", CHILD)
+def test_the_same_parent_twice_is_refused_not_paired_with_an_inspiration(
+    scripted, operator, tmp_path
+) -> None:
+    """An inspiration (the island's best) may be the parent's own ancestor: the emitter draws
+    crossover parents apart, and repeats the first only when the archive holds no such pair."""
     a, other = parent(FILES, cid="a" * 20), parent(OTHER, cid="c" * 20)
     req = OperatorRequest(
         parents=[a, a], inspirations=[other], benchmark=benchmark(tmp_path), rng=random.Random(1)
     )
-    proposal = asyncio.run(operator.propose(req))
-    assert [pid for pid, _ in proposal.parents] == ["a" * 20, "c" * 20]
+    with pytest.raises(OperatorRejected, match="neither descending from the other"):
+        asyncio.run(operator.propose(req))
+    assert scripted.requests == []
 
 
 def test_one_elite_only_is_rejected_without_a_call(scripted, operator, tmp_path) -> None:

@@ -152,7 +152,8 @@ def test_a_review_or_summary_prompt_cuts_its_long_part_to_fit_the_context() -> N
     settings = LLMSettings(context_tokens=1500, max_tokens=500)
     diff = "".join(f"+    value_{i} = compute({i}) * {i}\n" for i in range(2000))
     values = {"task": "Keep the rules.", "objective": "score", "direction": "higher is better",
-              "diff": diff, "flags": ""}  # fmt: skip
+              "diff": diff, "flags": "", "score": "2.5", "best": "2.4", "gain": "+0.1",
+              "prescribed": "time.process_time"}  # fmt: skip
     messages = fitted_text("review.md.j2", values, "diff", model="command/x", settings=settings)
     content = messages[-1]["content"]
     assert prompt_tokens("command/x", messages) <= 1000
@@ -165,3 +166,27 @@ def test_a_review_or_summary_prompt_cuts_its_long_part_to_fit_the_context() -> N
             model="command/x",
             settings=settings,
         )
+
+
+def test_prompts_show_only_the_metrics_a_benchmark_marks(tmp_path: Path) -> None:
+    """Harness timings (``time_full: 0.00022``) are not the model's business."""
+    from dataclasses import replace
+
+    from evolve.types import Evaluation
+
+    program = parent(FILES)
+    timed = replace(
+        program,
+        evaluation=Evaluation(
+            status=program.evaluation.status,
+            fitness=1.3,
+            metrics={"valid": 1, "time_full": 0.00022, "time_sandbox_start": 0.1, "cpu_s": 2.0},
+        ),
+    )
+    bench = benchmark(tmp_path)
+    unmarked = program_view(timed, bench, Budget(), label="Program")["metrics"]
+    assert unmarked == [("cpu_s", "2"), ("valid", 1)]  # every metric but the phase timings
+    marked = replace(bench, shown_metrics=("cpu_s",))
+    assert program_view(timed, marked, Budget(), label="Program")["metrics"] == [("cpu_s", "2")]
+    cp = REPO / "configs" / "benchmark" / "circle_packing.yaml"
+    assert "shown_metrics: [min_radius, max_radius, cpu_s, run_s]" in cp.read_text()

@@ -235,7 +235,9 @@ def test_a_daemon_that_would_rewrite_the_output_later_is_rejected():
 def test_a_thread_that_outlives_the_work_runs_into_the_timeout():
     code = "import threading, time; threading.Thread(target=time.sleep, args=(3600,)).start()"
     assert_caught(
-        evaluate(FITNESS, inside_block(code), timeout_s=5), EvalStatus.TIMEOUT, r"timed out"
+        evaluate(FITNESS, inside_block(code), timeout_s=5),
+        EvalStatus.TIMEOUT,
+        r"wall limit \d+ s reached",
     )
 
 
@@ -248,7 +250,7 @@ def test_patched_time_functions_do_not_stretch_the_time_limit():
             pass
     """
     result = evaluate(FITNESS, inside_block(code), timeout_s=3)
-    assert_caught(result, EvalStatus.TIMEOUT, r"timed out")
+    assert_caught(result, EvalStatus.TIMEOUT, r"wall limit \d+ s reached")
     assert result.wall_s < 3 + 5
 
 
@@ -342,7 +344,7 @@ def test_parallel_search_in_processes_is_charged_to_the_budget():
     assert_caught(
         evaluate(TIGHT, inside_block(code), timeout_s=300),
         EvalStatus.TIMEOUT,
-        r"CPU seconds.*over its budget of 2",
+        r"CPU budget 2 s exceeded.*CPU seconds",
     )
 
 
@@ -358,7 +360,7 @@ def test_parallel_search_in_threads_is_charged_to_the_budget():
     assert_caught(
         evaluate(TIGHT, inside_block(code), timeout_s=300),
         EvalStatus.TIMEOUT,
-        r"CPU seconds.*over its budget of 2",
+        r"CPU budget 2 s exceeded.*CPU seconds",
     )
 
 
@@ -382,7 +384,7 @@ def test_parallel_search_in_orphaned_processes_is_charged_to_the_budget():
     assert_caught(
         evaluate(TIGHT, inside_block(code), timeout_s=300),
         EvalStatus.TIMEOUT,
-        r"CPU seconds.*over its budget of 2",
+        r"CPU budget 2 s exceeded.*CPU seconds",
     )
 
 
@@ -391,8 +393,22 @@ def test_a_search_ignoring_the_cpu_limit_signal_is_stopped_and_charged():
         "import signal, time\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n" + SPIN + "_spin(60)"
     )
     result = evaluate(TIGHT, inside_block(code), timeout_s=300)
-    assert_caught(result, EvalStatus.TIMEOUT, r"CPU seconds.*over its budget of 2")
+    assert_caught(result, EvalStatus.TIMEOUT, r"CPU budget 2 s exceeded.*CPU seconds")
     assert result.metrics["cpu_s"] < 10  # RLIMIT_CPU ended it, not the wall-clock timeout
+
+
+def test_a_wall_limit_timeout_names_the_wall_limit_and_the_unspent_budget():
+    """A program stopped by the wall clock before its CPU budget is told so, not "timed out"
+    (and the artifact ``limit: wall`` lets the auditor retry such a strict re-run)."""
+    result = evaluate(TIGHT, inside_block("import time\ntime.sleep(60)"), timeout_s=2)
+    assert_caught(
+        result,
+        EvalStatus.TIMEOUT,
+        r"wall limit 2 s reached after \d+\.\d of the 2 CPU seconds: the CPU budget was not reached",
+    )
+    assert result.artifacts["limit"] == "wall" and result.metrics["cpu_s"] < 2
+    spun = evaluate(TIGHT, inside_block("import time\n" + SPIN + "_spin(60)"), timeout_s=300)
+    assert spun.artifacts["limit"] == "cpu"
 
 
 # --- class 3: state carried from one evaluation to the next ---------------------------------------

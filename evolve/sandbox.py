@@ -62,7 +62,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from evolve import isolation, unreadable
+from evolve import identity, isolation, unreadable
 from evolve.isolation import IsolationError, Policy
 from evolve.sandbox_env import environment, scrub_env
 
@@ -356,7 +356,13 @@ def start(
     marker = f"{MARKER_VAR}={tag}".encode()
     full_env = {**environment(workdir, policy.private_home, env), MARKER_VAR: tag}
     named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
-    plan = isolation.plan(policy, workdir, named)
+    uid, identity_ = _identity()
+    plan = isolation.plan(policy, workdir, named, uid, identity_)
+    if uid is not None:
+        writable = [str(workdir), *(os.path.realpath(p) for p in policy.writable)]
+        given = [p for p in (argv[0], *named) if os.path.isabs(p) and os.path.exists(p)]
+        reached = [*writable, *plan.readonly, *plan.caches, *given]
+        identity.grant(uid, writable, reached, kept=plan.readonly)
     before = isolation.snapshot(plan.readonly)
     report_r, report_w = os.pipe()
     try:
@@ -497,6 +503,17 @@ class Started:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+def _identity() -> tuple[int | None, str]:
+    """The uid the next command runs as (None: the caller's), and else the report's words for it."""
+    uid = identity.current()
+    refused = identity.usable(uid)
+    if not refused:
+        return uid, ""
+    if identity.sandboxed(os.geteuid()):
+        return None, f"{os.geteuid()}, its caller's (a sandboxed harness process)"
+    return None, f"{isolation.NOT}changed: {refused}; it owns the caller's files"
 
 
 def _read_report(fd: int) -> dict[str, str]:

@@ -43,7 +43,7 @@ MS_REC, MNT_DETACH = 16384, 2
 _KEEP_MOUNT_FLAGS = {2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # ST_* -> MS_*
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 RET_ALLOW, RET_ERRNO, EPERM = 0x7FFF0000, 0x00050000, 1
-LD_ABS_W, JA, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x05, 0x15, 0x35, 0x45, 0x06  # classic BPF opcodes
+LD_ABS_W, RET_K, JA, JEQ_K, JGE_K, JSET_K = 0x20, 0x06, 0x05, 0x15, 0x35, 0x45  # BPF
 X32_BIT = 0x40000000
 # machine -> (AUDIT_ARCH_*, numbers of add_key, request_key, keyctl) from the kernel's tables
 KEY_SYSCALLS = {
@@ -105,7 +105,11 @@ def private_layer(target: str, lower: int, owner: int | None = None) -> None:
         upper, below = os.path.join(target, "upper"), os.fstat(lower)
         os.mkdir(upper)
         os.chmod(upper, stat.S_IMODE(below.st_mode))  # the merged view's top folder shows these
-        os.chown(upper, below.st_uid if owner is None else owner, below.st_gid if owner is None else owner)
+        os.chown(
+            upper,
+            below.st_uid if owner is None else owner,
+            below.st_gid if owner is None else owner,
+        )
         os.mkdir(os.path.join(target, "work"), 0o700)
         stage = os.open(target, os.O_PATH | os.O_CLOEXEC)
         try:

@@ -126,7 +126,9 @@ def _reach(path: str, me: int) -> None:
             st = os.stat(parent)
             if st.st_uid == me and not st.st_mode & stat.S_IXOTH:
                 os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
-                log.warning("sandbox: %s made searchable by others (o+x) for sandboxed uids", parent)
+                log.warning(
+                    "sandbox: %s made searchable by others (o+x) for sandboxed uids", parent
+                )
         if parent == "/":
             break
         parent = os.path.dirname(parent)

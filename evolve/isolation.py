@@ -142,7 +142,11 @@ class Plan:
 
 
 def plan(
-    policy: Policy, workdir: Path, named: Sequence[str] = (), uid: int | None = None, identity: str = ""
+    policy: Policy,
+    workdir: Path,
+    named: Sequence[str] = (),
+    uid: int | None = None,
+    identity: str = "",
 ) -> Plan:
     """Resolve ``policy`` for a command running in ``workdir`` (runs in the parent).
 

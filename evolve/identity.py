@@ -33,6 +33,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 VAR = "EVOLVE_SANDBOX_UID"
 FIRST, COUNT = 0x40000000, 0x3FFF0000  # far above the uids and subuid ranges accounts use
+CAPABILITIES = {0: "CAP_CHOWN", 1: "CAP_DAC_OVERRIDE", 2: "CAP_DAC_READ_SEARCH", 3: "CAP_FOWNER"}
+CAPABILITIES |= {6: "CAP_SETGID", 7: "CAP_SETUID"}
 
 
 def _pick() -> int:
@@ -67,9 +69,19 @@ def sandboxed(uid: int) -> bool:
 
 
 def usable(uid: int) -> str:
-    """Empty when this process may switch a child to ``uid``, else why not (a report's words)."""
+    """Empty when this process may switch a child to ``uid``, else why not (a report's words).
+
+    Besides switching (CAP_SETUID, CAP_SETGID) and granting (CAP_CHOWN), the caller must read
+    and remove whatever the uid leaves, in any mode (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
+    CAP_FOWNER).
+    """
     if os.geteuid() != 0:
         return f"the caller runs as uid {os.geteuid()}, not root"
+    status = Path("/proc/self/status").read_text()
+    effective = int(status.split("CapEff:")[1].split()[0], 16)
+    missing = [name for bit, name in CAPABILITIES.items() if not effective >> bit & 1]
+    if missing:
+        return f"the caller lacks {', '.join(missing)}"
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/uid_map").read_text().splitlines():
             inside, _, count = map(int, line.split())

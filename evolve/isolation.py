@@ -448,7 +448,7 @@ def _become(uid: int) -> str:
         os.setresuid(uid, uid, uid)
     except OSError as exc:
         return f"{NOT}changed: {exc}; it runs as uid {os.getuid()}, the owner of that uid's files"
-    return f"{uid}, of its evaluation: no host file is its own"
+    return f"an unprivileged uid of its evaluation's, owner of no host file ({uid})"
 
 
 def _drop_caps() -> str:

@@ -461,3 +461,30 @@ def test_pages_read_before_a_strict_evaluation_are_forgotten(tmp_path: Path) -> 
     done = pagecache.forget()
     b = cache_evaluation("receive", "by_faults", path)
     assert f"got:{token}" not in b.stdout and "got:" + "0" * 16 in b.stdout, (done, b.tail())
+
+
+def test_a_host_files_times_and_attributes_carry_no_token() -> None:
+    """A command running as the owner of a host file (root, before issue 29) could set its
+    modification time and extended attributes (Landlock confines contents, not those), and
+    the next evaluation read them back. The file lies outside /tmp's private layer."""
+    needs("uid")
+    with tempfile.TemporaryDirectory(prefix="evolve-host-", dir=Path.home()) as folder:
+        Path(folder).chmod(0o755)
+        host = Path(folder) / "data.txt"
+        host.write_text("shared")
+        token = secrets.randbelow(1 << 30) + 1
+        writer = f"""
+            import os
+            attempt('utime', lambda: os.utime({str(host)!r}, ({token}, {token})))
+            attempt('xattr', lambda: os.setxattr({str(host)!r}, 'user.token', b'{token}'))
+        """
+        reader = f"""
+            import os
+            got(int(os.stat({str(host)!r}).st_mtime))
+            attempt('xattr', lambda: got(os.getxattr({str(host)!r}, 'user.token')))
+        """
+        args = ["t", "n", "1", "", "/"]
+        a = evaluation(writer, args)
+        b = evaluation(reader, args)
+    assert a.result.stdout.count("failed") == 2, a.result.tail()
+    assert f"got:{token}" not in b.result.stdout, b.result.tail()

@@ -10,10 +10,11 @@ Every sandboxed command of one evaluation shares its uid (``fresh``, around each
 that what one of them writes (a checkpoint) the next may read and replace, in any mode;
 commands of other evaluations run as other uids. The sandbox gives the uid its working
 directory and ``Policy.writable`` folders (``grant``: their owner becomes the uid) and a way
-to every path it is given: a folder of the caller's on the way that others may not search
-(``/root`` holding a pyenv interpreter, a ``mkdtemp`` scratch folder) gets search
-permission for others (``o+x``: names inside stay unlistable, and files keep their modes).
-A command that runs as root, in comparison, could read all of them.
+to every path it is given (in its arguments, environment, policy or job on stdin) or hidden
+from: a folder of the caller's on the way that others may not list (``/root`` holding a pyenv interpreter, a ``mkdtemp`` scratch folder) gets read and
+search permission for others (``o+rx``: its names become listable, files keep their modes;
+a harness process hiding a path from its child lists every folder on the way,
+``evolve.landlock.read_rules``). A command running as root could read all of them.
 
 The uid travels in an environment variable, like ``evolve.unreadable``'s paths, so that
 worker processes inherit it; the sandbox never passes the variable on to the command.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import secrets
 import stat
 import sys
@@ -121,7 +123,7 @@ def grant(uid: int, owned: Sequence[str], reached: Sequence[str], kept: Sequence
                         os.chown(name, uid, uid, dir_fd=fd, follow_symlinks=False)
     python = [sys.executable, sys.prefix, sys.base_prefix, *sys.path]
     for path in {*reached, *(p for p in python if os.path.isabs(p))}:
-        _reach(os.path.realpath(path), me)
+        reach(path)
     for path in reached:  # a harness's unix socket: connecting needs write permission
         with contextlib.suppress(OSError):
             st = os.stat(path, follow_symlinks=False)
@@ -129,18 +131,28 @@ def grant(uid: int, owned: Sequence[str], reached: Sequence[str], kept: Sequence
                 os.chown(path, uid, uid, follow_symlinks=False)
 
 
-def _reach(path: str, me: int) -> None:
-    """Give others search permission on each folder of the caller's on the way to ``path`` (and
-    on ``path``, a folder)."""
+def paths_in(data: bytes, limit: int = 1 << 20) -> list[str]:
+    """The existing absolute paths quoted in the first ``limit`` bytes of ``data`` (a job on a
+    command's stdin: JSON strings)."""
+    text = data[:limit].decode(errors="replace")
+    return [p for p in dict.fromkeys(re.findall(r'"(/[^"\\]+)"', text)) if os.path.exists(p)]
+
+
+def reach(path: str | os.PathLike[str]) -> None:
+    """Let others list and search each folder of the caller's on the way to ``path`` (and
+    ``path``, a folder): the sandbox does so for every path its command is given in its
+    arguments, environment or job (``paths_in``); call it for one given any other way."""
+    me, path = os.geteuid(), os.path.realpath(path)
+    if me != 0:  # only root runs commands as another uid
+        return
     parent = path if os.path.isdir(path) else os.path.dirname(path)
+    wanted = stat.S_IROTH | stat.S_IXOTH
     while True:  # checked each time: another process may take the permission away again
         with contextlib.suppress(OSError):
             st = os.stat(parent)
-            if st.st_uid == me and not st.st_mode & stat.S_IXOTH:
-                os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
-                log.warning(
-                    "sandbox: %s made searchable by others (o+x) for sandboxed uids", parent
-                )
+            if st.st_uid == me and st.st_mode & wanted != wanted:
+                os.chmod(parent, stat.S_IMODE(st.st_mode) | wanted)
+                log.warning("sandbox: %s made listable by others (o+rx) for sandboxed uids", parent)
         if parent == "/":
             break
         parent = os.path.dirname(parent)

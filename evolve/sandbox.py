@@ -361,14 +361,16 @@ def start(
     policy = replace(policy, hidden=(*policy.hidden, *unseen))
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
-    full_env = {**environment(workdir, policy.private_home, env), MARKER_VAR: tag}
-    named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
     uid, identity_ = _identity()
+    # a uid without an account: getpass.getuser() (torch's default cache folders) reads these
+    account = {"USER": f"evolve-{uid}", "LOGNAME": f"evolve-{uid}"} if uid is not None else {}
+    full_env = {**account, **environment(workdir, policy.private_home, env), MARKER_VAR: tag}
+    named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
     plan = isolation.plan(policy, workdir, named, uid, identity_)
     if uid is not None:
         writable = [str(workdir), *(os.path.realpath(p) for p in policy.writable)]
         given = [p for p in (argv[0], *named) if os.path.isabs(p) and os.path.exists(p)]
-        reached = [*writable, *plan.readonly, *plan.caches, *given]
+        reached = [*writable, *plan.readonly, *plan.caches, *plan.hidden, *given]
         identity.grant(uid, writable, reached, kept=plan.readonly)
     before = isolation.snapshot(plan.readonly)
     report_r, report_w = os.pipe()
@@ -443,6 +445,9 @@ class Started:
             raise RuntimeError("a started sandbox command is finished once")
         self.done = True
         proc, marker, ns, limits = self.proc, self.marker, self.ns, self.limits
+        if stdin and self.plan.uid is not None:  # paths in its job, as in its arguments
+            for path in identity.paths_in(stdin):
+                identity.reach(path)
         begin = time.monotonic()
         try:
             if stdin is not None:

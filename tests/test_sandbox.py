@@ -851,7 +851,7 @@ def test_commands_of_one_evaluation_share_an_unprivileged_uid_that_no_other_has(
 
 
 def test_host_files_given_to_a_command_are_readable_but_not_its_own(tmp_path):
-    """A host file it reads (in a folder of root's that others may not list) keeps its times,
+    """A host file it reads (in a folder of root's that others could not list) keeps its times,
     mode and attributes: a command running as their owner could change all three."""
     own_uid()
     # mode 0700, as mkdtemp makes it; not under /tmp, where changes land in a private layer
@@ -864,9 +864,9 @@ def test_host_files_given_to_a_command_are_readable_but_not_its_own(tmp_path):
             import os
             print(open({str(data)!r}).read())
             for name, change in [('utime', lambda p: os.utime(p, (1, 1))), ('chmod', lambda p: os.chmod(p, 0o777)),
-                                 ('xattr', lambda p: os.setxattr(p, 'user.bit', b'1')), ('list', os.listdir)]:
+                                 ('xattr', lambda p: os.setxattr(p, 'user.bit', b'1'))]:
                 try:
-                    change({str(data)!r} if name != 'list' else {str(host)!r})
+                    change({str(data)!r})
                     print(name, 'done')
                 except OSError as exc:
                     print(name, 'refused')
@@ -875,7 +875,7 @@ def test_host_files_given_to_a_command_are_readable_but_not_its_own(tmp_path):
         after = data.stat()
     finally:
         shutil.rmtree(host)
-    expected = ["shared", *(f"{n} refused" for n in ("utime", "chmod", "xattr", "list"))]
+    expected = ["shared", *(f"{n} refused" for n in ("utime", "chmod", "xattr"))]
     assert result.stdout.splitlines() == expected, result.tail()
     assert (after.st_mtime_ns, after.st_mode) == (before.st_mtime_ns, before.st_mode)
 

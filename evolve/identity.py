@@ -16,6 +16,10 @@ search permission for others (``o+rx``: its names become listable, files keep th
 a harness process hiding a path from its child lists every folder on the way,
 ``evolve.landlock.read_rules``). A command running as root could read all of them.
 
+A ``Policy.writable`` folder that evaluations running at the same time share belongs to the
+one that started last: give such a folder mode 1777 (as ``/dev/shm`` has), which ``grant``
+leaves alone.
+
 The uid travels in an environment variable, like ``evolve.unreadable``'s paths, so that
 worker processes inherit it; the sandbox never passes the variable on to the command.
 """

@@ -4,7 +4,8 @@
 runs in the child between fork and exec and reports, key by key, what it really applied.
 Each protection degrades on its own when the platform refuses it, and the report says so
 (values starting with ``NOT``); ``Policy(strict=True)`` refuses to run instead. Landlock
-lives in ``evolve.landlock``, private layers and the keyring filter in ``evolve.channels``.
+lives in ``evolve.landlock``, private layers and the seccomp filter (keyrings, page cache) in
+``evolve.channels``.
 
 Facts used (Linux man pages):
 - ``unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC)`` needs CAP_SYS_ADMIN; unprivileged
@@ -136,15 +137,25 @@ class Plan:
     scratch: tuple[str, ...] = ()  # folders given a private writable layer (/tmp, /var/tmp)
     rebind: tuple[str, ...] = ()  # writable or named paths beneath them, bound back from the host
     caches: tuple[str, ...] = ()  # shared caches given a private writable layer
+    uid: int | None = None  # the unprivileged uid (and gid) it runs as; None: the caller's
+    identity: str = ""  # the report's ``uid`` entry when it runs as the caller's uid
 
 
-def plan(policy: Policy, workdir: Path, named: Sequence[str] = ()) -> Plan:
+def plan(
+    policy: Policy,
+    workdir: Path,
+    named: Sequence[str] = (),
+    uid: int | None = None,
+    identity: str = "",
+) -> Plan:
     """Resolve ``policy`` for a command running in ``workdir`` (runs in the parent).
 
     ``named``: strings the command is given (arguments, environment values); those that are
     existing paths under /tmp or /var/tmp are bound back from the host over the private
     layer, like the writable paths there: a harness's unix socket reached through overlayfs
     refuses connections, so a socket the harness names must be the host's own.
+    ``uid``: the unprivileged uid it is to run as (``evolve.identity``), else None and
+    ``identity`` says why not.
     """
     writable = [str(workdir.resolve())] + [os.path.realpath(p) for p in policy.writable]
     devices = sorted({path for pattern in policy.devices for path in glob.glob(pattern)})
@@ -176,6 +187,8 @@ def plan(policy: Policy, workdir: Path, named: Sequence[str] = ()) -> Plan:
             for path in map(os.path.realpath, policy.shared_caches)
             if os.path.isdir(path) and path not in writable
         ),
+        uid=uid,
+        identity=identity,
     )
 
 
@@ -256,7 +269,7 @@ def _mounts(plan: Plan, report: dict[str, str]) -> tuple[bool, bool, list[str]]:
                 _libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", flags, b"mode=1777"), "mount /dev/shm"
             )
             report["shm"], shm = "private tmpfs on /dev/shm", True
-    layered = channels.lay(plan.scratch, plan.rebind, plan.caches, report)
+    layered = channels.lay(plan.scratch, plan.rebind, plan.caches, report, plan.uid)
     done = []
     with contextlib.suppress(OSError):
         for path in plan.readonly:
@@ -345,13 +358,15 @@ def apply(plan: Plan) -> dict[str, str]:
             else f"{NOT}private (no mount namespace); list /dev/shm in Policy.writable for NCCL"
         )
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-    if policy.private_keyrings:
-        try:
-            report["keyrings"] = channels.refuse_keyrings()
-        except OSError as exc:
-            report["keyrings"] = f"{NOT}refused: {exc}"
-    else:
-        report["keyrings"] = "reachable (policy.private_keyrings=False)"
+    try:
+        report.update(channels.refuse_calls(keyrings=policy.private_keyrings))
+    except OSError as exc:
+        report["page_cache"] = f"{NOT}guarded: {exc}"
+        report["keyrings"] = (
+            f"{NOT}refused: {exc}"
+            if policy.private_keyrings
+            else "reachable (policy.private_keyrings=False)"
+        )
     tcp_by_landlock = not policy.network and not namespaces
     if plan.abi:
         try:
@@ -421,7 +436,19 @@ def apply(plan: Plan) -> dict[str, str]:
             else f"{NOT}hidden: Landlock unavailable"
         )
     report["capabilities"] = _drop_caps() if policy.drop_caps else "kept (policy.drop_caps=False)"
+    report["uid"] = _become(plan.uid) if plan.uid is not None else plan.identity
     return report
+
+
+def _become(uid: int) -> str:
+    """Run as ``uid`` and its own gid, without supplementary groups (after everything that needs root)."""
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    except OSError as exc:
+        return f"{NOT}changed: {exc}; it runs as uid {os.getuid()}, the owner of that uid's files"
+    return f"an unprivileged uid of its evaluation's, owner of no host file ({uid})"
 
 
 def _drop_caps() -> str:

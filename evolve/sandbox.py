@@ -18,7 +18,10 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
   listing only its processes, every entry that is not a process's read-only (as root, the
   kernel's settings and other processes' ``oom_score_adj`` would be writable); every mount
   ``noatime`` (which files it read would show in their access times); seccomp
-  refusing the kernel keyring calls; no-new-privileges and an empty capability bounding set;
+  refusing the kernel keyring calls and those that read or steer the page cache;
+  no-new-privileges and an empty capability bounding set;
+- ``evolve.identity``: as root, an unprivileged uid of its evaluation's, owner of no host file,
+  given its workdir and ``Policy.writable`` folders;
 - on timeout SIGTERM to the group, SIGKILL after a grace period; then SIGKILL, until none is
   left, to every process in its session, carrying its marker variable, or inside its private
   namespace (which no descendant can leave); ``Result.leftover`` counts those still alive
@@ -32,10 +35,14 @@ What it does NOT protect against (run untrusted code on a machine you can lose):
   for root means the whole system; without any namespace, UDP and (Landlock < 4) all network;
 - pathname unix sockets outside /tmp (e.g. a docker socket) that file permissions let it reach;
 - ``Policy.writable`` paths, which every command given them shares;
-- the kernel: seccomp filters only the keyring calls; a kernel exploit escapes everything;
+- the kernel: seccomp filters only the keyring and page-cache calls; a kernel exploit
+  escapes everything;
+- which pages its reads leave in the page cache (major faults and read times show them to
+  the next command; ``evolve.pagecache`` drops them before the auditor's strict evaluations);
 - memory: ``Limits.memory_bytes`` caps *virtual* address space, which CUDA exhausts at once,
   so GPU programs need ``memory_bytes=None`` and then have no memory cap (no cgroup is used);
-  RLIMIT_NPROC counts per user machine-wide and never binds root;
+  RLIMIT_NPROC counts per uid (the evaluation's own; machine-wide for a caller that is not
+  root, and never binding when the uid could not be changed);
 - GPU choice: ``CUDA_VISIBLE_DEVICES`` is advisory; every ``/dev/nvidia*`` node is writable;
 - without a private namespace, a descendant that leaves the session and scrubs its
   environment escapes the final kill;
@@ -62,7 +69,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from evolve import isolation, unreadable
+from evolve import identity, isolation, unreadable
 from evolve.isolation import IsolationError, Policy
 from evolve.sandbox_env import environment, scrub_env
 
@@ -95,8 +102,8 @@ class Limits:
             programs: CUDA reserves far more virtual memory than any sane limit.
         cpu_s: CPU-seconds limit (RLIMIT_CPU): SIGXCPU when it passes, SIGKILL a second later.
         file_bytes: largest file the command may write (RLIMIT_FSIZE; SIGXFSZ beyond).
-        processes: RLIMIT_NPROC, counted per user over the whole machine; not enforced
-            for root.
+        processes: RLIMIT_NPROC, counted per uid over the whole machine (the evaluation's
+            own uid, ``evolve.identity``); not enforced where the command runs as root.
         output_bytes: bytes of stdout and of stderr kept; the rest is dropped.
     """
 
@@ -354,9 +361,17 @@ def start(
     policy = replace(policy, hidden=(*policy.hidden, *unseen))
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
-    full_env = {**environment(workdir, policy.private_home, env), MARKER_VAR: tag}
+    uid, identity_ = _identity()
+    # a uid without an account: getpass.getuser() (torch's default cache folders) reads these
+    account = {"USER": f"evolve-{uid}", "LOGNAME": f"evolve-{uid}"} if uid is not None else {}
+    full_env = {**account, **environment(workdir, policy.private_home, env), MARKER_VAR: tag}
     named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
-    plan = isolation.plan(policy, workdir, named)
+    plan = isolation.plan(policy, workdir, named, uid, identity_)
+    if uid is not None:
+        writable = [str(workdir), *(os.path.realpath(p) for p in policy.writable)]
+        given = [p for p in (argv[0], *named) if os.path.isabs(p) and os.path.exists(p)]
+        reached = [*writable, *plan.readonly, *plan.caches, *plan.hidden, *given]
+        identity.grant(uid, writable, reached, kept=plan.readonly)
     before = isolation.snapshot(plan.readonly)
     report_r, report_w = os.pipe()
     try:
@@ -430,6 +445,9 @@ class Started:
             raise RuntimeError("a started sandbox command is finished once")
         self.done = True
         proc, marker, ns, limits = self.proc, self.marker, self.ns, self.limits
+        if stdin and self.plan.uid is not None:  # paths in its job, as in its arguments
+            for path in identity.paths_in(stdin):
+                identity.reach(path)
         begin = time.monotonic()
         try:
             if stdin is not None:
@@ -499,6 +517,17 @@ class Started:
                     stream.close()
 
 
+def _identity() -> tuple[int | None, str]:
+    """The uid the next command runs as (None: the caller's), and else the report's words for it."""
+    uid = identity.current()
+    refused = identity.usable(uid)
+    if not refused:
+        return uid, ""
+    if identity.sandboxed(os.geteuid()):
+        return None, f"{os.geteuid()}, its caller's (a sandboxed harness process)"
+    return None, f"{isolation.NOT}changed: {refused}; it owns the caller's files"
+
+
 def _read_report(fd: int) -> dict[str, str]:
     with os.fdopen(fd, "rb") as handle:
         lines = handle.read().decode(errors="replace").splitlines()
@@ -519,6 +548,7 @@ def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     """What isolation this machine applies for ``policy``: runs ``true`` once and reports.
 
     Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``proc``, ``atime``, ``home``, ``keyrings``,
+    ``page_cache``, ``uid``,
     ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
     ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
     starting with "NOT" are gaps.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,22 @@ from evolve.config import as_dict
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_BENCHMARK = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "toy.yaml"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """As root, the session's temp folders live in a folder of its own: sandboxed commands run
+    as another uid (``evolve.identity``), which the sandbox lets reach the test folders they are
+    given, and pytest takes every permission for others off ``/tmp/pytest-of-root`` at each
+    session's start, cutting off those of a session running beside it."""
+    if config.option.basetemp is None and os.geteuid() == 0:
+        config.option.basetemp = Path(tempfile.mkdtemp(prefix="pytest-evolve-")) / "session"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    basetemp = config.option.basetemp
+    if basetemp is not None and Path(basetemp).parent.name.startswith("pytest-evolve-"):
+        shutil.rmtree(Path(basetemp).parent, ignore_errors=True)
 
 
 def composed(overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import unreadable
+from evolve import identity, unreadable
 from evolve.fitness import sandbox_failure
 from evolve.isolation import NOT, changed, gaps, snapshot
 from evolve.sandbox import Limits, Policy, Result, isolation_report, run, scrub_env, start
@@ -819,3 +819,88 @@ def test_only_unix_sockets_the_harness_names_are_reachable_under_tmp() -> None:
         for server in servers:
             server.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- issue 29: candidates never run as the owner of host files ------------------------------
+
+
+def own_uid() -> None:
+    value = isolation_report().get("uid", f"{NOT}reported")
+    if value.startswith(NOT) or not value.split()[-1].strip("()").isdigit():
+        pytest.skip(f"this platform runs commands as the caller's uid: {value}")
+
+
+def test_commands_of_one_evaluation_share_an_unprivileged_uid_that_no_other_has(tmp_path):
+    """Each evaluation (``identity.fresh``, as ``run_job`` does) gets a uid of its own; what one
+    of its commands writes, in any mode, the next one reads and replaces; the harness reads it."""
+    own_uid()
+    write = "import os; os.mkdir('d', 0o700); open('d/f', 'w').write('x'); os.chmod('d/f', 0); print(os.getuid(), os.getgid(), os.getgroups())"
+    again = "import os; os.chmod('d/f', 0o600); print(open('d/f').read(), os.getuid())"
+    uids = []
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        with identity.fresh() as uid:
+            first = candidate(tmp_path / folder, write)
+            second = candidate(tmp_path / folder, again)
+        assert first.stdout.split() == [str(uid), str(uid), "[]"], first.tail()
+        assert second.stdout.split() == ["x", str(uid)], second.tail()
+        assert first.isolation["uid"].endswith(f"({uid})")
+        assert (tmp_path / folder / "d" / "f").read_text() == "x"  # the harness reads it
+        uids.append(uid)
+    assert uids[0] != uids[1] and all(identity.sandboxed(u) and u != 0 for u in uids)
+
+
+def test_host_files_given_to_a_command_are_readable_but_not_its_own(tmp_path):
+    """A host file it reads (in a folder of root's that others could not list) keeps its times,
+    mode and attributes: a command running as their owner could change all three."""
+    own_uid()
+    # mode 0700, as mkdtemp makes it; not under /tmp, where changes land in a private layer
+    host = Path(tempfile.mkdtemp(prefix="evolve-host-", dir=Path.home()))
+    try:
+        data = host / "data.txt"
+        data.write_text("shared")
+        before = data.stat()
+        code = f"""
+            import os
+            print(open({str(data)!r}).read())
+            for name, change in [('utime', lambda p: os.utime(p, (1, 1))), ('chmod', lambda p: os.chmod(p, 0o777)),
+                                 ('xattr', lambda p: os.setxattr(p, 'user.bit', b'1'))]:
+                try:
+                    change({str(data)!r})
+                    print(name, 'done')
+                except OSError as exc:
+                    print(name, 'refused')
+        """
+        result = candidate(tmp_path, code, env={"DATA": str(data)})
+        after = data.stat()
+    finally:
+        shutil.rmtree(host)
+    expected = ["shared", *(f"{n} refused" for n in ("utime", "chmod", "xattr"))]
+    assert result.stdout.splitlines() == expected, result.tail()
+    assert (after.st_mtime_ns, after.st_mode) == (before.st_mtime_ns, before.st_mode)
+
+
+def test_a_host_file_linked_into_the_workdir_stays_the_hosts(tmp_path):
+    """The workdir becomes the uid's, but never a file with another link (a host file's)."""
+    own_uid()
+    host = tmp_path / "host.txt"
+    host.write_text("root's")
+    work = tmp_path / "work"
+    work.mkdir()
+    os.link(host, work / "linked.txt")
+    (work / "own.txt").write_text("the candidate's")
+    result = candidate(work, "import os; print(os.stat('own.txt').st_uid == os.getuid())")
+    assert result.stdout.split() == ["True"], result.tail()
+    assert host.stat().st_uid == os.geteuid()
+
+
+def test_a_caller_that_could_not_read_back_what_the_uid_writes_keeps_its_own(tmp_path):
+    """Without CAP_DAC_OVERRIDE the harness could not read what a command of another uid wrote
+    in mode 000: then commands run as the caller, and the report says so."""
+    own_uid()
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        pytest.skip("needs setpriv")
+    code = "from evolve.sandbox import isolation_report; print(isolation_report()['uid'])"
+    out = subprocess.run([setpriv, "--bounding-set=-dac_override", PY, "-c", code], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert out.stdout.startswith(NOT) and "CAP_DAC_OVERRIDE" in out.stdout, out.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import platform
 import shutil
@@ -11,9 +12,11 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
+from evolve import identity, pagecache
 from evolve.fitness import EvalContext, Fitness, evaluate_safely, write_files
 from evolve.types import Evaluation, InfrastructureFault, Job
 
+log = logging.getLogger(__name__)
 HARNESS_GRACE_S = 60.0  # how long past the candidate's timeout a fitness may take to return
 
 
@@ -41,7 +44,9 @@ def hardware(gpu: str | None) -> str:
 
 
 def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
-    """Evaluate ``job`` with ``fitness`` in this process: fresh workdir and scratch, both removed after.
+    """Evaluate ``job`` with ``fitness`` in this process: fresh workdir and scratch, both removed
+    after; its sandboxed commands run as a fresh uid (``evolve.identity``), and a strict job
+    (the auditor's) after the page cache was dropped (``evolve.pagecache``).
 
     Args:
         fitness: the benchmark's fitness.
@@ -54,6 +59,8 @@ def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
     Raises:
         InfrastructureFault: the machine failed the evaluation (its folders, a full disk).
     """
+    if job.strict:  # nothing an earlier evaluation left in the page cache reaches this one
+        log.info("strict evaluation of %s: %s", job.candidate_id[:8], pagecache.forget())
     made: list[Path] = []
     try:
         try:
@@ -75,7 +82,8 @@ def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
             scratch=scratch,
             strict=job.strict,
         )
-        return evaluate_safely(fitness, workdir, ctx)
+        with identity.fresh():  # its sandboxed commands run as a uid of its own
+            return evaluate_safely(fitness, workdir, ctx)
     finally:
         for path in made:
             remove_tree(path)

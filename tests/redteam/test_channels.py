@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from evolve import pagecache
 from evolve.isolation import NOT
 from evolve.sandbox import Limits, Policy, Result, isolation_report, run
 
@@ -201,11 +203,13 @@ class Run:
     workdir: str
 
 
-def evaluation(code: str, args: list[str], policy: Policy | None = None) -> Run:
+def evaluation(
+    code: str, args: list[str], policy: Policy | None = None, prelude: str = PRELUDE
+) -> Run:
     """One sandboxed evaluation in a fresh workdir, removed afterwards (as ``run_job`` does)."""
     workdir = Path(tempfile.mkdtemp(prefix="evolve-channel-"))
     try:
-        (workdir / "main.py").write_text(PRELUDE + "\n" + textwrap.dedent(code))
+        (workdir / "main.py").write_text(prelude + "\n" + textwrap.dedent(code))
         result = run(
             [sys.executable, "main.py", *args],
             cwd=workdir,
@@ -262,7 +266,8 @@ def test_a_shared_cache_is_readable_but_never_written(tmp_path: Path) -> None:
     writer = f"""
         got(open({str(cache / "warm.bin")!r}).read())
         put_file({str(cache)!r} + '/' + NAME)
-        open({str(cache / "warm.bin")!r}, 'w').write(TOKEN)
+        open({str(cache)!r} + '/next', 'w').write(TOKEN)  # as compilers do: a new file, renamed
+        os.replace({str(cache)!r} + '/next', {str(cache / "warm.bin")!r})
         get_file({str(cache)!r} + '/' + NAME)
     """
     a = evaluation(writer, [token, name, "1", "", "/"], policy)
@@ -291,3 +296,195 @@ def test_tcp_port_of_the_host_is_not_a_channel() -> None:
             ["t", "n", "1", "", "/"],
         )
     assert "got:" not in b.result.stdout and "failed" in b.result.stdout, b.result.tail()
+
+
+# The page cache (issue 29, item 2): evaluation A leaves a token in which pages of a large
+# readable host file are cached; evaluation B reads it back. Bit i is page i * STRIDE (readahead
+# loads at most 32 pages after, and read-around 16 either side of, the page it reads).
+PAGE_CACHE = """
+import ctypes, mmap, os, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+PAGE, STRIDE, BITS = mmap.PAGESIZE, 128, 16
+fd = os.open(sys.argv[2], os.O_RDONLY)
+SIZE, SLOTS = os.fstat(fd).st_size, [i * 128 for i in range(16)]
+
+def refused(what):
+    raise OSError(ctypes.get_errno(), what + ': ' + os.strerror(ctypes.get_errno()))
+
+def mapped():
+    addr = libc.mmap(None, ctypes.c_size_t(SIZE), mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    return addr if addr not in (None, ctypes.c_void_p(-1).value) else refused('mmap')
+
+def by_mincore():
+    vec = (ctypes.c_ubyte * (SIZE // PAGE))()
+    if libc.mincore(ctypes.c_void_p(mapped()), ctypes.c_size_t(SIZE), vec):
+        refused('mincore')
+    return [vec[p] & 1 for p in SLOTS]
+
+def by_nowait():
+    bits = []
+    for p in SLOTS:
+        try:
+            os.preadv(fd, [bytearray(1)], p * PAGE, os.RWF_NOWAIT)
+            bits.append(1)
+        except BlockingIOError:
+            bits.append(0)
+    return bits
+
+def by_cachestat():
+    bits = []
+    for p in SLOTS:
+        span, stat = (ctypes.c_uint64 * 2)(p * PAGE, PAGE), (ctypes.c_uint64 * 5)()
+        if libc.syscall(451, fd, span, stat, 0):
+            refused('cachestat')
+        bits.append(int(stat[0] > 0))
+    return bits
+
+def by_faults():  # a page not cached costs a major fault to read; no timing involved
+    view, bits = mmap.mmap(fd, SIZE, prot=mmap.PROT_READ), []
+    view.madvise(mmap.MADV_RANDOM)  # a fault reads its own page, no read-around
+    for p in SLOTS:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+        view[p * PAGE]
+        bits.append(int(resource.getrusage(resource.RUSAGE_SELF).ru_majflt == before))
+    return bits
+
+def load(bits):  # reading a page caches it: no call to refuse
+    for p, bit in zip(SLOTS, bits):
+        if bit:
+            os.pread(fd, 1, p * PAGE)
+
+def evict_fadvise(bits):
+    for p, bit in zip(SLOTS, bits):
+        if not bit:
+            os.posix_fadvise(fd, p * PAGE, PAGE, os.POSIX_FADV_DONTNEED)
+
+def evict_pageout(bits):
+    addr = mapped()  # pageout reclaims the pages this process maps: fault them in first
+    for p, bit in zip(SLOTS, bits):
+        if not bit and (ctypes.string_at(addr + p * PAGE, 1) is None or libc.madvise(ctypes.c_void_p(addr + p * PAGE), PAGE, 21)):
+            refused('madvise(MADV_PAGEOUT)')
+
+def load_willneed(bits):
+    for p, bit in zip(SLOTS, bits):
+        if bit:
+            os.posix_fadvise(fd, p * PAGE, PAGE, os.POSIX_FADV_WILLNEED)
+
+def load_readahead(bits):
+    for p, bit in zip(SLOTS, bits):
+        if bit and libc.syscall(187 if os.uname().machine == 'x86_64' else 213, fd, ctypes.c_int64(p * PAGE), PAGE):
+            refused('readahead')
+
+role, how = sys.argv[1].split(':')
+try:
+    if role == 'send':
+        globals()[how]([int(b) for b in sys.argv[3]])
+        print('sent', flush=True)
+    else:
+        print('got:' + ''.join(map(str, globals()[how]())), flush=True)
+except OSError as exc:
+    print(role, how, 'failed:', exc, flush=True)
+"""
+PAGES = 16 * 128  # the file: 16 slots of 128 pages
+
+
+def page_cache_file(folder: Path) -> Path:
+    """A file of PAGES random pages, written to disk and out of the page cache (else skip)."""
+    path = folder / "big.bin"
+    path.write_bytes(os.urandom(PAGES * 4096))
+    path.chmod(0o644)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if "got:" + "0" * 16 not in probe("by_mincore", path).stdout:
+        pytest.skip(f"this file system keeps {path} in the page cache after POSIX_FADV_DONTNEED")
+    return path
+
+
+def probe(how: str, path: Path) -> subprocess.CompletedProcess:
+    """The receiver ``how`` run outside any sandbox, as the harness could: what the cache holds."""
+    return subprocess.run([sys.executable, "-c", PAGE_CACHE, f"receive:{how}", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+
+
+def cache_evaluation(role: str, how: str, path: Path, bits: str = "") -> Result:
+    return evaluation(PAGE_CACHE, [f"{role}:{how}", str(path), bits], prelude="").result
+
+
+@pytest.mark.parametrize("receiver", ["by_mincore", "by_nowait", "by_cachestat"])
+def test_no_probe_reads_which_pages_are_cached(tmp_path: Path, receiver: str) -> None:
+    """A loads the token's pages (it may: it reads them); B's probes are refused, while the same
+    probe run outside the sandbox reads the token (proof that it was there to read)."""
+    needs("page_cache")
+    path, token = page_cache_file(tmp_path), format(secrets.randbits(16) | 1, "016b")
+    a = cache_evaluation("send", "load", path, token)
+    assert "sent" in a.stdout, a.tail()
+    b = cache_evaluation("receive", receiver, path)
+    assert f"got:{token}" not in b.stdout and "failed" in b.stdout, b.tail()
+    assert f"got:{token}" in probe("by_mincore", path).stdout
+
+
+@pytest.mark.parametrize(
+    "sender", ["evict_fadvise", "evict_pageout", "load_willneed", "load_readahead"]
+)
+def test_no_call_steers_which_pages_are_cached(tmp_path: Path, sender: str) -> None:
+    """Evicting chosen pages of a cached file, or loading them without reading, is refused:
+    the file's residency after A is what it was before."""
+    needs("page_cache")
+    path, token = page_cache_file(tmp_path), format(secrets.randbits(16) | 1, "016b")
+    before = "0" * 16
+    if sender.startswith("evict"):
+        path.read_bytes()  # every page cached; A would evict those of its zeros
+        before = "1" * 16
+    a = cache_evaluation("send", sender, path, token)
+    assert "failed" in a.stdout, a.tail()
+    after = probe("by_mincore", path).stdout
+    assert f"got:{before}" in after and f"got:{token}" not in after
+
+
+def test_pages_read_before_a_strict_evaluation_are_forgotten(tmp_path: Path) -> None:
+    """Reads stay possible, and major faults tell cached pages from others without a clock; the
+    page cache is dropped before the auditor's strict re-evaluation (``run_job``), so the
+    token never reaches it. Without the drop it would: that is the receiver's proof."""
+    needs("page_cache")
+    path, token = page_cache_file(tmp_path), format(secrets.randbits(16) | 1, "016b")
+    assert "sent" in cache_evaluation("send", "load", path, token).stdout
+    if f"got:{token}" not in cache_evaluation("receive", "by_faults", path).stdout:
+        pytest.skip("major faults do not show which pages are cached on this machine")
+    path.unlink()
+    path = page_cache_file(tmp_path)
+    assert "sent" in cache_evaluation("send", "load", path, token).stdout
+    done = pagecache.forget()
+    b = cache_evaluation("receive", "by_faults", path)
+    assert f"got:{token}" not in b.stdout and "got:" + "0" * 16 in b.stdout, (done, b.tail())
+
+
+def test_a_host_files_times_and_attributes_carry_no_token() -> None:
+    """A command running as the owner of a host file (root, before issue 29) could set its
+    modification time and extended attributes (Landlock confines contents, not those), and
+    the next evaluation read them back. The file lies outside /tmp's private layer."""
+    needs("uid")
+    with tempfile.TemporaryDirectory(prefix="evolve-host-", dir=Path.home()) as folder:
+        Path(folder).chmod(0o755)
+        host = Path(folder) / "data.txt"
+        host.write_text("shared")
+        token = secrets.randbelow(1 << 30) + 1
+        writer = f"""
+            import os
+            attempt('utime', lambda: os.utime({str(host)!r}, ({token}, {token})))
+            attempt('xattr', lambda: os.setxattr({str(host)!r}, 'user.token', b'{token}'))
+        """
+        reader = f"""
+            import os
+            got(int(os.stat({str(host)!r}).st_mtime))
+            attempt('xattr', lambda: got(os.getxattr({str(host)!r}, 'user.token')))
+        """
+        args = ["t", "n", "1", "", "/"]
+        a = evaluation(writer, args)
+        b = evaluation(reader, args)
+    assert a.result.stdout.count("failed") == 2, a.result.tail()
+    assert f"got:{token}" not in b.result.stdout, b.result.tail()

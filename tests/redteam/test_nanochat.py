@@ -295,8 +295,9 @@ def test_files_planted_where_the_scorer_will_read_the_checkpoint_never_get_there
     files = programs.seed_files()
     files["train.py"] = plant + files["train.py"]
     ev = run_files(data_dir, tmp_path, files)
-    # it did find the scorer's folder (the sandbox shows it), so the attempt was real
-    assert re.search(r"FOLDERS FOUND [1-9]", ev.artifacts.get("train_log", "")), dict(ev.artifacts)
+    # it ran; it finds none where the scorer's folder (made 0700 by the harness) is out of its
+    # uid's reach (``evolve.identity``), and without that it found the folder and planted in vain
+    assert re.search(r"FOLDERS FOUND \d", ev.artifacts.get("train_log", "")), dict(ev.artifacts)
     assert ev.ok, dict(ev.artifacts)  # scored as the honest seed: nothing planted was read
     assert not list(tmp_path.rglob("planted.py"))
 

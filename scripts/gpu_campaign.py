@@ -20,7 +20,7 @@ The command of a call, whatever the part:
 
     python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/site .whl/*.whl \
       && export PYTHONPATH=/tmp/site && python3 -m pip install -q --no-index --no-deps \
-      --no-build-isolation -e . && python3 scripts/gpu_campaign.py PART
+      --no-build-isolation -e . && CAMPAIGN_COMMIT=<hash> python3 scripts/gpu_campaign.py PART
 
 Each part writes ``$OUT/PART.json`` (date, GPU, commit, each command's exit status, wall time,
 last lines and the result files its scripts wrote) and ``$OUT/PART.md`` (the same as a
@@ -179,6 +179,10 @@ def gpu_name() -> str:
 
 
 def commit() -> str:
+    """The code's commit: $CAMPAIGN_COMMIT where the caller names it (a copied tree's .git may
+    be stale), else git's HEAD."""
+    if os.environ.get("CAMPAIGN_COMMIT"):
+        return os.environ["CAMPAIGN_COMMIT"]
     try:
         return subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "settings", "paths"),
     ("store", "runlock", "callstore", "schema"),
-    ("isolation", "landlock", "channels", "sandbox_env", "unreadable", "sandbox"),
+    ("isolation", "landlock", "channels", "cores", "sandbox_env", "unreadable", "sandbox"),
     ("harness",),
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots", "notebook"),
     ("llm",),

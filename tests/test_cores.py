@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import cores, sandbox
+from evolve import cores, isolation, sandbox
 from evolve.channels import NOT
 
 MACHINE = tuple(sorted(os.sched_getaffinity(0)))
@@ -88,3 +88,22 @@ def test_the_allowance_is_not_held_as_root_when_writes_are_not_confined() -> Non
 
 def test_the_report_of_this_machine_has_a_cpu_key(tmp_path: Path) -> None:
     assert "cpu" in sandbox.isolation_report()
+
+
+@needs_two
+def test_a_strict_policy_refuses_to_run_where_no_allowance_can_be_held(
+    monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setattr(cores, "CGROUP_MOUNTS", ())  # no cgroup, and no seccomp on this "machine"
+    monkeypatch.setattr(cores, "SCHED_SETAFFINITY", {})
+    loose = sandbox.run(["true"], cwd=tmp_path, limits=sandbox.Limits(cores=1))
+    assert loose.isolation["cpu"].startswith(f"{NOT}held"), loose.isolation["cpu"]
+    if set(isolation.gaps(loose.isolation)) != {"cpu"}:
+        pytest.skip(f"other gaps here: {isolation.gaps(loose.isolation)}")
+    with pytest.raises(sandbox.IsolationError):
+        sandbox.run(
+            ["true"],
+            cwd=tmp_path,
+            limits=sandbox.Limits(cores=1),
+            policy=sandbox.Policy(strict=True),
+        )

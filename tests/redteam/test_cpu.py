@@ -221,3 +221,28 @@ def test_a_nanochat_candidate_spreading_over_every_core_gets_one(tmp_path) -> No
     assert evaluation.ok, dict(evaluation.artifacts)
     line = next(x for x in evaluation.artifacts["train_log"].splitlines() if x.startswith("GREEDY"))
     assert line.startswith(f"GREEDY ['{MACHINE[0]}'] "), line
+
+
+CUDA = """
+import os, json, torch, torch.distributed as dist
+dist.init_process_group("nccl", init_method=f"file://{os.getcwd()}/store", rank=0, world_size=1)
+x = torch.ones(1024, 1024, device="cuda")
+dist.all_reduce(x)
+y = (x @ x).sum().item()
+dist.destroy_process_group()
+print(json.dumps({"seen": sorted(os.sched_getaffinity(0)), "ok": y == 1024.0 ** 3}))
+"""
+
+
+@pytest.mark.gpu  # NCCL pins its threads near the GPU: it must start under a held allowance
+def test_cuda_and_nccl_start_on_one_core(mode, tmp_path) -> None:
+    if not pytest.importorskip("torch").cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    result = sandbox.run(
+        [sys.executable, "-c", CUDA],
+        cwd=tmp_path,
+        limits=sandbox.Limits(cores=1, timeout_s=300, memory_bytes=None),
+    )
+    assert result.ok, result.tail()
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"seen": [MACHINE[0]], "ok": True}
+    assert not result.isolation["cpu"].startswith(NOT), result.isolation["cpu"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,3 +108,18 @@ def test_a_strict_policy_refuses_to_run_where_no_allowance_can_be_held(
             limits=sandbox.Limits(cores=1),
             policy=sandbox.Policy(strict=True),
         )
+
+
+@needs_two
+def test_pinning_a_process_moves_the_threads_it_already_has() -> None:
+    program = (
+        "import os, threading, time\n"
+        "from evolve import cores\n"
+        "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
+        f"cores.pin([{MACHINE[-1]}])\n"
+        "print(sorted({str(os.sched_getaffinity(int(t))) for t in os.listdir('/proc/self/task')}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == str([str({MACHINE[-1]})])

@@ -3,11 +3,11 @@
 Each slot has one long-lived worker process, reached through a pipe that the event loop
 watches directly (no executor threads: they cost milliseconds per job). A slot on a GPU machine owns
 ``gpus_per_eval`` GPUs through CUDA_VISIBLE_DEVICES, set before the worker imports
-anything. Each slot's worker also runs on cores of its own (``evolve.cores.split``): the
+anything. Each slot's worker runs on cores of its own (``evolve.cores.split``), and the
 sandbox gives its commands those cores, so evaluations side by side do not share a core
-(unless there are more slots than cores). The driver never runs a fitness itself: a fitness that hangs past its outer
-deadline, or kills its worker, is recorded as a failed evaluation and the slot's worker is
-replaced.
+(unless there are more slots than cores). The driver never runs a fitness itself: a
+fitness that hangs past its outer deadline, or kills its worker, is recorded as a failed
+evaluation and the slot's worker is replaced.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _serve(conn: Connection, fitness: Fitness, gpu: str | None, own: tuple[int, 
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    os.sched_setaffinity(0, own)
+    cores.pin(own)
     while True:
         try:
             job = conn.recv()

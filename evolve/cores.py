@@ -243,13 +243,24 @@ def confine(allowance: Allowance) -> str:
     return f"{count} by affinity; {refused} (no cpuset: {why_not})"
 
 
-def held(value: str, report: Mapping[str, str]) -> str:
-    """``value`` from ``confine``, or NOT held when the command, as root, may write to the
-    cgroup files (its writes not confined): it could then move itself to a wider cpuset."""
-    writes = report.get("writes", f"{NOT}confined (policy.confine_writes=False)")
-    if value.startswith(NOT) or os.geteuid() != 0 or not writes.startswith(NOT):
+def held(allowance: Allowance, value: str, report: Mapping[str, str]) -> str:
+    """``value`` from ``confine``, or NOT held where the command, as root, could leave its
+    cores: with its writes not confined it may write to the cgroup files, and in a v2
+    hierarchy ``clone3(CLONE_INTO_CGROUP)`` starts a child in another cgroup without any
+    write (Landlock does not see it; the cgroup files' permissions do, so a command running
+    as another uid cannot)."""
+    if value.startswith(NOT) or os.geteuid() != 0:
         return value
-    return f"{NOT}held: {value}; but as root with writes {writes.removeprefix(NOT)} it may join a wider cpuset"
+    writes = report.get("writes", f"{NOT}confined (policy.confine_writes=False)")
+    if writes.startswith(NOT):
+        return f"{NOT}held: {value}; but as root with writes {writes.removeprefix(NOT)} it may join a wider cpuset"
+    if allowance.cgroup and value.endswith(allowance.cgroup) and _is_v2(allowance.cgroup):
+        return f"{NOT}held: {value}; but as root it may clone3 a child into a wider cgroup (v2)"
+    return value
+
+
+def _is_v2(cgroup: str) -> bool:
+    return Path(cgroup, "cgroup.controllers").exists()
 
 
 def _refuse_widening() -> str:

@@ -188,7 +188,7 @@ def _child_setup(
     try:
         cpu = cores.confine(allowance)  # before isolation: Landlock then refuses cgroup writes
         report = isolation.apply(plan)
-        report["cpu"] = cores.held(cpu, report)
+        report["cpu"] = cores.held(allowance, cpu, report)
     except Exception as exc:  # anything unexpected: report it, never exec half-isolated
         report = {"error": f"{isolation.NOT}isolated: {type(exc).__name__}: {exc}"}
     os.write(report_fd, "\n".join(f"{k}={v}" for k, v in report.items()).encode())

@@ -77,14 +77,21 @@ def test_asking_for_more_cores_than_the_caller_has_gives_all_and_says_so(tmp_pat
     assert f"{len(MACHINE) + 1} asked" in result.isolation["cpu"]
 
 
-def test_the_allowance_is_not_held_as_root_when_writes_are_not_confined() -> None:
-    value = "1 core(s) (0) held by the cpuset cgroup /sys/fs/cgroup/cpuset/evolve-cpus-0"
+def test_the_allowance_is_not_held_as_root_where_it_could_leave_its_cgroup(tmp_path) -> None:
+    v1 = cores.Allowance(cores=(0,), asked=1, online=(0, 1), cgroup=str(tmp_path / "v1"))
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "cgroup.controllers").write_text("cpuset cpu\n")
+    v2 = cores.Allowance(cores=(0,), asked=1, online=(0, 1), cgroup=str(tmp_path / "v2"))
     confined = {"writes": "confined to the workdir and 3 more path(s)"}
     loose = {"writes": f"{NOT}confined: Landlock unavailable"}
-    assert cores.held(value, confined) == value
-    if os.geteuid() == 0:
-        assert cores.held(value, loose).startswith(f"{NOT}held")
-        assert cores.held(value, {}).startswith(f"{NOT}held")  # confine_writes=False
+    for allowance in (v1, v2):
+        value = f"1 core(s) (0) held by the cpuset cgroup {allowance.cgroup}"
+        verdicts = [cores.held(allowance, value, r) for r in (confined, loose, {})]
+        if os.geteuid() != 0:  # the cgroup files are root's: another uid cannot leave
+            assert verdicts == [value] * 3
+            continue
+        assert verdicts[0] == value if allowance is v1 else "clone3" in verdicts[0]
+        assert all(v.startswith(f"{NOT}held") for v in verdicts[allowance is v1 :])
 
 
 def test_the_report_of_this_machine_has_a_cpu_key(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ MACHINE = tuple(sorted(os.sched_getaffinity(0)))
 pytestmark = pytest.mark.skipif(len(MACHINE) < 2, reason="needs two cores to give one")
 SPIN_S = 1.0
 # Shared by the programs: spin() works SPIN_S on every core it can (hashing releases the GIL);
-# seen() is the affinity of every thread of this process; report() prints what the kernel gave.
+# seen() is the affinity of every thread of this process; report() prints what the kernel gave
+# since ``start`` (wall and CPU seconds: used() counts this process, its threads and children).
 COMMON = f"""
 import hashlib, json, os, resource, sys, threading, time
 DATA = bytes(1 << 16)
@@ -45,17 +46,19 @@ def seen():
             found.add(handle.read().split("Cpus_allowed_list:")[1].split()[0])
     return found
 
-def report(start, found, **extra):
-    wall = time.monotonic() - start
-    used = sum(
+def used():
+    return sum(
         getattr(resource.getrusage(who), f)
         for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
         for f in ("ru_utime", "ru_stime")
     )
-    print(json.dumps({{"wall": wall, "cpu": used, "seen": sorted(found), **extra}}))
+
+def report(start, found, **extra):
+    wall, cpu = time.monotonic() - start[0], used() - start[1]
+    print(json.dumps({{"wall": wall, "cpu": cpu, "seen": sorted(found), **extra}}))
 """
 THREADS = """
-start = time.monotonic()
+start = (time.monotonic(), used())
 workers = [threading.Thread(target=spin) for _ in range(2 * CORES)]
 for worker in workers:
     worker.start()
@@ -65,7 +68,7 @@ for worker in workers:
 report(start, found, threads=len(workers))
 """
 PROCESSES = """
-start, pids, reader = time.monotonic(), [], None
+start, pids = (time.monotonic(), used()), []
 read_end, write_end = os.pipe()
 for _ in range(2 * CORES):
     pid = os.fork()
@@ -96,7 +99,7 @@ for path in ("/sys/fs/cgroup/cpuset/cgroup.procs", "/sys/fs/cgroup/cgroup.procs"
         escapes[path] = "written"
     except OSError as exc:
         escapes[path] = exc.strerror
-start = time.monotonic()
+start = (time.monotonic(), used())
 workers = [threading.Thread(target=spin) for _ in range(2 * CORES)]
 for worker in workers:
     worker.start()

@@ -12,7 +12,9 @@ and ``cgroup-v2.rst``):
   cpuset's cores (the kernel clips the mask), and threads and children inherit both;
 - writing ``0`` to a cgroup's ``cgroup.procs`` moves the writing process (all its threads);
   leaving the cgroup needs a write to another cgroup's ``cgroup.procs``, which Landlock's
-  confinement of writes refuses; a process running as root without Landlock could do it;
+  confinement of writes refuses, or in v2 ``clone3(CLONE_INTO_CGROUP)``, which only the
+  files' permissions refuse: a command running as root could leave by one or the other
+  (``held`` says so), one running as another uid cannot;
 - a v1 cpuset starts with no cores and no memory nodes: both are set before any task joins;
   a v2 cgroup needs ``+cpuset`` in its parent's ``cgroup.subtree_control``;
 - OpenMP, MKL, OpenBLAS and torch's compile workers size their thread pools from the
@@ -160,10 +162,9 @@ def _cgroup(cores: tuple[int, ...]) -> str:
     """The cpuset cgroup for ``cores`` beside the caller's own (made when missing); OSError if none."""
     for mount in CGROUP_MOUNTS:
         v1 = mount.endswith("cpuset")
-        controllers = Path(mount, "cgroup.controllers")
         if v1 and not Path(mount, "cpuset.cpus").exists():
             continue
-        if not v1 and "cpuset" not in _read(controllers).split():
+        if not v1 and "cpuset" not in _read(Path(mount, "cgroup.controllers")).split():
             continue
         parent = Path(mount) if not v1 else Path(mount) / _own_path("cpuset")
         if not v1 and "cpuset" not in _read(parent / "cgroup.subtree_control").split():

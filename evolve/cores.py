@@ -23,11 +23,13 @@ and ``cgroup-v2.rst``):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
 import platform
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +50,7 @@ from evolve.channels import (
     libc,
 )
 
+log = logging.getLogger(__name__)
 CGROUP_MOUNTS = ("/sys/fs/cgroup/cpuset", "/sys/fs/cgroup")  # v1's cpuset hierarchy, then v2's
 SCHED_SETAFFINITY = {"x86_64": 203, "aarch64": 122}
 PR_SET_NO_NEW_PRIVS = 38
@@ -88,12 +91,19 @@ def split(slots: int, cores: Sequence[int] | None = None) -> list[tuple[int, ...
 
     The cores are dealt out in contiguous runs, as evenly as they go (the first slots take
     the remainder). With more slots than cores, slot ``i`` gets core ``i mod n``: slots then
-    share cores, and the kernel divides a shared core between their threads.
+    share cores, and the kernel divides a shared core between their threads (a warning says so).
     """
     pool = sorted(os.sched_getaffinity(0) if cores is None else cores)
     if slots < 1 or not pool:
         raise ValueError(f"{slots} slot(s) on cores {pool}: need at least one of each")
     if slots > len(pool):
+        log.warning(
+            "%d evaluation slots on %d CPU cores: slots share cores, so evaluations side by "
+            "side slow each other; set search.workers to at most %d",
+            slots,
+            len(pool),
+            len(pool),
+        )
         return [(pool[i % len(pool)],) for i in range(slots)]
     base, extra = divmod(len(pool), slots)
     runs, start = [], 0
@@ -104,10 +114,16 @@ def split(slots: int, cores: Sequence[int] | None = None) -> list[tuple[int, ...
     return runs
 
 
-def pin(cores: Sequence[int]) -> None:
-    """Run this process, every thread it has and every one it starts, on ``cores``."""
-    for task in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(task), cores)
+@contextlib.contextmanager
+def inherited(cores: Sequence[int]) -> Iterator[None]:
+    """Within the block, the calling thread runs on ``cores``: a process it starts inherits them
+    from its first instruction, and every thread and child of that process after it."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def online() -> tuple[int, ...]:

@@ -118,15 +118,13 @@ def test_a_strict_policy_refuses_to_run_where_no_allowance_can_be_held(
 
 
 @needs_two
-def test_pinning_a_process_moves_the_threads_it_already_has() -> None:
+def test_a_process_started_within_inherited_runs_on_its_cores() -> None:
     program = (
         "import os, threading, time\n"
-        "from evolve import cores\n"
         "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
-        f"cores.pin([{MACHINE[-1]}])\n"
         "print(sorted({str(os.sched_getaffinity(int(t))) for t in os.listdir('/proc/self/task')}))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == str([str({MACHINE[-1]})])
+    with cores.inherited([MACHINE[-1]]):
+        out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert out.stdout.strip() == str([str({MACHINE[-1]})]), out.stderr
+    assert tuple(sorted(os.sched_getaffinity(0))) == MACHINE

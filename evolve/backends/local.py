@@ -3,18 +3,15 @@
 Each slot has one long-lived worker process, reached through a pipe that the event loop
 watches directly (no executor threads: they cost milliseconds per job). A slot on a GPU machine owns
 ``gpus_per_eval`` GPUs through CUDA_VISIBLE_DEVICES, set before the worker imports
-anything. Each slot's worker runs on cores of its own (``evolve.cores.split``), and the
-sandbox gives its commands those cores, so evaluations side by side do not share a core
-(unless there are more slots than cores). The driver never runs a fitness itself: a
-fitness that hangs past its outer deadline, or kills its worker, is recorded as a failed
-evaluation and the slot's worker is replaced.
+anything. The driver never runs a fitness itself: a fitness that hangs past its outer
+deadline, or kills its worker, is recorded as a failed evaluation and the slot's worker is
+replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import multiprocessing
 import os
 import signal
@@ -22,30 +19,26 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
-from evolve import cores
 from evolve.backends.base import HARNESS_GRACE_S, run_job
+from evolve.cores import inherited, split
 from evolve.fitness import Fitness
 from evolve.harness.gpus import gpu_groups
 from evolve.types import EvalStatus, Evaluation, Job
 
-log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0  # how long a discarded worker may take to stop its sandboxed processes
 
 
 # --- worker side ---------------------------------------------------------------------------------
 
 
-def _serve(conn: Connection, fitness: Fitness, gpu: str | None, own: tuple[int, ...]) -> None:
+def _serve(conn: Connection, fitness: Fitness, gpu: str | None) -> None:
     """A slot's worker: evaluate each job received on ``conn`` until the driver hangs up.
-
-    It runs on its slot's cores ``own``, and so do the sandboxed commands it starts.
 
     Ctrl-C is the driver's to handle; SIGTERM (the driver discarding this worker) unwinds the
     job, so the sandbox kills the candidate's process tree and the job's folders are removed.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    cores.pin(own)
     while True:
         try:
             job = conn.recv()
@@ -86,9 +79,10 @@ class _Worker:
     ) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
-            target=_serve, args=(child, fitness, gpu, own), name=f"evolve-worker-{gpu}"
+            target=_serve, args=(child, fitness, gpu), name=f"evolve-worker-{gpu}"
         )
-        with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
+        # the worker sees only its GPUs and runs on its cores, before it imports the fitness
+        with _gpus_inherited(gpu), inherited(own):
             self.process.start()
         child.close()
 
@@ -123,9 +117,9 @@ class LocalBackend:
         workers: number of slots; None = one per GPU group, or one per CPU core.
 
     Attributes:
-        cores: each slot's CPU cores (``evolve.cores.split`` of this process's): disjoint,
-            unless there are more slots than cores (then slots share a core, and a warning
-            says so).
+        cores: each slot's CPU cores (``evolve.cores.split``): its worker and every sandboxed
+            command it starts run on them, so evaluations side by side do not share a core
+            (unless there are more slots than cores: then a warning says so).
     """
 
     def __init__(
@@ -134,15 +128,7 @@ class LocalBackend:
         self.fitness = fitness
         self.groups = gpu_groups(gpus_per_eval, workers)
         self.slots = len(self.groups)
-        self.cores = cores.split(self.slots)
-        if len(set(self.cores)) < self.slots:
-            log.warning(
-                "%d evaluation slots on %d CPU cores: slots share cores, so evaluations side "
-                "by side slow each other; set search.workers to at most %d",
-                self.slots,
-                len(set(self.cores)),
-                len(set(self.cores)),
-            )
+        self.cores = split(self.slots)
         self._context = multiprocessing.get_context("spawn")
         # every slot's worker starts now, side by side: the first jobs on each slot do not wait
         # for a process to start and import the fitness, one slot after another

@@ -54,12 +54,8 @@ log = logging.getLogger(__name__)
 CGROUP_MOUNTS = ("/sys/fs/cgroup/cpuset", "/sys/fs/cgroup")  # v1's cpuset hierarchy, then v2's
 SCHED_SETAFFINITY = {"x86_64": 203, "aarch64": 122}
 PR_SET_NO_NEW_PRIVS = 38
-THREAD_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "TORCHINDUCTOR_COMPILE_THREADS",
-)
+MATH_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+COMPILE_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
 @dataclass(frozen=True)
@@ -219,9 +215,16 @@ def _write(path: Path, text: str) -> None:
         handle.write(text)
 
 
-def hints(allowance: Allowance) -> dict[str, str]:
-    """Thread-count variables sized to the allowance (OpenMP, MKL, OpenBLAS, torch's compile workers)."""
-    return dict.fromkeys(THREAD_VARIABLES, str(len(allowance.cores)))
+def hints(allowance: Allowance, env: Mapping[str, str]) -> dict[str, str]:
+    """Thread counts for a command given ``env``: the caller's own settings, the rest filled in.
+
+    OpenMP, MKL and OpenBLAS threads follow the caller's ``OMP_NUM_THREADS`` (MKL reads
+    its own variable first: left unset it would use every core of the allowance), else the
+    allowance's core count; torch's compile workers are the allowance's core count.
+    """
+    math = env.get("OMP_NUM_THREADS", str(len(allowance.cores)))
+    filled = {**dict.fromkeys(MATH_THREADS, math), COMPILE_THREADS: str(len(allowance.cores))}
+    return {**filled, **env}
 
 
 def confine(allowance: Allowance) -> str:

@@ -7,7 +7,7 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
 - rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
 - ``evolve.cores``: the CPU cores of its allowance (``Limits.cores`` of the caller's own, a
   slot's), held by a cpuset cgroup, else by an affinity it may not widen (seccomp); the
-  thread-count variables (``OMP_NUM_THREADS`` ...) follow unless the caller sets them;
+  thread-count variables (``OMP_NUM_THREADS`` ...) follow the caller's, else the allowance;
 - an environment from an allow-list, minus anything that looks like a secret
   (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
 - stdout/stderr captured up to a byte cap (the rest is discarded, and said so);
@@ -367,7 +367,7 @@ def start(
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
     allowance = cores.plan(limits.cores)
-    given = {**cores.hints(allowance), **(env or {})}  # the caller's own choices win
+    given = cores.hints(allowance, env or {})  # thread counts: the caller's, else the allowance's
     full_env = {**environment(workdir, policy.private_home, given), MARKER_VAR: tag}
     named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
     plan = isolation.plan(policy, workdir, named)

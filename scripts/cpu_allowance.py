@@ -5,7 +5,13 @@ alone on slot 0 (slot 1 idle), then two seeds side by side on both slots, for ``
 rounds. Prints each evaluation (training-phase wall time, steps, tokens per second, val_bpb)
 as a JSON line, then the means side by side and alone, their ratios, the ``slowdown`` (time
 per training token side by side over alone; goal: at most 1.10, on an otherwise idle
-machine: other work on the machine lands on the slots' cores too) and the load averages::
+machine: other work on the machine lands on the slots' cores too) and the load averages.
+
+A loaded machine hides what the slots do to each other, so a direct probe runs first: a
+fixed amount of one-thread matrix work on slot 0's cores alone, then on both slots at once;
+its CPU seconds side by side over alone (``probe_cpu_ratio``) are what the two slots cost
+each other (memory bandwidth, caches, a shared physical core), whatever else runs; its wall
+seconds include the other work::
 
     python scripts/cpu_allowance.py --rounds 2
 """
@@ -17,6 +23,8 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -24,8 +32,18 @@ from evolve.benchmarks.nanochat import scales
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
 from evolve.backends import LocalBackend
+from evolve.cores import inherited, split
 from evolve.types import Evaluation, Job
 
+PROBE = """
+import json, time, torch
+torch.set_num_threads(1)
+a = torch.randn(256, 256)
+wall, cpu = time.monotonic(), time.process_time()
+for _ in range(8000):
+    a @ a
+print(json.dumps({"wall_s": time.monotonic() - wall, "cpu_s": time.process_time() - cpu}))
+"""
 KEPT = ("train_wall_s", "startup_s", "training_s", "steps", "tokens_per_s", "val_bpb")
 
 
@@ -38,6 +56,36 @@ def row(evaluation: Evaluation, mode: str, slot: int, seed: int, wall_s: float) 
         raise SystemExit(f"the seed failed ({mode}, slot {slot}): {dict(evaluation.artifacts)}")
     kept = {k: round(float(evaluation.metrics[k]), 4) for k in KEPT}
     return {"mode": mode, "slot": slot, "seed": seed, "eval_wall_s": round(wall_s, 2), **kept}
+
+
+def probe(slots: list[tuple[int, ...]]) -> list[dict]:
+    """The probe on each of ``slots`` at once (each on its slot's cores); what each measured."""
+    running = []
+    for own in slots:
+        with inherited(own):
+            running.append(subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE))
+    return [json.loads(p.communicate()[0]) for p in running]
+
+
+def probes(rounds: int) -> dict:
+    """The probe alone on slot 0 and on two slots at once, ``rounds`` times each, interleaved."""
+    slots, alone, pair = split(2), [], []
+    for _ in range(rounds):
+        alone += probe(slots[:1])
+        pair += probe(slots)
+    mean = {
+        k: {
+            m: statistics.mean(r[k] for r in rows)
+            for m, rows in (("alone", alone), ("side_by_side", pair))
+        }
+        for k in ("cpu_s", "wall_s")
+    }
+    return {
+        "probe_cpu_s": mean["cpu_s"],
+        "probe_wall_s": mean["wall_s"],
+        "probe_cpu_ratio": round(mean["cpu_s"]["side_by_side"] / mean["cpu_s"]["alone"], 3),
+        "probe_wall_ratio": round(mean["wall_s"]["side_by_side"] / mean["wall_s"]["alone"], 3),
+    }
 
 
 async def timed(backend: LocalBackend, slot: int, job: Job) -> tuple[Evaluation, float]:
@@ -78,13 +126,15 @@ def main() -> None:
         timeout_s=fitness.benchmark_overrides["timeout_s"],
     )
     before = load()
+    direct = probes(args.rounds)
+    print(json.dumps(direct), flush=True)
     backend = LocalBackend(fitness=fitness, workers=2)
     try:
         print(json.dumps({"slot_cores": backend.cores, "load_before": before}), flush=True)
         rows = asyncio.run(measure(backend, job, args.rounds))
     finally:
         backend.close()
-    summary = {"load_after": load()}
+    summary = {"load_after": load(), **direct}
     for key in ("train_wall_s", "eval_wall_s", "tokens_per_s", "val_bpb"):
         alone = statistics.mean(r[key] for r in rows if r["mode"] == "alone")
         pair = statistics.mean(r[key] for r in rows if r["mode"] == "side_by_side")

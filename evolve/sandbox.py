@@ -358,6 +358,8 @@ def start(
     Arguments as for ``run`` (``takes_stdin``: stdin is a pipe, else /dev/null).
     """
     limits, policy = limits or Limits(), policy or Policy()
+    allowance = cores.plan(limits.cores)
+    env = cores.hints(allowance, env or {})  # thread counts: the caller's, else the allowance's
     workdir = Path(cwd).resolve()
     granted = [workdir, *map(Path, (*policy.writable, *policy.readonly, *policy.shared_caches))]
     unseen = [  # a run directory holding what the command is given (a cache, say) stays readable
@@ -366,9 +368,7 @@ def start(
     policy = replace(policy, hidden=(*policy.hidden, *unseen))
     tag = uuid.uuid4().hex
     marker = f"{MARKER_VAR}={tag}".encode()
-    allowance = cores.plan(limits.cores)
-    given = cores.hints(allowance, env or {})  # thread counts: the caller's, else the allowance's
-    full_env = {**environment(workdir, policy.private_home, given), MARKER_VAR: tag}
+    full_env = {**environment(workdir, policy.private_home, env), MARKER_VAR: tag}
     named = [*argv[1:], *(part for v in full_env.values() for part in v.split(os.pathsep))]
     plan = isolation.plan(policy, workdir, named)
     before = isolation.snapshot(plan.readonly)
@@ -533,9 +533,9 @@ def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     """What isolation this machine applies for ``policy``: runs ``true`` once and reports.
 
     Keys: ``network``, ``ipc``, ``shm``, ``tmp``, ``proc``, ``atime``, ``home``, ``keyrings``,
-    ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities``, ``cpu`` (and
+    ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
     ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
-    starting with "NOT" are gaps.
+    starting with "NOT" are gaps. ``cpu``: how a command is held to its cores (``evolve.cores``).
     """
     import tempfile
 

@@ -5,6 +5,9 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
   the XDG folders and the compile caches pointing inside it (``evolve.sandbox_env``), in
   its own session and process group;
 - rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
+- ``evolve.cores``: the CPU cores of its allowance (``Limits.cores`` of the caller's own, a
+  slot's), held by a cpuset cgroup, else by an affinity it may not widen (seccomp); the
+  thread-count variables (``OMP_NUM_THREADS`` ...) follow the caller's, else the allowance;
 - an environment from an allow-list, minus anything that looks like a secret
   (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
 - stdout/stderr captured up to a byte cap (the rest is discarded, and said so);
@@ -46,7 +49,8 @@ What it does NOT protect against (run untrusted code on a machine you can lose):
 - GPU choice: ``CUDA_VISIBLE_DEVICES`` is advisory; every ``/dev/nvidia*`` node is writable;
 - without a private namespace, a descendant that leaves the session and scrubs its
   environment escapes the final kill;
-- timing side channels, and contention with other sandboxes on the same machine.
+- timing side channels, and contention with other sandboxes on the same machine for what
+  cores do not divide (memory bandwidth, caches, disks, GPUs).
 
 Isolation runs in the child between fork and exec (``preexec_fn``), so call ``run`` from a
 process without other threads that may hold locks (evolve's workers are such processes).
@@ -69,7 +73,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from evolve import identity, isolation, unreadable
+from evolve import cores, identity, isolation, unreadable
 from evolve.isolation import IsolationError, Policy
 from evolve.sandbox_env import environment, scrub_env
 
@@ -105,6 +109,9 @@ class Limits:
         processes: RLIMIT_NPROC, counted per uid over the whole machine (the evaluation's
             own uid, ``evolve.identity``); not enforced where the command runs as root.
         output_bytes: bytes of stdout and of stderr kept; the rest is dropped.
+        cores: CPU cores the command gets, the first of the caller's affinity (a slot
+            worker's: its slot's cores); None: all of them. Held by a cpuset cgroup, else by
+            affinity with widening refused (``evolve.cores``); thread-count variables follow.
     """
 
     timeout_s: float = 60.0
@@ -113,6 +120,7 @@ class Limits:
     file_bytes: int | None = 4 << 30
     processes: int | None = 4096
     output_bytes: int = 1 << 20
+    cores: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,8 +176,10 @@ class Result:
         return f"[... {len(text) - len(kept)} earlier characters cut]\n{kept}"
 
 
-def _child_setup(limits: Limits, plan: isolation.Plan, report_fd: int) -> None:
-    """Runs in the child between fork and exec: rlimits, then isolation, then the report."""
+def _child_setup(
+    limits: Limits, plan: isolation.Plan, allowance: cores.Allowance, report_fd: int
+) -> None:
+    """Runs in the child between fork and exec: rlimits, its cores, then isolation, then the report."""
     pairs = (
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_CPU, limits.cpu_s),
@@ -183,7 +193,9 @@ def _child_setup(limits: Limits, plan: isolation.Plan, report_fd: int) -> None:
             with contextlib.suppress(ValueError, OSError):
                 resource.setrlimit(kind, (value, hard))
     try:
+        cpu = cores.confine(allowance)  # before isolation: Landlock then refuses cgroup writes
         report = isolation.apply(plan)
+        report["cpu"] = cores.held(allowance, cpu, report)
     except Exception as exc:  # anything unexpected: report it, never exec half-isolated
         report = {"error": f"{isolation.NOT}isolated: {type(exc).__name__}: {exc}"}
     os.write(report_fd, "\n".join(f"{k}={v}" for k, v in report.items()).encode())
@@ -353,6 +365,8 @@ def start(
     Arguments as for ``run`` (``takes_stdin``: stdin is a pipe, else /dev/null).
     """
     limits, policy = limits or Limits(), policy or Policy()
+    allowance = cores.plan(limits.cores)
+    env = cores.hints(allowance, env or {})  # thread counts: the caller's, else the allowance's
     workdir = Path(cwd).resolve()
     granted = [workdir, *map(Path, (*policy.writable, *policy.readonly, *policy.shared_caches))]
     unseen = [  # a run directory holding what the command is given (a cache, say) stays readable
@@ -383,7 +397,7 @@ def start(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=lambda: _child_setup(limits, plan, report_w),  # noqa: PLW1509 - before exec
+            preexec_fn=lambda: _child_setup(limits, plan, allowance, report_w),  # noqa: PLW1509 - before exec
             close_fds=True,
         )
     except subprocess.SubprocessError as exc:
@@ -551,7 +565,7 @@ def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     ``page_cache``, ``uid``,
     ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
     ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
-    starting with "NOT" are gaps.
+    starting with "NOT" are gaps. ``cpu``: how a command is held to its cores (``evolve.cores``).
     """
     import tempfile
 

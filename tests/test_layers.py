@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "settings", "paths", "lifetime"),
     ("store", "runlock", "callstore", "schema"),
-    ("isolation", "landlock", "channels", "sandbox_env", "unreadable", "identity", "pagecache", "sandbox"),
+    ("isolation", "landlock", "channels", "cores", "sandbox_env", "unreadable", "identity", "pagecache", "sandbox"),
     ("harness",),
     ("fitness", "layered", "referee", "archive", "lineage", "noise", "query", "plots", "notebook"),
     ("llm",),

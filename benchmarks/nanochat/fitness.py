@@ -228,12 +228,10 @@ class NanochatFitness:
         )
 
     def program_env(self, ctx: EvalContext, *, warming: bool = False) -> dict[str, str]:
-        """The candidate's (and harness processes') environment: seed and GPU, thread count, the
-        shared compile cache if set, with the libraries' bytecode (``evolve.harness.bytecode``;
-        written only when ``warming``)."""
+        """The candidate's (and harness processes') environment: seed and GPU, the shared compile
+        cache if set, with the libraries' bytecode (``evolve.harness.bytecode``; written only
+        when ``warming``). Thread counts follow the sandbox's cores (``Limits.cores``)."""
         env = ctx.env()
-        if self.scale.threads:
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(self.scale.threads)
         if self.compile_cache:
             for name, sub in (
                 ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
@@ -246,7 +244,7 @@ class NanochatFitness:
 
     def _limits(self, timeout_s: float) -> Limits:
         memory = None if self.scale.memory_gb is None else int(self.scale.memory_gb * (1 << 30))
-        return Limits(timeout_s=timeout_s, memory_bytes=memory)
+        return Limits(timeout_s=timeout_s, memory_bytes=memory, cores=self.scale.threads)
 
     def training_sandbox(self) -> tuple[Limits, Policy]:
         """The limits and policy the training harness and its program run under."""

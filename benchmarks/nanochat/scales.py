@@ -42,8 +42,10 @@ class Scale:
         causal_atol: largest allowed logit change in the causality check.
         probe_batches: causality probes sent among the scored batches.
         memory_gb: address-space limit per sandboxed process (None: no limit, needed with CUDA).
-        threads: CPU threads per evaluation (OMP_NUM_THREADS), so that evaluations running side
-            by side on a small machine do not thrash each other; None leaves the default.
+        threads: CPU cores per evaluation: each sandboxed process runs on this many of its
+            slot's cores, held there by the kernel (``Limits.cores``, ``evolve.cores``), and
+            OMP_NUM_THREADS follows; so a candidate gains nothing from more threads or
+            processes, and evaluations side by side do not share a core. None: the slot's cores.
         seed_dir: the seed program for this scale.
         params_range: log10 range of the parameter-count descriptor.
         tokens_range: log10 range of the tokens-processed descriptor.

@@ -25,6 +25,7 @@ from multiprocessing.context import BaseContext
 
 from evolve import lifetime
 from evolve.backends.base import HARNESS_GRACE_S, run_job
+from evolve.cores import inherited, split
 from evolve.fitness import Fitness
 from evolve.harness import phases
 from evolve.harness.gpus import gpu_groups
@@ -122,12 +123,15 @@ def _gpus_inherited(gpu: str | None) -> Iterator[None]:
 class _Worker:
     """One worker process and the pipe to it; the event loop waits on the pipe, no threads."""
 
-    def __init__(self, context: BaseContext, fitness: Fitness, gpu: str | None) -> None:
+    def __init__(
+        self, context: BaseContext, fitness: Fitness, gpu: str | None, own: tuple[int, ...]
+    ) -> None:
         self.conn, child = context.Pipe()
         self.process = context.Process(
             target=_serve, args=(child, fitness, gpu, os.getpid()), name=f"evolve-worker-{gpu}"
         )
-        with _gpus_inherited(gpu):  # the worker sees only its GPUs, before it imports the fitness
+        # the worker sees only its GPUs and runs on its cores, before it imports the fitness
+        with _gpus_inherited(gpu), inherited(own):
             self.process.start()
         child.close()
 
@@ -182,6 +186,11 @@ class LocalBackend:
         fitness: the benchmark's fitness (pickled once into each worker).
         gpus_per_eval: GPUs each evaluation needs (0 = CPU).
         workers: number of slots; None = one per GPU group, or one per CPU core.
+
+    Attributes:
+        cores: each slot's CPU cores (``evolve.cores.split``): its worker and every sandboxed
+            command it starts run on them, so evaluations side by side do not share a core
+            (unless there are more slots than cores: then a warning says so).
     """
 
     def __init__(
@@ -190,17 +199,21 @@ class LocalBackend:
         self.fitness = fitness
         self.groups = gpu_groups(gpus_per_eval, workers)
         self.slots = len(self.groups)
+        self.cores = split(self.slots)
         self._context = multiprocessing.get_context("spawn")
         # every slot's worker starts now, side by side: the first jobs on each slot do not wait
         # for a process to start and import the fitness, one slot after another
         self._workers: list[_Worker | None] = [
-            _Worker(self._context, fitness, gpu) for gpu in self.groups
+            _Worker(self._context, fitness, gpu, own)
+            for gpu, own in zip(self.groups, self.cores, strict=True)
         ]
 
     def _worker(self, slot: int) -> _Worker:
         worker = self._workers[slot]
         if worker is None:
-            worker = self._workers[slot] = _Worker(self._context, self.fitness, self.groups[slot])
+            worker = self._workers[slot] = _Worker(
+                self._context, self.fitness, self.groups[slot], self.cores[slot]
+            )
         return worker
 
     def _discard(self, slot: int) -> None:

@@ -240,3 +240,22 @@ class Outlasting:
             env=ctx.env(),
         )
         return sandbox_failure(result) or Evaluation(status=EvalStatus.OK, fitness=1.0)
+
+
+CHILD_CORES = "import os; print(sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'])"
+
+
+class CoreReport:
+    """Reports the cores its worker runs on and those a sandboxed command it starts gets."""
+
+    objective = Objective(name="score", direction=Direction.MAXIMIZE)
+    descriptors = ()
+
+    def evaluate(self, workdir: Path, ctx: EvalContext) -> Evaluation:
+        result = run_sandboxed(
+            [sys.executable, "-c", CHILD_CORES], cwd=workdir, limits=Limits(timeout_s=60)
+        )
+        seen = {"worker": sorted(os.sched_getaffinity(0)), "command": result.stdout.strip()}
+        return sandbox_failure(result) or Evaluation(
+            status=EvalStatus.OK, fitness=0.0, artifacts={"seen": json.dumps(seen)}
+        )

@@ -2,16 +2,19 @@
 
 import asyncio
 import json
+import os
 import subprocess
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from evolve.backends import LocalBackend, local
 from evolve.harness import gpus
 from evolve.types import EvalStatus, Job
-from tests.backends.fitnesses import Outlasting
+from tests.backends.fitnesses import CoreReport, Outlasting
 
 
 def tagged(tag: str) -> list[str]:
@@ -51,3 +54,30 @@ def test_each_slot_sees_only_its_gpus_from_the_first_import(monkeypatch):
     assert seen == [{"at_import": "0", "at_eval": "0"}, {"at_import": "1", "at_eval": "1"}]
 
 
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores for two slots")
+def test_two_slots_run_on_disjoint_cores_and_their_commands_too():
+    backend = LocalBackend(fitness=CoreReport(), workers=2)
+    try:
+        jobs = [Job(candidate_id=f"{s}" * 20, files={}, seed=0, timeout_s=60) for s in range(2)]
+        done = [asyncio.run(backend.evaluate(slot, job)) for slot, job in enumerate(jobs)]
+        seen = [json.loads(evaluation.artifacts["seen"]) for evaluation in done]
+    finally:
+        backend.close()
+    own = [list(c) for c in backend.cores]
+    assert not set(own[0]) & set(own[1])
+    assert seen == [
+        {"worker": own[0], "command": f"{own[0]} {len(own[0])}"},
+        {"worker": own[1], "command": f"{own[1]} {len(own[1])}"},
+    ]
+
+
+def test_more_slots_than_cores_share_them_and_say_so(caplog):
+    cores = len(os.sched_getaffinity(0))
+    backend = LocalBackend(fitness=CoreReport(), workers=cores + 1)
+    try:
+        assert len(set(backend.cores)) == cores
+        assert f"{cores + 1} evaluation slots on {cores} CPU cores" in caplog.text
+    finally:
+        backend.close()

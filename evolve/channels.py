@@ -254,6 +254,30 @@ def within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def filter_prologue(machine: str) -> list[tuple[int, int, int, int]]:
+    """A seccomp program's start: calls of another ABI refused, then the call's number loaded.
+
+    ``machine`` must be a key of ``KEY_SYSCALLS`` (whose first item is the audit arch)."""
+    deny = RET_ERRNO | EPERM
+    arch = KEY_SYSCALLS[machine][0]
+    program = [(LD_ABS_W, 0, 0, 4), (JEQ_K, 1, 0, arch), (RET_K, 0, 0, deny), (LD_ABS_W, 0, 0, 0)]
+    if machine == "x86_64":  # the x32 ABI reaches the same calls with this bit set
+        program += [(JGE_K, 0, 1, X32_BIT), (RET_K, 0, 0, deny)]
+    return program
+
+
+def install_filter(program: list[tuple[int, int, int, int]]) -> None:
+    """Install ``program`` (then allow every other call) as a seccomp filter of this process.
+
+    Needs no-new-privileges set first; filters stack, and the strictest answer wins."""
+    program = [*program, (RET_K, 0, 0, RET_ALLOW)]
+    code = b"".join(struct.pack("HBBI", *op) for op in program)
+    filters = ctypes.create_string_buffer(code, len(code))
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(filters))
+    buffer = ctypes.create_string_buffer(fprog, len(fprog))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, buffer, 0, 0), "seccomp filter")
+
+
 def refuse_calls(*, keyrings: bool) -> dict[str, str]:
     """Install the seccomp filter: every non-native ABI refused, and the calls that read or
     steer the page cache (``PAGE_CACHE_SYSCALLS``, ``PAGE_CACHE_ARGUMENTS``), and with
@@ -275,11 +299,9 @@ def refuse_calls(*, keyrings: bool) -> dict[str, str]:
             if keyrings
             else "reachable (policy.private_keyrings=False)",
         }
-    arch, numbers = KEY_SYSCALLS[machine]
+    numbers = KEY_SYSCALLS[machine][1]
     deny = RET_ERRNO | EPERM
-    program = [(LD_ABS_W, 0, 0, 4), (JEQ_K, 1, 0, arch), (RET_K, 0, 0, deny), (LD_ABS_W, 0, 0, 0)]
-    if machine == "x86_64":  # the x32 ABI reaches the same calls with this bit set
-        program += [(JGE_K, 0, 1, X32_BIT), (RET_K, 0, 0, deny)]
+    program = filter_prologue(machine)
     for number in (*PAGE_CACHE_SYSCALLS[machine], *(numbers if keyrings else ())):
         program += [(JEQ_K, 0, 1, number), (RET_K, 0, 0, deny)]
     for number, argument, refused in PAGE_CACHE_ARGUMENTS[machine]:
@@ -288,12 +310,7 @@ def refuse_calls(*, keyrings: bool) -> dict[str, str]:
         program += [(JEQ_K, 0, len(tests) + 3, number), (LD_ABS_W, 0, 0, 16 + 8 * argument)]
         program += [(op, len(tests) - i, 0, k) for i, (op, k) in enumerate(tests)]
         program += [(JA, 0, 0, 1), (RET_K, 0, 0, deny), (LD_ABS_W, 0, 0, 0)]
-    program.append((RET_K, 0, 0, RET_ALLOW))
-    code = b"".join(struct.pack("HBBI", *op) for op in program)
-    filters = ctypes.create_string_buffer(code, len(code))
-    fprog = struct.pack("@HP", len(program), ctypes.addressof(filters))
-    buffer = ctypes.create_string_buffer(fprog, len(fprog))
-    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, buffer, 0, 0), "seccomp filter")
+    install_filter(program)
     return {
         "page_cache": "residency unreadable and unsteerable: mincore, cachestat, fadvise, "
         "readahead, RWF_NOWAIT reads and writes, madvise WILLNEED/COLD/PAGEOUT/POPULATE_READ, "

@@ -24,29 +24,21 @@ and ``cgroup-v2.rst``):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import platform
-import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.channels import (
-    EPERM,
     JEQ_K,
-    JGE_K,
-    KEY_SYSCALLS,
-    LD_ABS_W,
     NOT,
-    PR_SET_SECCOMP,
-    RET_ALLOW,
     RET_ERRNO,
     RET_K,
-    SECCOMP_MODE_FILTER,
-    X32_BIT,
     check,
+    filter_prologue,
+    install_filter,
     libc,
 )
 
@@ -294,15 +286,8 @@ def _refuse_widening() -> str:
     if machine not in SCHED_SETAFFINITY:
         return f"{NOT}refused: system call numbers of {machine} unknown"
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-    arch, deny, ignore = KEY_SYSCALLS[machine][0], RET_ERRNO | EPERM, RET_ERRNO | 0
-    program = [(LD_ABS_W, 0, 0, 4), (JEQ_K, 1, 0, arch), (RET_K, 0, 0, deny), (LD_ABS_W, 0, 0, 0)]
-    if machine == "x86_64":  # the x32 ABI reaches the same call with this bit set
-        program += [(JGE_K, 0, 1, X32_BIT), (RET_K, 0, 0, deny)]
+    ignore = RET_ERRNO | 0  # answered "done", changing nothing
+    program = filter_prologue(machine)
     program += [(JEQ_K, 0, 1, SCHED_SETAFFINITY[machine]), (RET_K, 0, 0, ignore)]
-    program.append((RET_K, 0, 0, RET_ALLOW))
-    code = b"".join(struct.pack("HBBI", *op) for op in program)
-    filters = ctypes.create_string_buffer(code, len(code))
-    fprog = struct.pack("@HP", len(program), ctypes.addressof(filters))
-    buffer = ctypes.create_string_buffer(fprog, len(fprog))
-    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, buffer, 0, 0), "seccomp filter")
+    install_filter(program)
     return "sched_setaffinity has no effect (seccomp answers it, changing nothing)"

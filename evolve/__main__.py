@@ -12,7 +12,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from evolve.cli import (
-    check_resume_argument,
+    check_start_arguments,
     discard_start,
     fail_to_start,
     report,
@@ -43,7 +43,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_resume_argument(sys.argv[1:])
+    check_start_arguments(sys.argv[1:])
     try:
         with hydra_errors():
             main()

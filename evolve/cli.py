@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from evolve import runlock
 from evolve.config import (
     FitnessBuildError,
     alternatives,
@@ -77,16 +78,24 @@ def discard_start(run_dir: Path, cfg: dict[str, Any], *, archive: bool = False) 
             break
 
 
-def check_resume_argument(argv: list[str]) -> None:
-    """Fail before Hydra creates anything when ``resume=`` names no run directory."""
+def check_start_arguments(argv: list[str]) -> None:
+    """Fail before Hydra creates or rewrites anything: ``resume=`` that names no run directory,
+    or a run directory (``resume=`` or ``hydra.run.dir=``) that a live run holds (Hydra would
+    rewrite that run's ``.hydra/`` before evolve could refuse the start)."""
     for arg in argv:
-        if arg.startswith("resume=") and arg != "resume=null":
-            path = Path(arg.split("=", 1)[1]).expanduser()
-            if not (path / "archive.db").is_file():
-                fail_to_start(
-                    f"resume={path}: no archive.db there. Pass a run directory made by an earlier run, "
-                    "e.g. resume=archives/circle_packing/2026-11-29_10-00-00"
-                )
+        key, _, value = arg.partition("=")
+        if key not in ("resume", "hydra.run.dir") or value in ("", "null"):
+            continue
+        path = Path(value).expanduser()
+        if key == "resume" and not (path / "archive.db").is_file():
+            fail_to_start(
+                f"resume={path}: no archive.db there. Pass a run directory made by an earlier run, "
+                "e.g. resume=archives/circle_packing/2026-11-29_10-00-00"
+            )
+        try:
+            runlock.check_free(path)
+        except runlock.RunDirectoryBusy as exc:
+            fail_to_start(str(exc))
 
 
 def disk_full(exc: BaseException) -> bool:

@@ -34,11 +34,7 @@ def hold(run_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise RunDirectoryBusy(
-                f"{run_dir} is in use by {holder}; wait for that run to end (or stop it), "
-                "then resume it, or start this run in another directory (hydra.run.dir=...)"
-            ) from None
+            raise _busy(run_dir, handle.read()) from None
         handle.seek(0)
         handle.truncate()
         started = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -50,6 +46,19 @@ def hold(run_dir: Path) -> Iterator[None]:
             handle.seek(0)
             handle.truncate()
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _busy(run_dir: Path, holder: str) -> RunDirectoryBusy:
+    return RunDirectoryBusy(
+        f"{run_dir} is in use by {holder.strip() or 'another process'}; wait for that run to end "
+        "(or stop it), then resume it, or start this run in another directory (hydra.run.dir=...)"
+    )
+
+
+def check_free(run_dir: Path) -> None:
+    """Raise RunDirectoryBusy when a live process holds ``run_dir``'s lock; takes no lock."""
+    if held(run_dir):
+        raise _busy(run_dir, (Path(run_dir) / LOCK_NAME).read_text())
 
 
 def held(run_dir: Path) -> bool:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from evolve import runlock
 from evolve.store import Store
 from tests.conftest import REPO, evolve_cli
 
@@ -98,6 +99,18 @@ def test_a_new_run_in_a_used_directory_is_refused_with_the_resume_command(tmp_pa
     assert evolve_cli(*FAST, f"hydra.run.dir={tmp_path}").returncode == 0
     result = evolve_cli(*FAST, f"hydra.run.dir={tmp_path}", "seed=5")
     assert result.returncode != 0 and f"continue it with resume={tmp_path}" in result.stderr
+
+
+@pytest.mark.parametrize("argument", ["hydra.run.dir", "resume"])
+def test_a_start_refused_by_a_live_run_touches_nothing_in_its_directory(tmp_path, argument):
+    assert evolve_cli(*FAST, f"hydra.run.dir={tmp_path}").returncode == 0
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != runlock.LOCK_NAME}
+    with runlock.hold(tmp_path):  # this process plays the live run
+        result = evolve_cli(*FAST, f"{argument}={tmp_path}", "seed=5")
+    assert result.returncode == 2 and "error:" in result.stderr and "in use by evolve pid" in result.stderr
+    assert "Traceback" not in result.stderr
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != runlock.LOCK_NAME}
+    assert after == before  # .hydra/overrides.yaml above all: Hydra never ran
 
 
 def test_a_non_editable_install_runs_from_another_directory(tmp_path):

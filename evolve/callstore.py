@@ -1,5 +1,5 @@
 """How ``llm_calls`` stores prompts and answers: prompts compressed against a base prompt, answers
-capped, embeddings packed."""
+capped, embeddings packed (the notebook's versions are packed as prompts are)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 ANSWER_HEAD_CHARS = 150_000
 ANSWER_TAIL_CHARS = 50_000
 _BASE_USES = 200  # prompts compressed against one base prompt before the next becomes the base
+NOTE_BASE_USES = 10  # notebook versions packed against one base version (it drifts faster)
 
 
 def cap_answer(text: str) -> str:
@@ -45,17 +46,20 @@ class PromptPacker:
     Prompts of one run share most of their text (instructions, the task, programs close to
     each other), so each is stored as a zlib stream primed with a *base* prompt: a row stored
     self-contained, whose id the others name in ``prompt_base``. Every ``_BASE_USES`` prompts
-    the next one becomes the base, so the dictionary follows the run.
+    the next one becomes the base, so the dictionary follows the run. Any sequence of texts
+    that change slowly packs the same way (``base_uses``: how many share one base), and reading
+    one back costs at most two decompressions (``unpack_text``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, base_uses: int = _BASE_USES) -> None:
         self._base: tuple[int, bytes] | None = None
         self._uses = 0
+        self._base_uses = base_uses
 
     def pack(self, call_id: int, text: str) -> tuple[bytes, int | None]:
-        """(blob, base id or None) for the prompt of row ``call_id``."""
+        """(blob, base id or None) for the text of row ``call_id``."""
         raw = text.encode()
-        if self._base is None or self._uses >= _BASE_USES:
+        if self._base is None or self._uses >= self._base_uses:
             self._base, self._uses = (call_id, raw), 0
             return zlib.compress(raw, 6), None
         self._uses += 1
@@ -68,9 +72,16 @@ def unpack_prompt(conn: sqlite3.Connection, blob: bytes | None, base: int | None
     if blob is None:
         return "[]"
     if base is None:
-        return zlib.decompress(blob).decode()
+        return unpack_text(blob, None)
     row = conn.execute("SELECT prompt FROM llm_calls WHERE id=?", (base,)).fetchone()
-    unpacker = zlib.decompressobj(zdict=zlib.decompress(row[0]))
+    return unpack_text(blob, row[0])
+
+
+def unpack_text(blob: bytes, base_blob: bytes | None) -> str:
+    """A text ``PromptPacker`` packed, given the blob of its base row (None: it is a base)."""
+    if base_blob is None:
+        return zlib.decompress(blob).decode()
+    unpacker = zlib.decompressobj(zdict=zlib.decompress(base_blob))
     return (unpacker.decompress(blob) + unpacker.flush()).decode()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from evolve.callstore import PromptPacker, cap_answer
+from evolve.callstore import NOTE_BASE_USES, PromptPacker, cap_answer
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -235,6 +235,30 @@ def _migration_7(db: sqlite_utils.Database) -> None:
         db.conn.execute(f"ALTER TABLE audits ADD COLUMN {column} TEXT")
 
 
+def _migration_8(db: sqlite_utils.Database) -> None:
+    """Notebook versions are stored packed, as prompts are (issue 33): one per change, not a full copy.
+
+    A ``notes`` row keeps ``text`` null and stores ``packed`` (zlib, ``PromptPacker``) with
+    ``base``, the ``seq`` of the ``notes`` row whose text primed it (null: it is self-contained);
+    ``chars`` is every row's text length. ``summary`` rows keep their text in ``text``.
+    """
+    conn = db.conn
+    conn.execute("ALTER TABLE notebook ADD COLUMN packed BLOB")
+    conn.execute("ALTER TABLE notebook ADD COLUMN base INTEGER")
+    conn.execute("ALTER TABLE notebook ADD COLUMN chars INTEGER")
+    conn.execute("UPDATE notebook SET chars = LENGTH(text)")
+    packer = PromptPacker(NOTE_BASE_USES)
+    rows = conn.execute(
+        "SELECT seq, text FROM notebook WHERE kind = 'notes' ORDER BY seq"
+    ).fetchall()
+    for seq, text in rows:
+        packed, base = packer.pack(seq, text)
+        conn.execute(
+            "UPDATE notebook SET text = NULL, packed = ?, base = ? WHERE seq = ? AND kind = 'notes'",
+            (packed, base, seq),
+        )
+
+
 MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_1,
     _migration_2,
@@ -243,5 +267,6 @@ MIGRATIONS: tuple[Callable[[sqlite_utils.Database], None], ...] = (
     _migration_5,
     _migration_6,
     _migration_7,
+    _migration_8,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

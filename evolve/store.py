@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.callstore import cap_answer
+from evolve.callstore import NOTE_BASE_USES, PromptPacker, cap_answer
 from evolve.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from evolve.types import (
     Candidate,
@@ -84,6 +84,7 @@ class Store:
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self._note_packer = PromptPacker(NOTE_BASE_USES)
         if readonly and not self.path.exists():
             raise ArchiveFileError(
                 f"no archive at {self.path}: pass a run directory or its archive.db"
@@ -548,13 +549,39 @@ class Store:
         prompt_hash: str | None = None,
     ) -> None:
         """Store a notebook version (``notes``) or a model's summary (``summary``) made at ``seq``
-        (a summary, a model's answer, capped as every stored answer is: ``cap_answer``)."""
+        (a summary, a model's answer, capped as every stored answer is: ``cap_answer``; a
+        version packed against a recent one: ``PromptPacker``, read by ``query.notebook``)."""
         if kind == "summary":
             text = cap_answer(text)
+        packed = base = None
+        if kind == "notes":
+            if self.conn.execute(
+                "SELECT 1 FROM notebook WHERE base = ? LIMIT 1", (seq,)
+            ).fetchone():
+                raise EvolveError(
+                    f"notebook version {seq} primes the versions after it and cannot be replaced: "
+                    "record notebook versions in the order of their proposals"
+                )
+            if self.conn.execute(
+                "SELECT 1 FROM notebook WHERE seq = ? AND kind = 'notes'", (seq,)
+            ).fetchone():
+                self._note_packer = PromptPacker(NOTE_BASE_USES)  # it may be the base held now
+            packed, base = self._note_packer.pack(seq, text)
         self.conn.execute(
-            "INSERT OR REPLACE INTO notebook (seq, kind, text, model, prompt_hash, created_at) "
-            "VALUES (?,?,?,?,?,?)",
-            (seq, kind, text, model, prompt_hash, _now()),
+            "INSERT OR REPLACE INTO notebook "
+            "(seq, kind, text, packed, base, chars, model, prompt_hash, created_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (
+                seq,
+                kind,
+                None if packed is not None else text,
+                packed,
+                base,
+                len(text),
+                model,
+                prompt_hash,
+                _now(),
+            ),
         )
 
     # --- integrity -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from evolve import runner
 from evolve.callstore import prompt_messages
 from evolve.notebook import Notebook, cause, change_label, describe_cell
+from evolve.query.notebook import note_at, note_history
 from evolve.store import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.conftest import REPO, composed, evolve_cli, start_evolve
@@ -31,6 +32,15 @@ SUMMARY_EVERY = 5
 def rows(db: Path, sql: str, *args) -> list[tuple]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
         return conn.execute(sql, args).fetchall()
+
+
+def notebook_rows(db: Path) -> list[tuple]:
+    """Every notebook row as (seq, kind, text), its packed text read back."""
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return [
+            (v["seq"], v["kind"], note_at(conn, v["seq"], v["kind"])["text"])
+            for v in note_history(conn)
+        ]
 
 
 def prompt_of(db: Path, seq: int) -> str:
@@ -211,10 +221,9 @@ def test_an_offline_replay_shows_the_same_notebook(lesson_run, tmp_path) -> None
         model="command/lesson_model", command="false", offline=True, replay_from=str(lesson_run)
     )
     runner.run(cfg, tmp_path)
-    notebook = "SELECT seq, kind, text FROM notebook ORDER BY seq, kind"
-    original = rows(lesson_run / "archive.db", notebook)
+    original = notebook_rows(lesson_run / "archive.db")
     assert len(original) > 5
-    assert rows(tmp_path / "archive.db", notebook) == original
+    assert notebook_rows(tmp_path / "archive.db") == original
     calls = "SELECT COUNT(*), COALESCE(SUM(error IS NOT NULL), 0) FROM llm_calls"
     assert rows(tmp_path / "archive.db", calls)[0][1] == 0
 
@@ -243,20 +252,16 @@ def test_the_notebook_survives_kill_9_and_resume(tmp_path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    before = rows(db, "SELECT seq, kind, text FROM notebook ORDER BY seq, kind")
+    before = notebook_rows(db)
     assert len(before) >= 6, "the run ended before the notebook had 6 versions"
     resumed = evolve_cli("search.progress=false", f"resume={run_dir}", timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    after = rows(db, "SELECT seq, kind, text FROM notebook ORDER BY seq, kind")
+    after = notebook_rows(db)
     assert after[: len(before)] == before and len(after) > len(before)
     assert Store(db, readonly=True).integrity_problems() == []
     # the last prompt carries the notebook stored for its proposal
     (asked,) = rows(db, "SELECT MAX(seq) FROM candidates WHERE prompt_hash IS NOT NULL")[0]
-    (shown,) = rows(
-        db,
-        "SELECT text FROM notebook WHERE kind = 'notes' AND seq <= ? ORDER BY seq DESC LIMIT 1",
-        asked,
-    )[0]
+    shown = [text for seq, kind, text in notebook_rows(db) if kind == "notes" and seq <= asked][-1]
     assert shown.strip() in prompt_of(db, asked)
 
 

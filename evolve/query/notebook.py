@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from evolve.callstore import unpack_text
 from evolve.query import Source, connection, marks
 from evolve.query.edges import PARENT_ROLES
 
@@ -84,15 +85,23 @@ def noise_sd(source: Source) -> float | None:
 
 def note_at(source: Source, seq: int, kind: str = "notes") -> dict[str, Any] | None:
     """The newest notebook row of ``kind`` made at or before proposal ``seq`` ({seq, text, model})."""
-    row = (
-        connection(source)
-        .execute(
-            "SELECT seq, text, model FROM notebook WHERE kind = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
-            (kind, seq),
-        )
-        .fetchone()
-    )
-    return dict(zip(("seq", "text", "model"), row, strict=True)) if row else None
+    conn = connection(source)
+    row = conn.execute(
+        "SELECT seq, text, packed, base, model FROM notebook WHERE kind = ? AND seq <= ? "
+        "ORDER BY seq DESC LIMIT 1",
+        (kind, seq),
+    ).fetchone()
+    if row is None:
+        return None
+    found, text, packed, base, model = row
+    if packed is not None:
+        primer = None
+        if base is not None:
+            (primer,) = conn.execute(
+                "SELECT packed FROM notebook WHERE seq = ? AND kind = 'notes'", (base,)
+            ).fetchone()
+        text = unpack_text(packed, primer)
+    return {"seq": found, "text": text, "model": model}
 
 
 def notebook_at(source: Source, seq: int | None = None) -> dict[str, Any]:
@@ -113,6 +122,6 @@ def note_history(source: Source) -> list[dict[str, Any]]:
     return [
         dict(zip(("seq", "kind", "model", "chars"), row, strict=True))
         for row in connection(source).execute(
-            "SELECT seq, kind, model, LENGTH(text) FROM notebook ORDER BY seq, kind"
+            "SELECT seq, kind, model, chars FROM notebook ORDER BY seq, kind"
         )
     ]

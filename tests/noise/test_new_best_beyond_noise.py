@@ -16,6 +16,7 @@ import pytest
 
 from evolve import runner
 from evolve.callstore import prompt_messages
+from evolve.query.notebook import note_at, note_history
 from tests.conftest import REPO, composed
 
 SEED = "A = 1.0\nB = 4\nC = 0.5\n# EVOLVE-BLOCK-START\nD = 10\n# EVOLVE-BLOCK-END\n"
@@ -64,7 +65,9 @@ def test_the_notebook_reports_the_measured_noise_after_the_seeds_evaluations(noi
         first = prompt_messages(conn, call)[-1]["content"]
     assert "0 proposals (none yet); repeated evaluations of one program vary by sd" in first
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        notes = [t for (t,) in conn.execute("SELECT text FROM notebook WHERE kind = 'notes'")]
+        notes = [
+            note_at(conn, v["seq"])["text"] for v in note_history(conn) if v["kind"] == "notes"
+        ]
     assert notes and all("repeated evaluations of one program vary by sd" in t for t in notes)
 
 

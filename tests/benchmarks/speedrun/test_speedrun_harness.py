@@ -172,7 +172,7 @@ def test_ddp_through_torchrun_with_two_processes(data_dir, tmp_path):
         data_dir,
         target=5.9,
         nproc_per_node=2,
-        overrides={"micro_batch": 8, "steps": 40, "compile_warmup_steps": 1},
+        overrides={"micro_batch": 8, "steps": 80, "compile_warmup_steps": 1},
     )
     result = evaluate(f, candidate(tmp_path), tmp_path)
     assert result.status == EvalStatus.OK, result.artifacts

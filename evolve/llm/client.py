@@ -490,8 +490,8 @@ class LLMClient:
         tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
         tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
         if call.text is not None:
-            (row,) = response.data  # one text a call
-            text = pack_vector(row["embedding"])
+            (embedded,) = response.data  # one text a call
+            text = pack_vector(embedded["embedding"])
             cost = self._embedding_cost(call.model, tokens_in)
         else:
             choices = getattr(response, "choices", None) or []

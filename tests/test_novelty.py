@@ -298,7 +298,7 @@ def test_a_budget_too_small_stops_embedding_calls_like_other_calls(tmp_path):
     finally:
         server.stop()
     assert "LLM budget reached" in summary.reason and "raise llm.max_cost_usd" in summary.reason
-    assert "the next call of openai/text-embedding-3-small could cost" in summary.reason
+    assert "the next call of openai/text-embedding-3-small is expected to cost" in summary.reason
     with sqlite3.connect(tmp_path / "archive.db") as conn:
         calls, spent = conn.execute(
             "SELECT COUNT(*), SUM(cost) FROM llm_calls WHERE model = 'openai/text-embedding-3-small'"

@@ -68,7 +68,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -270,10 +270,15 @@ def _kill_all(pid: int, marker: bytes, ns: str | None) -> None:
 
 
 def _read_capped(
-    proc: subprocess.Popen, deadline: float, cap: int
+    proc: subprocess.Popen,
+    deadline: float,
+    cap: int,
+    heard: Callable[[str], None] | None = None,
 ) -> tuple[bytes, bytes, bool, bool]:
-    """Drain stdout/stderr until both close (or DRAIN_S after the child exits) or the deadline."""
+    """Drain stdout/stderr until both close (or DRAIN_S after the child exits) or the deadline;
+    ``heard`` gets each stdout line as it arrives (without its newline; a line is cut at ``cap``)."""
     buffers = {"out": bytearray(), "err": bytearray()}
+    partial = b""  # stdout since its last newline, for ``heard``
     truncated = timed_out = False
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ, "out")
@@ -296,6 +301,11 @@ def _read_capped(
             if not chunk:
                 selector.unregister(key.fileobj)
                 continue
+            if heard is not None and key.data == "out":
+                *lines, partial = (partial + chunk).split(b"\n")
+                partial = partial[:cap]
+                for line in lines:
+                    heard(line.decode(errors="replace"))
             buf = buffers[key.data]
             room = cap - len(buf)
             if room > 0:
@@ -450,8 +460,11 @@ class Started:
         """True while the command runs and has been neither finished nor cancelled."""
         return not self.done and self.proc.poll() is None
 
-    def finish(self, stdin: bytes | None = None) -> Result:
-        """Feed ``stdin``, wait for the command (at most ``limits.timeout_s``) and return what it did.
+    def finish(
+        self, stdin: bytes | None = None, heard: Callable[[str], None] | None = None
+    ) -> Result:
+        """Feed ``stdin``, wait for the command (at most ``limits.timeout_s``) and return what it did;
+        ``heard`` gets each line of its stdout as it arrives (a harness process's progress).
 
         The command and every descendant are gone when this returns.
         """
@@ -469,7 +482,7 @@ class Started:
             elif proc.stdin is not None:  # started to take a job and given none: it reads EOF
                 proc.stdin.close()
             out, err, timed_out, truncated = _read_capped(
-                proc, begin + limits.timeout_s, limits.output_bytes
+                proc, begin + limits.timeout_s, limits.output_bytes, heard
             )
             if not timed_out:
                 try:

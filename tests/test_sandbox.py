@@ -264,6 +264,27 @@ def test_a_started_command_prepares_and_works_once_finished(tmp_path: Path) -> N
         started.finish(b"again")
 
 
+def test_a_started_commands_stdout_lines_are_heard_as_they_come(tmp_path: Path) -> None:
+    code = """
+        import os, time
+        print("one", flush=True)
+        deadline = time.monotonic() + 30
+        while not os.path.exists("go") and time.monotonic() < deadline:  # made when "one" is heard
+            time.sleep(0.05)
+        print("two" if os.path.exists("go") else "not heard", end="", flush=True)
+    """
+    (tmp_path / "main.py").write_text(textwrap.dedent(code))
+    heard: list[str] = []
+
+    def hear(line: str) -> None:
+        heard.append(line)
+        (tmp_path / "go").touch()
+
+    result = start([PY, "main.py"], cwd=tmp_path, limits=Limits(timeout_s=60)).finish(b"", hear)
+    assert result.ok and result.stdout == "one\ntwo", result.tail()
+    assert heard == ["one"]  # a last line without its newline is not heard
+
+
 def test_a_started_command_finished_without_a_job_reads_end_of_file(tmp_path: Path) -> None:
     (tmp_path / "main.py").write_text("import sys\nprint(repr(sys.stdin.read()))\n")
     started = start([PY, "main.py"], cwd=tmp_path, limits=Limits(timeout_s=TIMEOUT))

@@ -19,6 +19,7 @@ import math
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from evolve.benchmarks.nanochat import ahead, prepare, scales, stages, supervisor
@@ -286,6 +287,7 @@ class NanochatFitness:
         payload: bytes = b"",
         warming: bool = False,
         started: Started | None = None,
+        heard: Callable[[str], None] | None = None,
     ) -> dict | Evaluation:
         """Run the harness process of ``role`` (``HARNESS_MODULES``) sandboxed in ``cwd`` with ``job``.
 
@@ -293,10 +295,11 @@ class NanochatFitness:
         with a fresh nonce (then ``payload``); only a stdout line carrying that nonce counts.
         ``warming``: the seed program filling the compile cache (it may write there).
         ``started``: the process, started ahead by ``start_harness`` with the same arguments.
+        ``heard``: gets each line of its stdout as it arrives (``Started.finish``).
         """
         nonce, stdin = protocol.job_input(job, payload)
         started = started or self.start_harness(role, cwd, ctx, limit_s=limit_s, warming=warming)
-        result = started.finish(stdin)
+        result = started.finish(stdin, heard)
         verdict = protocol.read_verdict(result, nonce, role)
         if isinstance(verdict, dict):  # when the harness process began and ended, for the phases
             verdict["sandbox"] = {"started": result.started_at, "exited": result.exited_at}
@@ -369,7 +372,7 @@ class NanochatFitness:
         started = None if warming else ahead.take(workdir, ctx)
         return self.run_harness(
             "training", workdir, ctx, job, limit_s=scale.train_limit_s, warming=warming,
-            started=started,
+            started=started, heard=_TrainingProgress(full=max_steps is None),
         )  # fmt: skip
 
     def probe_batches(self, ctx: EvalContext) -> int:
@@ -628,3 +631,21 @@ class NanochatFitness:
         for path in files:
             shutil.copyfile(path, target / path.name)
         return None
+
+
+class _TrainingProgress:
+    """Tells the log how training goes, from the training harness's progress lines: a full run
+    enters the phase ``training`` live at the first (its boundary is set from the clock's marks
+    afterwards), then each line is the phase's detail (``phases.detail``, throttled there)."""
+
+    def __init__(self, *, full: bool) -> None:
+        self.enter = full
+
+    def __call__(self, line: str) -> None:
+        text = protocol.progress_detail(line)
+        if text is None:
+            return
+        if self.enter:
+            self.enter = False
+            phases.mark("training")
+        phases.detail(text)

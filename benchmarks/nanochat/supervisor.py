@@ -5,17 +5,20 @@ as a child through ``evolve.harness.clock.run_timed``: synthetic rows until the 
 starts, the training split's BOS-aligned best-fit packed rows while it runs, none after the
 stop. When the candidate reports its checkpoint, this process fixes the checkpoint's digest
 (the fitness scores only those bytes), after checking that the report came no later than the
-step in flight and the write allow (``evolve.harness.savetime``). The verdict is one JSON
-line on stdout carrying the job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
+step in flight and the write allow (``evolve.harness.savetime``). While the clock runs it
+writes the steps and loss its clock took in, at most once a second (``Progress``), for the
+log; the verdict is one JSON line on stdout carrying the job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
 imports torch, then waits for the go this process gives it with the job.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,12 +32,13 @@ from evolve.harness.clock import UNTIMED_ENV, Program, Window, launch, run_timed
 from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
 from evolve.harness.profiling import PROFILE_ENV
-from evolve.harness.protocol import SAFE_PATH, serve_job
+from evolve.harness.protocol import SAFE_PATH, say_progress, serve_job
 
 LOG_FILE = "train.log"
 AHEAD = "--ahead"  # launch the training program before the job arrives (``launch_ahead``)
 TRAIN_DIR_ENV = "NANOCHAT_TRAIN_DIR"  # the training split's folder, for a program launched ahead
 TREE_ENV = "NANOCHAT_TREE"  # marks every process the training program starts
+PROGRESS_EVERY_S = 1.0  # at most one progress line a second (600 s of training: ~30 KB of stdout)
 COMPILE_WORKERS = (
     "compile_worker",
 )  # torch.compile's pool may take a moment to exit: not held against
@@ -101,6 +105,19 @@ def program_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != TRAIN_DIR_ENV}
 
 
+class Progress:
+    """Tells the fitness how training goes (``protocol.say_progress``), at most every ``PROGRESS_EVERY_S``."""
+
+    def __init__(self) -> None:
+        self.said_at = -math.inf
+
+    def __call__(self, steps: int, loss: float | None) -> None:
+        now = time.monotonic()
+        if now >= self.said_at + PROGRESS_EVERY_S:
+            self.said_at = now
+            say_progress(steps, loss)
+
+
 def supervise(job: dict, ahead: Program | None = None) -> dict:
     """Run the candidate per ``job`` and return the verdict (without the nonce); ``ahead``: its
     program, launched before the job (``launch_ahead``)."""
@@ -141,6 +158,7 @@ def supervise(job: dict, ahead: Program | None = None) -> dict:
         on_saved=lambda: {"digest": checkpoint_digest(folder), "bytes": checkpoint_bytes(folder)},
         ignore_leftovers=COMPILE_WORKERS,
         write_dir=str(folder.parent),
+        progress=Progress(),
     )
 
 

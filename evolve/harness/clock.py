@@ -129,6 +129,7 @@ class Watch:
         self.steps_after_stop = 0
         self.notes: dict[str, float] = {}
         self.losses: list[float | None] = []  # per step, kept for a short run only
+        self.loss: float | None = None  # the latest step's reported loss (shown, never used)
         self.violations: list[dict] = []
         self.requests: list[int] = []  # batch sizes asked for and not yet answered
         # rows asked for since the last step report, and between the two reports before it
@@ -168,8 +169,9 @@ class Watch:
             parts = rest.split()
             if len(parts) >= 2 and parts[1].isdigit():
                 self.reported_tokens += int(parts[1])
+            self.loss = _number(parts[2]) if len(parts) >= 3 else None
             if self.window.max_steps is not None and len(self.losses) < self.window.max_steps:
-                self.losses.append(_number(parts[2]) if len(parts) >= 3 else None)
+                self.losses.append(self.loss)
             self.last_step_at = now
             if self.stop_sent_at is not None:
                 self.steps_after_stop += 1
@@ -518,6 +520,7 @@ def run_timed(
     on_saved: Callable[[], dict] = dict,
     ignore_leftovers: tuple[str, ...] = (),
     write_dir: str = ".",
+    progress: Callable[[int, float | None], None] | None = None,
 ) -> dict:
     """Watch ``program`` (``launch``; a waiting one after its ``go``) as the timed training
     program; return the verdict (without the nonce).
@@ -533,6 +536,8 @@ def run_timed(
             against it (e.g. torch.compile's worker pool).
         write_dir: where the harness measures a checkpoint-sized write, when it must
             (``savetime``): a folder on the checkpoint's filesystem.
+        progress: called with the steps reported so far and the latest loss (or None) when
+            steps arrive while the clock runs (e.g. to tell the log how training goes).
     """
     if program.go_w is not None:
         raise RuntimeError("a program launched with waits=True runs once it had its go")
@@ -562,8 +567,10 @@ def run_timed(
         wait = 0.0 if pipes.to_make(watch) else max(0.0, min(quiet, watch.deadline() - now))
         ready, writable, _ = select.select([pipes.report_r], writers, [], wait)
         if ready:
-            saves = watch.saves
+            saves, steps = watch.saves, watch.steps
             pipes.read_reports(watch, time.monotonic())
+            if progress is not None and watch.steps != steps and watch.streaming:
+                progress(watch.steps, watch.loss)
             if watch.saves != saves:
                 checkpoint = on_saved()
                 watch.judge_save(int(checkpoint.get("bytes", 0)), write_dir)

@@ -8,13 +8,15 @@ the phases cover the evaluation with no gap and no overlap, and their seconds ad
 ``wall_s``; a phase marked several times (e.g. per seed) adds up. ``mark`` outside a
 timeline does nothing, so measurement scripts may call a fitness directly. Within
 ``reported``, each phase is also told as it begins, so a long evaluation can say what it is
-doing while it runs (the local backend's log lines).
+doing while it runs (the local backend's log lines), and ``detail`` tells how the phase goes
+(e.g. a training step and loss, which a harness process reported), at most every ``DETAIL_EVERY_S``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -22,6 +24,8 @@ from typing import Any
 
 PREFIX = "time_"
 """Phases are stored in an evaluation's metrics as ``time_<phase>`` seconds."""
+DETAIL_EVERY_S = 5.0
+"""``detail`` tells at most one detail in this many seconds (a training step's pace is no concern of the log)."""
 NAME = re.compile(r"[a-z]+(_[a-z]+)*")
 """A phase's name: lowercase words joined by ``_``, never ending in ``_s``, so that other metrics
 named ``time_..._s`` or ``time_s_<i>`` (plain seconds, e.g. speedrun's) are never taken for phases."""
@@ -45,6 +49,8 @@ class Timeline:
     def __init__(self, first: str, start: float) -> None:
         self.start = start
         self._marks: list[tuple[float, int, str]] = [(start, 0, first)]
+        self.now_in = first  # the phase last told as it began
+        self.detailed_at = -math.inf  # when ``detail`` last told one
 
     def mark(self, name: str, at: float | None = None) -> None:
         """Phase ``name`` begins at ``at`` (monotonic seconds, the same clock in every process
@@ -72,15 +78,16 @@ _current: contextvars.ContextVar[Timeline | None] = contextvars.ContextVar(
 )
 
 
-_listener: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+_listener: contextvars.ContextVar[Callable[[str, str], None] | None] = contextvars.ContextVar(
     "evolve_phase_listener", default=None
 )
 
 
 @contextlib.contextmanager
-def reported(listener: Callable[[str], None]) -> Iterator[None]:
-    """Within the block, ``listener(phase)`` hears each phase of an evaluation as it begins: a
-    timeline's first and each ``mark`` made now (a boundary learnt afterwards is not news)."""
+def reported(listener: Callable[[str, str], None]) -> Iterator[None]:
+    """Within the block, ``listener(phase, "")`` hears each phase of an evaluation as it begins (a
+    timeline's first and each ``mark`` made now: a boundary learnt afterwards is not news), and
+    ``listener(phase, detail)`` each ``detail`` told of the phase it is in."""
     token = _listener.set(listener)
     try:
         yield
@@ -88,10 +95,10 @@ def reported(listener: Callable[[str], None]) -> Iterator[None]:
         _listener.reset(token)
 
 
-def _tell(name: str) -> None:
+def _tell(name: str, detail: str = "") -> None:
     listener = _listener.get()
     if listener is not None:
-        listener(name)
+        listener(name, detail)
 
 
 @contextlib.contextmanager
@@ -112,7 +119,18 @@ def mark(name: str, at: float | None = None) -> None:
     if line is not None:
         line.mark(name, at)
         if at is None:
+            line.now_in, line.detailed_at = name, -math.inf
             _tell(name)
+
+
+def detail(text: str) -> None:
+    """Tell how the current evaluation's phase goes (e.g. "step 120, loss 3.41", text the harness
+    wrote), unless one was told less than ``DETAIL_EVERY_S`` ago in this phase; nothing outside one."""
+    line = _current.get()
+    now = time.monotonic()
+    if line is not None and now >= line.detailed_at + DETAIL_EVERY_S:
+        line.detailed_at = now
+        _tell(line.now_in, text)
 
 
 def mark_each(boundaries: Iterable[tuple[str, float | None]]) -> None:

@@ -6,7 +6,9 @@ optionally followed by a binary payload. The process makes itself undumpable (th
 same user, can neither ptrace it nor open its ``/proc`` fds), reads the job, runs it and
 writes its verdict as one JSON line carrying the nonce to stdout. Candidate code runs only in
 children whose stdin is closed and whose output goes to a log file, so nothing it prints can
-pass for the verdict: ``read_verdict`` takes only the line carrying the nonce.
+pass for the verdict: ``read_verdict`` takes only the line carrying the nonce. Before its
+verdict, a training harness process may write progress lines (``say_progress``: the step and loss
+its clock took in), which the fitness reads as they come (``progress_detail``) to tell the log.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import secrets
 import sys
@@ -35,6 +38,34 @@ STATUS = {
     "error": EvalStatus.ERROR,
     "invalid": EvalStatus.INVALID,
 }
+
+
+PROGRESS = "progress"
+"""A progress line's key: ``{"progress": {"step": N, "loss": X or null}}``."""
+
+
+def say_progress(step: int, loss: float | None) -> None:
+    """Write a progress line on stdout: ``step`` steps reported, the latest ``loss`` (or None)."""
+    shown = loss if loss is not None and math.isfinite(loss) else None
+    sys.stdout.write(json.dumps({PROGRESS: {"step": int(step), "loss": shown}}) + "\n")
+    sys.stdout.flush()
+
+
+def progress_detail(line: str) -> str | None:
+    """What a progress line tells, formatted here from its numbers ("step 120, loss 3.41"), or None
+    for any other line: no text of the line itself reaches the log."""
+    if not line.startswith("{"):
+        return None
+    try:
+        fields = json.loads(line).get(PROGRESS)
+        step, loss = fields["step"], fields.get("loss")
+    except (ValueError, AttributeError, TypeError, KeyError, RecursionError):
+        return None
+    if type(step) is not int or step < 0:
+        return None
+    if isinstance(loss, int | float) and not isinstance(loss, bool) and math.isfinite(loss):
+        return f"step {step}, loss {loss:.2f}"
+    return f"step {step}"
 
 
 def make_undumpable() -> None:

@@ -5,6 +5,7 @@ import re
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,12 @@ def feed(rows: int, real: bool) -> np.ndarray:
 
 
 def run(
-    tmp_path: Path, body: str, hide: tuple[str, ...] = (), ask_ahead: bool = False, **window
+    tmp_path: Path,
+    body: str,
+    hide: tuple[str, ...] = (),
+    ask_ahead: bool = False,
+    progress: Callable[[int, float | None], None] | None = None,
+    **window,
 ) -> tuple[dict, str]:
     """Run ``body`` as the timed program; ``ask_ahead``: its stream is told the untimed steps
     (``UNTIMED_ENV``, as the nanochat supervisor tells it), so it asks for batches ahead."""
@@ -64,7 +70,8 @@ def run(
         preexec=hide_reads(hide) if hide else None,  # planned once the program's files exist
     )
     verdict = run_timed(launched, window=Window(**settings), feed=feed,
-                        on_saved=lambda: {"digest": "fixed"}, write_dir=str(tmp_path))  # fmt: skip
+                        on_saved=lambda: {"digest": "fixed"}, write_dir=str(tmp_path),
+                        progress=progress)  # fmt: skip
     return verdict, log.read_text()
 
 
@@ -90,6 +97,15 @@ def test_synthetic_rows_before_the_clock_real_rows_while_it_runs_then_the_stream
     assert verdict["synthetic_batches"] == 3
     assert verdict["tokens"] == (len(seen) - 3) * 2 * (WIDTH - 1)  # counted by the harness
     assert verdict["checkpoint"] == {"digest": "fixed"} and verdict["stopped_by_harness"]
+
+
+def test_progress_hears_the_steps_and_latest_loss_only_while_the_clock_runs(tmp_path):
+    heard: list[tuple[int, float | None]] = []
+    verdict, _ = run(tmp_path, HONEST, progress=lambda step, loss: heard.append((step, loss)))
+    assert verdict["status"] == "ok", verdict
+    steps = [step for step, _ in heard]
+    assert steps and steps == sorted(set(steps)) and steps[0] >= 3, heard  # after the 3 untimed
+    assert steps[-1] <= verdict["steps"] and {loss for _, loss in heard} == {1.0}, heard
 
 
 def numbered_feed(made: list[int]):

@@ -77,3 +77,31 @@ def test_circle_packing_phases_add_up_to_wall_s(tmp_path):
     spent = assert_adds_up(ev)
     assert {"time_sandbox_start", "time_program", "time_verify", "time_score"} <= set(spent)
     assert spent["time_program"] == max(spent.values())  # the candidate's own run dominates
+
+
+def test_a_detail_is_told_of_the_phase_it_is_in_at_most_every_few_seconds(monkeypatch):
+    heard: list[tuple[str, str]] = []
+    phases.detail("step 1")  # no timeline: nothing to tell
+    monkeypatch.setattr(phases, "DETAIL_EVERY_S", 1e9)  # every detail after the first is too soon
+    with phases.reported(lambda phase, detail: heard.append((phase, detail))):
+        with phases.timeline("harness"):
+            phases.mark("training")
+            phases.detail("step 1, loss 3.41")
+            phases.detail("step 2, loss 3.40")  # throttled
+            phases.mark("training", at=time.monotonic())  # a boundary learnt afterwards: no news
+            phases.mark("scoring")  # a new phase: its first detail is told at once
+            phases.detail("batch 1")
+        monkeypatch.setattr(phases, "DETAIL_EVERY_S", 0.0)
+        with phases.timeline("harness"):
+            phases.detail("a")
+            phases.detail("b")
+    assert heard == [
+        ("harness", ""),
+        ("training", ""),
+        ("training", "step 1, loss 3.41"),
+        ("scoring", ""),
+        ("scoring", "batch 1"),
+        ("harness", ""),
+        ("harness", "a"),
+        ("harness", "b"),
+    ]

@@ -71,3 +71,16 @@ def start_evolve(args: list[str], run_dir: Path) -> subprocess.Popen:
 @pytest.fixture
 def toy_cfg():
     return composed
+
+
+@pytest.fixture(params=["cgroup", "affinity"])
+def mode(request, monkeypatch) -> str:
+    """A CPU-allowance test runs with this machine's cpuset cgroups, and again as on a machine
+    without them (``evolve.cores``' affinity fallback)."""
+    from evolve import cores
+
+    if request.param == "affinity":
+        monkeypatch.setattr(cores, "CGROUP_MOUNTS", ())
+    elif cores.plan().cgroup is None:
+        pytest.skip(f"no writable cpuset cgroup here: {cores.plan().why_not}")
+    return request.param

@@ -20,14 +20,6 @@ SHOW = (
 )
 
 
-@pytest.fixture(params=["cgroup", "affinity"])
-def mode(request, monkeypatch) -> str:
-    """Each test runs with this machine's cpuset cgroups, and again as on a machine without them."""
-    if request.param == "affinity":
-        monkeypatch.setattr(cores, "CGROUP_MOUNTS", ())
-    elif cores.plan().cgroup is None:
-        pytest.skip(f"no writable cpuset cgroup here: {cores.plan().why_not}")
-    return request.param
 
 
 def test_slots_get_disjoint_runs_of_cores_as_even_as_they_go() -> None:

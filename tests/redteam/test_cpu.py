@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import cores, sandbox
+from evolve import sandbox
 from evolve.channels import NOT
 from evolve.fitness import EvalContext, evaluate_safely
 from tests.fixtures.nanochat_tiny import tiny_fitness
@@ -122,14 +122,6 @@ print(json.dumps({"threads": torch.get_num_threads(), "seen": sorted(found), "ok
 """
 
 
-@pytest.fixture(params=["cgroup", "affinity"])
-def mode(request, monkeypatch) -> str:
-    """This machine's cpuset cgroups, and the fallback of a machine without them."""
-    if request.param == "affinity":
-        monkeypatch.setattr(cores, "CGROUP_MOUNTS", ())
-    elif cores.plan().cgroup is None:
-        pytest.skip(f"no writable cpuset cgroup here: {cores.plan().why_not}")
-    return request.param
 
 
 def greedy(program: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict:

@@ -378,7 +378,9 @@ def test_work_deferred_past_the_call_is_caught(fitness, tmp_path):
     assert_caught(
         evaluate(fitness, tmp_path, DEFERRED),
         FAILED,
-        r"although the correctness rounds passed|thread",
+        # wrong when compared, or caught unwritten at "done" by the timer's samples: either
+        # way the deferred work is named
+        r"although the correctness rounds passed|thread|not all written when the candidate",
     )
 
 

@@ -79,6 +79,17 @@ def pytest(*paths: str) -> tuple[str, ...]:
     )
 
 
+def keep(path: str, name: str) -> tuple[str, ...]:
+    """A command that copies a file the part made (an archive) into $OUT, to read back here."""
+    return (
+        PY,
+        "-c",
+        "import os, shutil, sys; shutil.copyfile(sys.argv[1], os.path.join(os.environ['CAMPAIGN_OUT'], sys.argv[2]))",
+        path,
+        name,
+    )
+
+
 def parts(seed: int) -> dict[str, Part]:
     """Every part; ``seed`` picks the seed of the parts that run one."""
     nanochat_gpu_run = (PY, "-m", "evolve.benchmarks.nanochat.gpu_run", "--gpus", "0")
@@ -166,6 +177,9 @@ def parts(seed: int) -> dict[str, Part]:
                     "hydra.run.dir=archives/nanochat/gpu-search",
                 ),
                 (PY, "-m", "evolve.browse", "archives/nanochat/gpu-search", "best"),
+                (PY, "-m", "evolve.browse", "archives/nanochat/gpu-search", "stats"),
+                (PY, "-m", "evolve.browse", "archives/nanochat/gpu-search", "notes"),
+                keep("archives/nanochat/gpu-search/archive.db", "search-archive.db"),
             ),
         ),
     }
@@ -197,10 +211,20 @@ def commit() -> str:
         return "unknown"
 
 
+def out_dir() -> Path:
+    """Where a part's reports go: $OUT on the device, else ./campaign-out."""
+    return Path(os.environ.get("OUT") or "campaign-out").resolve()
+
+
 def start(command: tuple[str, ...], scratch: Path, log) -> tuple[subprocess.Popen, float]:
     """Start one command with $OUT set to its own scratch folder (its scripts write there)."""
     scratch.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OUT": str(scratch), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "OUT": str(scratch),
+        "CAMPAIGN_OUT": str(out_dir()),
+        "PYTHONUNBUFFERED": "1",
+    }
     env.setdefault("TIKTOKEN_CACHE_DIR", str(REPO / "data" / "tiktoken"))
     log.write(f"\n$ {' '.join(command)}\n")
     log.flush()
@@ -338,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         return merge(args.files)
     if args.part not in table:
         parser.error(f"unknown part {args.part!r}; parts: {', '.join(table)}")
-    out = Path(os.environ.get("OUT") or "campaign-out").resolve()
+    out = out_dir()
     out.mkdir(parents=True, exist_ok=True)
     return run_part(args.part, table[args.part], out)
 

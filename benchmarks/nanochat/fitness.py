@@ -137,6 +137,7 @@ class NanochatFitness:
                 "nanochat: scoring %s validation targets (all the split holds)",
                 f"{self.scale.eval_tokens:,}",
             )
+        self.validation_rows()  # fail now, not after the seed's first stages, when the split is short
         self.stages = stages.build(self, self.layered)
 
     @property
@@ -175,6 +176,12 @@ class NanochatFitness:
                 f"{scale.seq_len + 1} tokens; prepare more validation text"
             )
         return batches * scale.eval_batch_rows * scale.seq_len
+
+    def validation_rows(self) -> bytes:
+        """The rows this scale scores, with the probes' spares (read once per process)."""
+        return validation_rows(
+            prepare.split_dirs(self.dataset_root)["val"], self.scale.seq_len, self.scale.eval_tokens
+        )
 
     def _dataset_meta(self) -> dict:
         root = self.dataset_root
@@ -403,17 +410,13 @@ class NanochatFitness:
             "worker_startup_s": min(300.0, scale.eval_limit_s / 2),
             "batch_timeout_s": min(120.0, scale.eval_limit_s),
         }
-        rows = validation_rows(parts["val"], scale.seq_len, scale.eval_tokens)
+        rows = self.validation_rows()
         return self.run_harness("scoring", checkpoint, ctx, job, limit_s=scale.eval_limit_s,
                                 payload=rows, started=started)  # fmt: skip
 
     def _evaluate(self, workdir: Path, ctx: EvalContext, scratch: Path) -> Evaluation:
         phases.mark("data")
-        validation_rows(  # fail now, before training, when the validation split is too small
-            prepare.split_dirs(self.dataset_root)["val"],
-            self.scale.seq_len,
-            self.scale.eval_tokens,
-        )
+        self.validation_rows()  # the rows scored later, read before training
         # On a GPU (``starts_ahead``) the scorer starts now, in the folder the checkpoint will be
         # copied to, and imports while the candidate starts and trains; it touches the GPU only
         # once it has its job. On a CPU scale it starts after training (on the 2-core machine

@@ -43,7 +43,8 @@ def eval_rows(val_dir: Path, seq_len: int, n_rows: int, spare: int) -> np.ndarra
     raise EvalFailure(
         "error",
         f"the validation split gives only {len(rows)} rows of {seq_len + 1} tokens; "
-        f"{n_rows + spare} are needed (prepare more validation text or lower eval_tokens)",
+        f"{n_rows + spare} are needed (prepare more validation text, lower eval_tokens, or set "
+        "benchmark.fitness.eval_tokens=0 to score every whole batch the split holds)",
     )
 
 

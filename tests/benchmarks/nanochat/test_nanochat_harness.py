@@ -6,11 +6,12 @@ scores it with the real supervisor, scorer and sandbox.
 
 from pathlib import Path
 
+import pytest
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
 from evolve.fitness import EvalContext, evaluate_safely
-from evolve.types import EvalStatus
+from evolve.types import EvalStatus, EvolveError
 from tests.fixtures.nanochat_tiny import tiny_fitness
 
 SEED = Path(prepare.__file__).parent / "seed"
@@ -122,3 +123,9 @@ def test_start_up_beyond_the_allowance_is_taken_off_the_budget(data_dir, tmp_pat
     assert ev.status == EvalStatus.OK, dict(ev.artifacts)
     assert ev.metrics["startup_charged_s"] > 4.0
     assert ev.metrics["training_s"] < 3.0  # what was left of the budget, plus at most one step
+
+
+def test_a_validation_split_too_short_for_eval_tokens_fails_at_start_naming_the_fix(data_dir):
+    with pytest.raises(EvolveError, match=r"eval_tokens=0"):
+        fitness(data_dir, eval_tokens=64 * 8 * 10_000)
+    assert fitness(data_dir, eval_tokens=0).scale.eval_tokens > 0  # every whole batch it holds

@@ -134,6 +134,7 @@ def nanochat_child(args: argparse.Namespace, work: Path) -> dict:
     client.Clock = FixedClock
     if "train_dir" not in client.Settings.__dataclass_fields__:  # the harness streams the rows
         from evolve.benchmarks.nanochat.supervisor import Rows
+
         from evolve.harness import stream
 
         rows = Rows({**settings, "train_dir": str(data / "train")})
@@ -159,7 +160,7 @@ def nanochat_child(args: argparse.Namespace, work: Path) -> dict:
     deterministic(args.device)
     scope = runpy.run_path(str(train), run_name="__main__")
     model = scope["model"].eval()
-    val = np.stack([row for _, row in zip(range(VAL_ROWS), pack_rows(Split(data / "val").documents(), seq + 1))])  # fmt: skip
+    val = np.stack([row for _, row in zip(range(VAL_ROWS), pack_rows(Split(data / "val").documents(), seq + 1), strict=False)])  # fmt: skip
     with torch.no_grad():
         batch = torch.from_numpy(val.astype(np.int64)).to(args.device)
         val_loss = float(scope["loss_of"](model, batch[:, :-1], batch[:, 1:]))
@@ -252,10 +253,14 @@ def prepare(benchmark: str, device: str, data_root: Path, wiki: Path) -> Path:
             return nanochat_prepare.ensure_stdlib(root, 2048)
         from evolve.benchmarks.nanochat.gpu_run import prepare_wiki
 
-        return prepare_wiki(wiki.resolve(), data_root / "nanochat", "wikipedia-smoke", 8192, 20_000_000)
+        return prepare_wiki(
+            wiki.resolve(), data_root / "nanochat", "wikipedia-smoke", 8192, 20_000_000
+        )
     from evolve.benchmarks.speedrun.gpu_run import prepare_data
 
-    options = argparse.Namespace(cpu=device == "cpu", smoke=True, data=wiki, work=data_root / "speedrun")
+    options = argparse.Namespace(
+        cpu=device == "cpu", smoke=True, data=wiki, work=data_root / "speedrun"
+    )
     return Path(prepare_data(options)[0])
 
 
@@ -320,21 +325,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("benchmark", choices=sorted(SEED_DIRS))
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
-    parser.add_argument("--steps", type=int, default=150, help="steps each seed trains (untimed ones included)")
-    parser.add_argument("--untimed", type=int, default=11, help="nanochat's untimed steps (the GPU scale's 11)")
+    parser.add_argument(
+        "--steps", type=int, default=150, help="steps each seed trains (untimed ones included)"
+    )
+    parser.add_argument(
+        "--untimed", type=int, default=11, help="nanochat's untimed steps (the GPU scale's 11)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--old", default="d648b9c", help="the older commit (its tree: scripts/old_tree.py)")
-    parser.add_argument("--repeat", action="store_true", help="run the working tree twice: what remains")
+    parser.add_argument(
+        "--old", default="d648b9c", help="the older commit (its tree: scripts/old_tree.py)"
+    )
+    parser.add_argument(
+        "--old-tree", type=Path, help="that commit's tree (default .old/<its hash>)"
+    )
+    parser.add_argument(
+        "--repeat", action="store_true", help="run the working tree twice: what remains"
+    )
     parser.add_argument("--tail", type=int, default=5, help="steps shown before the last")
-    parser.add_argument("--wiki", type=Path, default=Path("data/wikipedia"), help="Wikipedia shards (GPU)")
-    parser.add_argument("--data-root", type=Path, default=Path("data"), help="where prepared data goes")
+    parser.add_argument(
+        "--wiki", type=Path, default=Path("data/wikipedia"), help="Wikipedia shards (GPU)"
+    )
+    parser.add_argument(
+        "--data-root", type=Path, default=Path("data"), help="where prepared data goes"
+    )
     parser.add_argument("--child", dest="seed_dir", help=argparse.SUPPRESS)  # a child: this seed
     parser.add_argument("--data", help=argparse.SUPPRESS)  # the child's prepared data
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."))
     args = parser.parse_args(argv)
     if args.seed_dir:
         return child(args)
-    old = OLD / tree_commit_full(args.old)
+    old = args.old_tree or OLD / tree_commit_full(args.old)
     if not old.is_dir():
         raise SystemExit(f"{old} is missing: write it with `python scripts/old_tree.py {args.old}` and carry .old")  # fmt: skip
     data = prepare(args.benchmark, args.device, args.data_root.resolve(), args.wiki)

@@ -45,7 +45,7 @@ NANOCHAT_CPU_SIZES = dict(N_LAYER=2, N_HEAD=4, N_EMBD=128, DEVICE_BATCH=8, GRAD_
 NANOCHAT_SEQ = {"cpu": 128, "cuda": 2048}
 SPEEDRUN_PRESET = {"cpu": "cpu", "cuda": "gpu1"}
 VAL_ROWS = 16  # validation rows scored at the last step (nanochat)
-VAL_TOKENS = {"cpu": 32768, "cuda": 1 << 20}  # validation tokens scored at the last step (speedrun)
+VAL_TOKENS = {"cpu": 32768, "cuda": 1 << 18}  # validation tokens scored at the last step (speedrun)
 
 
 # ---- the child: one tree's seed, run in that tree's interpreter -------------------------
@@ -259,7 +259,7 @@ def prepare(benchmark: str, device: str, data_root: Path, wiki: Path) -> Path:
     from evolve.benchmarks.speedrun.gpu_run import prepare_data
 
     options = argparse.Namespace(
-        cpu=device == "cpu", smoke=True, data=wiki, work=data_root / "speedrun"
+        cpu=device == "cpu", smoke=False, data=wiki, work=data_root / "speedrun"
     )
     return Path(prepare_data(options)[0])
 

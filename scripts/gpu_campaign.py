@@ -159,6 +159,26 @@ def parts(seed: int) -> dict[str, Part]:
             f"the speedrun one-GPU seed at its fixed step count (820), seed {seed}",
             ((*speedrun_gpu_run, "--seeds", str(seed), "--steps", "820"),),
         ),
+        "references": Part(
+            ("nanochat", "speedrun"),
+            "the references' seeds in one call on an 8-GPU host (kind nvidia-h200-x8): nanochat at "
+            "300 s, seeds 0-2 on GPUs 0-2, and speedrun one-GPU at 820 steps, seeds 0-4 on GPUs "
+            "3-7, side by side (scripts/derive_reference.py reads the JSON)",
+            (
+                (*nanochat_gpu_run[:-1], "0,1,2", "--seeds", "0,1,2"),
+                (
+                    *speedrun_gpu_run[:3],
+                    "--gpus",
+                    "3,4,5,6,7",
+                    "--no-scaling",
+                    "--seeds",
+                    "0,1,2,3,4",
+                    "--steps",
+                    "820",
+                ),
+            ),
+            together=True,
+        ),
         "fixed-steps": Part(
             ("nanochat", "speedrun"),
             "the seeds of d648b9c and of this commit at fixed steps, deterministic algorithms, the "

@@ -15,6 +15,8 @@ What a device call carries (``run``'s ``carry``; the paths are ignored by git):
 - ``data``: ``data/wikipedia/`` (``train-00..05.jsonl.xz`` and ``val.jsonl.xz`` from
   ../shared/data/wikipedia) and ``data/tiktoken/`` (GPT-2's ranks file, named by the sha1 of
   its URL, for speedrun's tokenizer; litellm ships it).
+- ``.old``: for the part ``fixed-steps`` only, the older commit's training path
+  (``python scripts/old_tree.py d648b9c``, ~1 MB).
 
 The command of a call, whatever the part:
 
@@ -158,6 +160,44 @@ def parts(seed: int) -> dict[str, Part]:
             ("speedrun",),
             f"the speedrun one-GPU seed at its fixed step count (820), seed {seed}",
             ((*speedrun_gpu_run, "--seeds", str(seed), "--steps", "820"),),
+        ),
+        "references": Part(
+            ("nanochat", "speedrun"),
+            "the references' seeds in one call on an 8-GPU host (kind nvidia-h200-x8): nanochat at "
+            "300 s, seeds 0-2 on GPUs 0-2, and speedrun one-GPU at 820 steps, seeds 0-4 on GPUs "
+            "3-7, side by side (scripts/derive_reference.py reads the JSON)",
+            (
+                (*nanochat_gpu_run[:-1], "0,1,2", "--seeds", "0,1,2"),
+                (
+                    *speedrun_gpu_run[:3],
+                    "--gpus",
+                    "3,4,5,6,7",
+                    "--no-scaling",
+                    "--seeds",
+                    "0,1,2,3,4",
+                    "--steps",
+                    "820",
+                ),
+            ),
+            together=True,
+        ),
+        "fixed-steps": Part(
+            ("nanochat", "speedrun"),
+            "the seeds of d648b9c and of this commit at fixed steps, deterministic algorithms, the "
+            "same data (scripts/fixed_steps.py; nanochat without untimed steps, run twice here)",
+            (
+                (
+                    PY,
+                    "scripts/fixed_steps.py",
+                    "nanochat",
+                    "--steps",
+                    "60",
+                    "--untimed",
+                    "0",
+                    "--repeat",
+                ),
+                (PY, "scripts/fixed_steps.py", "speedrun", "--steps", "60"),
+            ),
         ),
         "search": Part(
             ("nanochat",),

@@ -1,0 +1,73 @@
+"""scripts/derive_reference.py on the benchmarks' stored GPU results, and its statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from evolve.fitness import one_sided_pvalue
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location(
+    "derive_reference", REPO / "scripts/derive_reference.py"
+)
+derive = sys.modules["derive_reference"] = importlib.util.module_from_spec(
+    spec
+)  # dataclasses need it
+spec.loader.exec_module(derive)
+
+
+def test_the_speedrun_runs_at_820_steps_are_found_once_each():
+    runs = derive.load([REPO / "benchmarks/speedrun/results"], "speedrun", 820)
+    first_day = {(r.seed, round(r.value, 4)) for r in runs if r.day == "2026-11-29"}
+    assert first_day == {
+        (0, 5.0961),
+        (1, 5.1150),
+        (2, 5.0844),
+    }  # merged-target-5.18.json repeats them
+    assert all(r.shards == 8 and 240 < r.time_s < 260 for r in runs)
+    assert [
+        r.value for r in derive.load([REPO / "benchmarks/speedrun/results"], "speedrun", 400)
+    ] == [pytest.approx(5.8216, abs=1e-4)]  # the campaign part's run at 400 steps, inside its JSON
+
+
+def test_nanochat_runs_are_read_from_campaign_parts_and_grouped_by_shards():
+    runs = derive.load([REPO / "benchmarks/nanochat/results"], "nanochat", 120)
+    assert any(r.shards == 6 and r.day == "2026-12-03" for r in runs)  # inside campaign-scorer.json
+    lines = derive.report(derive.load([REPO / "benchmarks/nanochat/results"], "nanochat", 300,
+                                      ("warmup-noise",)), "nanochat", 3, 0.01, 0.99)  # fmt: skip
+    assert lines[0].startswith("== nanochat, 8 training shards") and "1.4014" not in lines[0]
+
+
+def test_spreads_split_the_days_from_the_seeds():
+    same_days = derive.spreads({"a": [1.0, 1.2], "b": [1.0, 1.2]})
+    assert same_days["day_sd"] == 0.0 and same_days["seed_sd"] == pytest.approx(math.sqrt(0.02))
+    apart = derive.spreads({"a": [1.0, 1.0 + 1e-6], "b": [2.0, 2.0 + 1e-6]})
+    assert apart["day_sd"] == pytest.approx(math.sqrt(0.5), rel=1e-3)
+
+
+def test_the_target_lets_the_seed_pass_the_fitness_test_with_the_power_asked():
+    """The target from the noncentral t, checked against the speedrun fitness's own t-test on
+    simulated seeds: passes at probability >= 0.99, and 0.01 lower it would not."""
+    mean, sd, n, alpha = 5.08, 0.018, 3, 0.01
+    target = derive.target_for(mean, sd, n, alpha, 0.99)
+    assert derive.pass_probability((target - mean) / sd, n, alpha) >= 0.99
+    assert derive.pass_probability((target - 0.01 - mean) / sd, n, alpha) < 0.99
+    rng = random.Random(7)
+    for candidate in (target, mean + 4 * sd):
+        draws = 4000
+        passed = sum(one_sided_pvalue([rng.gauss(mean, sd) for _ in range(n)], candidate) < alpha for _ in range(draws))  # fmt: skip
+        expected = derive.pass_probability((candidate - mean) / sd, n, alpha)
+        assert (
+            abs(passed / draws - expected) < 5 * math.sqrt(expected * (1 - expected) / draws) + 1e-3
+        )
+
+
+def test_the_smallest_gain_grows_as_the_seeds_get_fewer():
+    gains = [derive.smallest_gain(1.0, n, 0.01, 0.5) for n in (3, 5, 10)]
+    assert gains[0] > gains[1] > gains[2] > 0

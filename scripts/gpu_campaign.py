@@ -12,7 +12,7 @@ Here, once the files are back:
 What a device call carries (``run``'s ``carry``; the paths are ignored by git):
 - ``.whl``: wheels the device image lacks, for Python 3.12 (hydra-core, omegaconf,
   antlr4-python3-runtime, sqlite-utils, sqlite-fts4, click-default-group);
-- ``data``: ``data/wikipedia/`` (``train-00..05.jsonl.xz`` and ``val.jsonl.xz`` from
+- ``data``: ``data/wikipedia/`` (``train-00..07.jsonl.xz``, the 8 shards every reference trained on, and ``val.jsonl.xz`` from
   ../shared/data/wikipedia) and ``data/tiktoken/`` (GPT-2's ranks file, named by the sha1 of
   its URL, for speedrun's tokenizer; litellm ships it).
 - ``.old``: for the part ``fixed-steps`` only, the older commit's training path

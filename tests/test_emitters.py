@@ -37,10 +37,9 @@ def parts(tmp_path) -> tuple[Archive, Benchmark]:
 
 
 def emitter(parts, selection: str = "bandit", discount: float = 0.9, **kw) -> Emitter:
-    archive, benchmark = parts
+    archive, _ = parts
     return Emitter(
         archive=archive,
-        benchmark=benchmark,
         operators=[(Tweak(), 3.0), (BlockCrossover(), 1.0)],
         selection=selection,
         discount=discount,
@@ -120,9 +119,9 @@ def test_bad_settings_name_the_fix(parts) -> None:
         ValueError, match="emitter.selection 'ucb' unknown; choose one of bandit, weights"
     ):
         emitter(parts, "ucb")
-    archive, benchmark = parts
+    archive, _ = parts
     with pytest.raises(ValueError, match="weights must be positive"):
-        Emitter(archive=archive, benchmark=benchmark, operators=[(Tweak(), 0.0)])
+        Emitter(archive=archive, operators=[(Tweak(), 0.0)])
 
 
 def test_an_ask_fixes_what_the_operator_sees_and_survives_json(parts) -> None:

@@ -70,7 +70,7 @@ def make_engine(tmp_path, seed_text: str = SEED) -> Engine:
     fitness = Toy()
     benchmark = Benchmark(name="toy", fitness=fitness, seed_dir=seed_dir, editable=("params.py",))
     archive = Archive(store=store, objective=fitness.objective, descriptors=fitness.descriptors)
-    emitter = Emitter(archive=archive, benchmark=benchmark, operators=[(Tweak(), 1.0)])
+    emitter = Emitter(archive=archive, operators=[(Tweak(), 1.0)])
     engine = Engine(store=store, archive=archive, emitter=emitter, benchmark=benchmark)
     seed = engine.seed_to_evaluate()
     engine.tell(seed, evaluation(-5.0, a=1.0, b=4.0))

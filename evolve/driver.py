@@ -157,7 +157,7 @@ class Driver:
                         "asking #%d again (it was in flight when the last run stopped)", ask.seq
                     )
                     self._start(ask)
-                if self._replay and self.engine.next_seq <= 1:  # a new run replaying another
+                if self._replay and self.engine.fresh:  # a new run replaying another
                     await self._follow_replay()
                 self._replay = []
                 self._pump()

@@ -168,6 +168,11 @@ class Engine:
         return self.benchmark.name
 
     @property
+    def fresh(self) -> bool:
+        """Whether no proposal has been asked yet (the seed aside)."""
+        return self.next_seq <= 1
+
+    @property
     def objective(self) -> str:
         """The objective's name."""
         return self.archive.objective.name

@@ -161,6 +161,7 @@ def _search(
         else None
     )
     llm = client if settings.llm.enabled else None  # the client that asks models (not embeddings)
+    cost = client.spent if client is not None else (lambda: 0.0)
     operators = build_operators(settings.builtin, llm)
     emitter = Emitter(archive=archive, operators=operators, **asdict(settings.emitter))
     log.info(
@@ -178,7 +179,7 @@ def _search(
         benchmark=benchmark,
         seed=search.seed,
         migration_interval=search.migration_interval,
-        cost=client.spent if client is not None else (lambda: 0.0),
+        cost=cost,
         notebook_chars=llm.settings.notebook_chars if llm is not None else 0,
         summariser=Summariser(
             client=llm,
@@ -202,7 +203,7 @@ def _search(
         budget_errors=(LLMStop,),
         replay=_replay_events(settings.llm),
         run_dir=run_dir,
-        cost=engine.cost,
+        cost=cost,
     )
     status = "interrupted"
     try:

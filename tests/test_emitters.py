@@ -145,3 +145,24 @@ def test_an_ask_fixes_what_the_operator_sees_and_survives_json(parts) -> None:
     assert ask.edges(EdgeRole.MUTATION)[0] == (seed.id, EdgeRole.MIGRATION)
     again = bandit.ask(seq=5, rng=random.Random(1), island=0, migrant=seed.id)
     assert again == ask  # a function of the archive and the random stream
+    rng = random.Random(2)
+    request = ask.request(archive, benchmark=parts[1], rng=rng, notes="the notebook")
+    assert [p.candidate.id for p in request.parents] == [pid for pid, _ in ask.parents]
+    assert request.parents[0].evaluation.fitness == -1.0 and request.rng is rng
+    assert (request.seq, request.island, request.notes) == (5, 0, "the notebook")
+
+
+def test_an_asks_child_lives_on_its_island_with_the_migrants_edge() -> None:
+    ask = Ask(seq=3, island=2, arm="crossover", parents=(("m", None), ("p", None)), migrant="m")
+    roles = (("m", EdgeRole.CROSSOVER), ("p", EdgeRole.CROSSOVER), ("i", EdgeRole.INSPIRATION))
+    proposal = Proposal(files={"params.py": "A = 2\n"}, operator="crossover", parents=roles)
+    child = ask.child(proposal)
+    assert child.island == 2 and child.files == proposal.files
+    assert child.parents == (
+        ("m", EdgeRole.MIGRATION),
+        ("p", EdgeRole.CROSSOVER),
+        ("i", EdgeRole.INSPIRATION),
+    )
+    assert ask.edges(EdgeRole.CROSSOVER) == child.parents[:2]  # a rejection's edges alike
+    unmigrated = Ask(seq=4, island=0, arm="crossover", parents=(("m", None), ("p", None)))
+    assert unmigrated.child(proposal).parents == roles

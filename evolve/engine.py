@@ -14,8 +14,8 @@ time::
     outcome = await engine.propose(ask)     # the operator (an LLM call) runs
     candidate = engine.admit(ask, outcome)  # checked and stored, or recorded as rejected
     if isinstance(candidate, Candidate):
-        job = engine.start_evaluation(candidate)  # what the evaluation is handed
-        engine.tell(candidate, evaluation)  # results may be told in any order
+        job = engine.start_evaluation(candidate)  # what its evaluation is handed
+        engine.tell(candidate, evaluate(job))     # results may be told in any order
 
 Each call that changes the run is numbered (an *event*) and the numbers are stored in the
 ``schedule`` table with the ask itself, so a run can be replayed in the order it happened.
@@ -300,10 +300,10 @@ class Engine:
         Raises:
             evolve.llm.LLMStop: no further LLM call may be made (budget, offline replay, key).
         """
+        operator, _ = self.emitter.arms[ask.arm]
+        model = getattr(operator, "model", None)
         notes = await self.notebook.notes(ask.seq)
         for attempt in range(REDRAWS):
-            operator, _ = self.emitter.arms[ask.arm]
-            model = getattr(operator, "model", None)
             rng = proposal_rng(self.seed, ask.seq, attempt, "operator")
             request = ask.request(self.archive, benchmark=self.benchmark, rng=rng, notes=notes)
             try:
@@ -326,6 +326,8 @@ class Engine:
                     migrant=ask.migrant,
                     attempt=attempt + 1,
                 )
+                operator, _ = self.emitter.arms[ask.arm]
+                model = getattr(operator, "model", None)
         return Rejection(
             ask=ask,
             operator=operator.name,

@@ -36,7 +36,7 @@ from evolve.backends import Backend
 from evolve.emitters import Ask
 from evolve.engine import Engine, Outcome
 from evolve.progress import Progress, evaluation_line
-from evolve.referee import Auditor, AuditVerdict, Referee, ReviewDiff
+from evolve.referee import AuditVerdict, ReviewDiff
 from evolve.rejections import Rejection, Streak
 from evolve.settings import AuditSettings, SearchSettings
 from evolve.slots import Slots
@@ -95,29 +95,13 @@ class Driver:
         self.backend = backend
         self.settings = settings
         self.referee = (
-            Referee(
-                store=engine.store,
-                archive=engine.archive,
-                settings=noise,
-                reevaluate=self.reevaluate,
-                sample_seed=lambda candidate, k: engine.jobs.job(candidate, k).seed,
-                slots=backend.slots,
-            )
+            engine.referee(noise, self.reevaluate, backend.slots)
             if noise is not None and noise.enabled
             else None
         )
         audit = audit or AuditSettings()
         self.auditor = (
-            Auditor(
-                store=engine.store,
-                archive=engine.archive,
-                reevaluate=self._strict_reevaluation,
-                strict_seeds=audit.strict_seeds,
-                review_diff=review_diff if audit.review else None,
-                prescribed=engine.benchmark.prescribed,
-            )
-            if audit.enabled
-            else None
+            engine.auditor(audit, self._strict_reevaluation, review_diff) if audit.enabled else None
         )
         self.budget_errors = budget_errors
         self.run_dir = run_dir
@@ -141,7 +125,7 @@ class Driver:
         self._told: set[int] = set()
         self._progress = Progress(
             total=settings.max_candidates,
-            desc=engine.benchmark.name,
+            desc=engine.name,
             enabled=settings.progress,
         )
         self._failure: BaseException | None = None
@@ -150,14 +134,13 @@ class Driver:
 
     async def run(self) -> Summary:
         """Evaluate the seed if needed, finish what a stopped run left, and search to a budget."""
-        started = (self.engine.store.first_run() or {}).get("harness_hash")
-        self.engine.jobs.check_harness(started=started)
+        self.engine.check_harness()
         await self._evaluate_seed()
         timer = None
         if self.settings.max_wall_s is not None:
             self._deadline = time.monotonic() + self.settings.max_wall_s
             timer = asyncio.get_running_loop().call_later(self.settings.max_wall_s, self._pump)
-        for candidate in self.engine.store.pending():
+        for candidate in self.engine.pending():
             log.info(
                 "re-queueing %s (it was %s when the last run stopped)",
                 candidate.id[:8],
@@ -174,7 +157,7 @@ class Driver:
                         "asking #%d again (it was in flight when the last run stopped)", ask.seq
                     )
                     self._start(ask)
-                if self._replay and self.engine.next_seq <= 1:  # a new run replaying another
+                if self._replay and self.engine.fresh:  # a new run replaying another
                     await self._follow_replay()
                 self._replay = []
                 self._pump()
@@ -189,15 +172,14 @@ class Driver:
 
     def summary(self, reason: str | None = None) -> Summary:
         """How the run stands now (``reason`` overrides why it ended)."""
-        best = self.engine.archive.best()
-        seed = self.engine.store.seed_evaluation()
+        best = self.engine.best()
         return Summary(
             reason=reason or self._stop_reason or "finished",
             evaluated=self.engine.evaluated,
             failures=self.engine.failures,
             best_id=best[0] if best else None,
             best=best[1] if best else None,
-            seed_fitness=seed.fitness if seed else None,
+            seed_fitness=self.engine.seed_fitness(),
         )
 
     def _spawn(self, coro) -> asyncio.Task:
@@ -228,8 +210,7 @@ class Driver:
                 self.referee.load()
             return
         log.info("evaluating the seed program %s", seed.id[:8])
-        self.engine.start_evaluation(seed)
-        evaluation = await self.backend.evaluate(0, self.engine.jobs.job(seed))
+        evaluation = await self.backend.evaluate(0, self.engine.start_evaluation(seed))
         state = None
         if self.referee is not None and evaluation.ok:
             evaluation = await self.referee.calibrate(seed, evaluation)
@@ -238,7 +219,7 @@ class Driver:
         self.engine.tell(seed, evaluation, state=state)
         if not evaluation.ok:
             raise self.engine.seed_error(evaluation)
-        log.info("seed program: %s = %s", self.engine.archive.objective.name, evaluation.fitness)
+        log.info("seed program: %s = %s", self.engine.objective, evaluation.fitness)
 
     # --- proposals ----------------------------------------------------------------------------------
 
@@ -311,8 +292,8 @@ class Driver:
     async def _judge(self, candidate: Candidate) -> None:
         """Evaluate an admitted candidate on a slot, settle and audit its result, and tell it."""
         async with self._slot() as slot:
-            self.engine.start_evaluation(candidate)
-            evaluation = await self.backend.evaluate(slot, self.engine.jobs.job(candidate))
+            job = self.engine.start_evaluation(candidate)
+            evaluation = await self.backend.evaluate(slot, job)
             samples: list[Evaluation] = []
             if self.referee is not None:
                 evaluation, samples = await self.referee.settle(slot, candidate, evaluation)
@@ -345,8 +326,8 @@ class Driver:
     ) -> Evaluation:
         """Evaluate ``candidate`` again with its ``k``-th extra seed (the referee's samples;
         ``strict``: the auditor's, in the fitness's strict mode)."""
-        self.engine.jobs.check_harness()
-        return await self.backend.evaluate(slot, self.engine.jobs.job(candidate, k, strict=strict))
+        job = self.engine.reevaluation(candidate, k, strict=strict)
+        return await self.backend.evaluate(slot, job)
 
     async def _strict_reevaluation(self, candidate: Candidate, k: int) -> Evaluation:
         """The auditor's strict re-evaluation, on the next slot given back (before new candidates)."""
@@ -361,24 +342,17 @@ class Driver:
         verdict: AuditVerdict | None = None,
     ) -> None:
         self._told.add(candidate.seq)
-        archive = self.engine.archive
-        before = archive.best()
+        before = self.engine.best()
         result = self.engine.tell(candidate, evaluation, samples, audit=verdict)
         self._unfinished -= 1
-        best = archive.best()
-        new_best = (  # beyond the measured noise, not only first in the archive
-            best is not None
-            and best[0] == candidate.id
-            and (before is None or archive.beyond_noise(best[1], before[1]))
-        )
+        new_best = self.engine.is_new_best(candidate.id, before)
         log.info(
-            "%s",
-            evaluation_line(candidate, evaluation, result, archive.objective.name, new_best),
+            "%s", evaluation_line(candidate, evaluation, result, self.engine.objective, new_best)
         )
         self._show_progress()
 
     def _show_progress(self) -> None:
-        best = self.engine.archive.best()
+        best = self.engine.best()
         self._progress.update(
             evaluated=self.engine.evaluated,
             best=best[1] if best else None,

@@ -3,8 +3,9 @@
 Arms are operators (an LLM operator is bound to one model, so arms are model x operator).
 Selection is either by fixed weights or by a discounted UCB bandit whose prior is the
 weights; its state is plain JSON, saved with every result so that a resumed run continues
-with the same statistics. A proposal is made in two steps: ``ask`` fixes everything the
-operator will see (an ``Ask``, plain data stored with the run), ``propose`` runs the operator.
+with the same statistics. The emitter only chooses: ``ask`` fixes everything the operator will
+see (an ``Ask``, plain data stored with the run); the engine hands the operator the
+``Ask.request`` and keeps its answer as ``Ask.child``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 from evolve.archive import CURIOSITY_KEPT, CURIOSITY_NOT_KEPT, Archive
 from evolve.fitness import Benchmark
 from evolve.notebook import sibling_notes
-from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
-from evolve.types import AddResult, AddStatus, EdgeRole, EvolveError, Proposal
+from evolve.operators.base import Operator, OperatorRequest
+from evolve.types import AddResult, AddStatus, EdgeRole, Proposal
 
 SELECTIONS = ("bandit", "weights")
 
@@ -96,17 +97,39 @@ class Ask:
 
     def edges(self, role: EdgeRole) -> tuple[tuple[str, EdgeRole], ...]:
         """The lineage edges of a child of these parents (the migrant's edge: ``migration``)."""
-        return tuple(
-            (pid, EdgeRole.MIGRATION if pid == self.migrant else role) for pid, _ in self.parents
+        return tuple((pid, self._role(pid, role)) for pid, _ in self.parents)
+
+    def _role(self, parent: str, role: EdgeRole) -> EdgeRole:
+        return EdgeRole.MIGRATION if parent == self.migrant else role
+
+    def request(
+        self, archive: Archive, *, benchmark: Benchmark, rng: random.Random, notes: str = ""
+    ) -> OperatorRequest:
+        """What the operator of this ask is handed: its parents and inspirations as stored in
+        ``archive``, ``rng`` (the operator's own stream) and ``notes`` (the run's notebook as
+        recorded for this ask, ``evolve.notebook``)."""
+        return OperatorRequest(
+            parents=[archive.parent(pid, cell) for pid, cell in self.parents],
+            inspirations=[archive.parent(pid, cell) for pid, cell in self.inspirations],
+            failures=self.failures,
+            notes=notes,
+            benchmark=benchmark,
+            rng=rng,
+            island=self.island,
+            seq=self.seq,
         )
+
+    def child(self, proposal: Proposal) -> Proposal:
+        """The operator's ``proposal`` as this ask's child: on its island, the migrant's edge ``migration``."""
+        parents = tuple((pid, self._role(pid, role)) for pid, role in proposal.parents)
+        return replace(proposal, parents=parents, island=self.island)
 
 
 class Emitter:
-    """Makes proposals and learns from their outcomes.
+    """Chooses each proposal's arm and parents, and learns from their outcomes.
 
     Args:
         archive: where parents and inspirations come from.
-        benchmark: the problem being evolved.
         operators: (operator, weight) pairs; weights are selection probabilities (``weights``)
             or the bandit's prior (``bandit``).
         selection: ``bandit`` or ``weights``.
@@ -119,7 +142,6 @@ class Emitter:
         self,
         *,
         archive: Archive,
-        benchmark: Benchmark,
         operators: Sequence[tuple[Operator, float]],
         selection: str = "bandit",
         discount: float = 0.99,
@@ -133,7 +155,6 @@ class Emitter:
                 f"emitter.selection {selection!r} unknown; choose one of {', '.join(SELECTIONS)}"
             )
         self.archive = archive
-        self.benchmark = benchmark
         self.arms = {
             arm_key(op.name, getattr(op, "model", None)): (op, float(weight))
             for op, weight in operators
@@ -208,40 +229,6 @@ class Emitter:
             failures=tuple(sibling_notes(self.archive.store, exclude)),
             attempt=attempt,
         )
-
-    async def propose(self, ask: Ask, rng: random.Random, notes: str = "") -> Proposal:
-        """Run the operator of ``ask`` on its parents; ``rng`` is the operator's own stream,
-        ``notes`` the run's notebook as recorded for ``ask`` (``evolve.notebook``).
-
-        Raises:
-            OperatorRejected: the operator produced no valid child.
-        """
-        operator = self.arms[ask.arm][0]
-        request = OperatorRequest(
-            parents=[self.archive.parent(pid, cell) for pid, cell in ask.parents],
-            inspirations=[self.archive.parent(pid, cell) for pid, cell in ask.inspirations],
-            failures=ask.failures,
-            notes=notes,
-            benchmark=self.benchmark,
-            rng=rng,
-            island=ask.island,
-            seq=ask.seq,
-        )
-        try:
-            proposal = await operator.propose(request)
-        except (OperatorRejected, EvolveError):
-            raise
-        except Exception as exc:  # e.g. a parent whose text an operator cannot read
-            raise OperatorRejected(
-                f"{operator.name} failed on its parents: {type(exc).__name__}: {exc}"
-            ) from exc
-        if ask.migrant is not None:
-            edges = tuple(
-                (pid, EdgeRole.MIGRATION if pid == ask.migrant else role)
-                for pid, role in proposal.parents
-            )
-            proposal = replace(proposal, parents=edges)
-        return replace(proposal, island=ask.island)
 
     # --- learning ---------------------------------------------------------------------------------
 

@@ -2,17 +2,20 @@
 
 ``Engine`` owns the archive, the emitter (bandit state), dedup, the one edit check, the
 rejection records and the candidate counts; every change it makes is one store
-transaction. It acts on what its parts decide: ``evolve.novelty`` names a proposal's twin
-and why, ``evolve.operators.summary.NotebookFeed`` keeps the research notebook and its
-summaries, ``evolve.jobs`` says what each evaluation is handed. It never waits for anything but the operator it was asked to run, so any
-loop can drive it: ``evolve.driver`` keeps many proposals and evaluations in flight, a
-notebook can go one at a time::
+transaction. It acts on what its parts decide: the emitter chooses an ask's arm and parents,
+its operator proposes the child, ``evolve.novelty`` names a proposal's twin and why,
+``evolve.operators.summary.NotebookFeed`` keeps the research notebook and its summaries,
+``evolve.jobs`` says what each evaluation is handed. It never waits for anything but the
+operator it was asked to run, so any loop can drive it through its methods alone:
+``evolve.driver`` keeps many proposals and evaluations in flight, a notebook can go one at a
+time::
 
-    ask = engine.ask()                      # parents chosen now, from the archive as it is
+    (ask,) = engine.ask()                   # parents chosen now, from the archive as it is
     outcome = await engine.propose(ask)     # the operator (an LLM call) runs
     candidate = engine.admit(ask, outcome)  # checked and stored, or recorded as rejected
-    if candidate is not None:
-        engine.tell(candidate, evaluation)  # results may be told in any order
+    if isinstance(candidate, Candidate):
+        job = engine.start_evaluation(candidate)  # what its evaluation is handed
+        engine.tell(candidate, evaluate(job))     # results may be told in any order
 
 Each call that changes the run is numbered (an *event*) and the numbers are stored in the
 ``schedule`` table with the ask itself, so a run can be replayed in the order it happened.
@@ -35,11 +38,20 @@ from evolve.jobs import Jobs
 from evolve.llm import LLMClient
 from evolve.notebook import Notebook
 from evolve.novelty import Novelty
-from evolve.operators.base import OperatorRejected
+from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
 from evolve.operators.edits import EditError, check_edit, normalized_hash
 from evolve.operators.summary import NotebookFeed, Summariser
-from evolve.referee import STRICT, AuditVerdict
+from evolve.referee import (
+    STRICT,
+    Auditor,
+    AuditVerdict,
+    Reevaluate,
+    Referee,
+    ReviewDiff,
+    StrictReevaluate,
+)
 from evolve.rejections import Rejection, record_rejection
+from evolve.settings import AuditSettings
 from evolve.store import Store
 from evolve.types import (
     AddResult,
@@ -49,6 +61,7 @@ from evolve.types import (
     EdgeRole,
     Evaluation,
     EvolveError,
+    Job,
     Proposal,
 )
 
@@ -99,7 +112,7 @@ class Engine:
 
     def __post_init__(self) -> None:
         """Continue from the store: bandit state, counts, the next seq and event, open asks."""
-        self.jobs = Jobs(self.benchmark, self.seed)
+        self._jobs = Jobs(self.benchmark, self.seed)
         self.novelty = Novelty(
             store=self.store,
             settings=self.archive.novelty,
@@ -146,6 +159,77 @@ class Engine:
     def _next_event(self) -> int:
         self.event += 1
         return self.event - 1
+
+    # --- what a driver reads and builds from the run ---------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The benchmark's name."""
+        return self.benchmark.name
+
+    @property
+    def fresh(self) -> bool:
+        """Whether no proposal has been asked yet (the seed aside)."""
+        return self.next_seq <= 1
+
+    @property
+    def objective(self) -> str:
+        """The objective's name."""
+        return self.archive.objective.name
+
+    def check_harness(self) -> None:
+        """Raise ``HarnessChanged`` if the harness files differ from those the run started with
+        (first, or in this session): a run checks this before it starts or resumes."""
+        self._jobs.check_harness(started=(self.store.first_run() or {}).get("harness_hash"))
+
+    def pending(self) -> list[Candidate]:
+        """The candidates a stopped run left proposed or under evaluation, in proposal order."""
+        return self.store.pending()
+
+    def best(self) -> tuple[str, float] | None:
+        """(candidate id, objective value) of the run's best elite; None before the seed is told."""
+        return self.archive.best()
+
+    def is_new_best(self, candidate_id: str, before: tuple[str, float] | None) -> bool:
+        """Whether ``candidate_id`` is the run's best now, beyond the measured noise of ``before``
+        (the best before it was told), not only first in the archive."""
+        best = self.archive.best()
+        return (
+            best is not None
+            and best[0] == candidate_id
+            and (before is None or self.archive.beyond_noise(best[1], before[1]))
+        )
+
+    def seed_fitness(self) -> float | None:
+        """The seed program's latest score, or None."""
+        seed = self.store.seed_evaluation()
+        return seed.fitness if seed else None
+
+    def referee(self, settings: noise.NoiseSettings, reevaluate: Reevaluate, slots: int) -> Referee:
+        """The run's noise-aware referee (``evolve.referee``); its extra samples are evaluated by
+        ``reevaluate`` on up to ``slots`` slots, with the seeds of ``reevaluation``'s jobs."""
+        return Referee(
+            store=self.store,
+            archive=self.archive,
+            settings=settings,
+            reevaluate=reevaluate,
+            sample_seed=lambda candidate, k: self._jobs.job(candidate, k).seed,
+            slots=slots,
+        )
+
+    def auditor(
+        self, settings: AuditSettings, reevaluate: StrictReevaluate, review_diff: ReviewDiff | None
+    ) -> Auditor:
+        """The run's auditor (``evolve.referee``): strict re-evaluations by ``reevaluate``, the
+        model's review by ``review_diff`` when ``settings.review`` asks for one."""
+        return Auditor(
+            store=self.store,
+            archive=self.archive,
+            reevaluate=reevaluate,
+            strict_seeds=settings.strict_seeds,
+            review_diff=review_diff if settings.review else None,
+            prescribed=self.benchmark.prescribed,
+        )
 
     # --- the seed ------------------------------------------------------------------------------------
 
@@ -221,8 +305,9 @@ class Engine:
         notes = await self.notebook.notes(ask.seq)
         for attempt in range(REDRAWS):
             rng = proposal_rng(self.seed, ask.seq, attempt, "operator")
+            request = ask.request(self.archive, benchmark=self.benchmark, rng=rng, notes=notes)
             try:
-                proposal = await self.emitter.propose(ask, rng, notes=notes)
+                proposal = ask.child(await _run(operator, request))
             except OperatorRejected as error:
                 return Rejection.raised(ask, operator.name, model, error)
             if model is not None or not (
@@ -305,17 +390,23 @@ class Engine:
 
     # --- evaluate and tell --------------------------------------------------------------------------
 
-    def start_evaluation(self, candidate: Candidate) -> None:
-        """Mark ``candidate`` as under evaluation (checks the harness first)."""
-        self.jobs.check_harness()
-        if candidate.id in self._evaluating:
-            return
-        self._evaluating.add(candidate.id)
-        if candidate.status == CandidateStatus.EVALUATING:  # re-queued on resume
-            return
-        with self.store.transaction():
-            self.store.set_status(candidate.id, CandidateStatus.EVALUATING)
-        self._move(CandidateStatus.PROPOSED, CandidateStatus.EVALUATING)
+    def start_evaluation(self, candidate: Candidate) -> Job:
+        """Mark ``candidate`` as under evaluation and return what its evaluation is handed
+        (``evolve.jobs``); refused once the harness files changed."""
+        self._jobs.check_harness()
+        if candidate.id not in self._evaluating:
+            self._evaluating.add(candidate.id)
+            if candidate.status != CandidateStatus.EVALUATING:  # it is when re-queued on resume
+                with self.store.transaction():
+                    self.store.set_status(candidate.id, CandidateStatus.EVALUATING)
+                self._move(CandidateStatus.PROPOSED, CandidateStatus.EVALUATING)
+        return self._jobs.job(candidate)
+
+    def reevaluation(self, candidate: Candidate, sample: int, *, strict: bool = False) -> Job:
+        """The job of ``candidate``'s extra evaluation ``sample`` (>= 1: the referee's or the
+        auditor's; ``strict``: the fitness's strict mode); refused once the harness files changed."""
+        self._jobs.check_harness()
+        return self._jobs.job(candidate, sample, strict=strict)
 
     def tell(
         self,
@@ -376,3 +467,15 @@ class Engine:
                 evaluated=self.evaluated, failures=self.failures, cost=self.cost()
             )
         return result
+
+
+async def _run(operator: Operator, request: OperatorRequest) -> Proposal:
+    """The child ``operator`` makes of ``request``; a failure of its own is an OperatorRejected."""
+    try:
+        return await operator.propose(request)
+    except (OperatorRejected, EvolveError):
+        raise
+    except Exception as exc:  # e.g. a parent whose text an operator cannot read
+        raise OperatorRejected(
+            f"{operator.name} failed on its parents: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -20,9 +20,8 @@ from evolve.config import build_settings
 from evolve.driver import Driver, Summary
 from evolve.emitters import Emitter
 from evolve.engine import Engine
-from evolve.llm import LLMClient, LLMSettings, LLMStop, usage_line
+from evolve.llm import LLMClient, LLMSettings, LLMStop, preflight, usage_line
 from evolve.operators.catalog import build_operators
-from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.operators.review import Reviewer
 from evolve.operators.summary import Summariser
 from evolve.plots import write_plots
@@ -154,15 +153,17 @@ def _search(
         descriptors=benchmark.fitness.descriptors,
         **asdict(settings.archive),
     )
-    operators = build_operators(settings.builtin, settings.llm, store=store)
-    llm = llm_client(operators)
-    # the novelty check's embeddings are LLM calls too: the operators' client, else one of its own
-    embedder = llm
-    if embedder is None and settings.archive.novelty.embedding_model is not None:
-        embedder = LLMClient(settings.llm, store=store)
-    emitter = Emitter(
-        archive=archive, benchmark=benchmark, operators=operators, **asdict(settings.emitter)
+    # one client makes every LLM call of the run, the novelty check's embeddings included:
+    # one budget, one response cache, one record
+    client = (
+        LLMClient(settings.llm, store=store)
+        if settings.llm.enabled or settings.archive.novelty.embedding_model is not None
+        else None
     )
+    llm = client if settings.llm.enabled else None  # the client that asks models (not embeddings)
+    cost = client.spent if client is not None else (lambda: 0.0)
+    operators = build_operators(settings.builtin, llm)
+    emitter = Emitter(archive=archive, operators=operators, **asdict(settings.emitter))
     log.info(
         "benchmark %s: %s is %s; %d evaluation slot(s); budget %d candidates",
         benchmark.name,
@@ -178,7 +179,7 @@ def _search(
         benchmark=benchmark,
         seed=search.seed,
         migration_interval=search.migration_interval,
-        cost=embedder.spent if embedder is not None else (lambda: 0.0),
+        cost=cost,
         notebook_chars=llm.settings.notebook_chars if llm is not None else 0,
         summariser=Summariser(
             client=llm,
@@ -188,7 +189,7 @@ def _search(
         )
         if llm is not None
         else None,
-        llm=embedder,
+        llm=client,
     )
     driver = Driver(
         engine=engine,
@@ -202,23 +203,24 @@ def _search(
         budget_errors=(LLMStop,),
         replay=_replay_events(settings.llm),
         run_dir=run_dir,
-        cost=engine.cost,
+        cost=cost,
     )
     status = "interrupted"
     try:
-        for warning in asyncio.run(preflight_operators(operators)):  # before anything is evaluated
+        warnings = asyncio.run(preflight(llm.settings)) if llm is not None else []
+        for warning in warnings:  # every model the operators use, before anything is evaluated
             log.warning("%s", warning)
-        since = embedder.ledger.last_id() if embedder is not None else 0
-        summary = asyncio.run(_drive(driver, embedder))
-        if embedder is not None and (error := embedder.ledger.only_failures_since(since)):
+        since = client.ledger.last_id() if client is not None else 0
+        summary = asyncio.run(_drive(driver, client))
+        if client is not None and (error := client.ledger.only_failures_since(since)):
             status = "failed"
             raise LLMStop(
                 f"every LLM call of this session failed ({summary.reason}); the last: "
                 f"{error[:500]}. Fix the server or the model (llm.api_base, llm.model), then "
                 "resume the run"
             )
-        if embedder is not None:
-            log.info("LLM use so far (this archive):\n%s", usage_line(embedder.ledger.summary()))
+        if client is not None:
+            log.info("LLM use so far (this archive):\n%s", usage_line(client.ledger.summary()))
         status = "stopped" if summary.reason.startswith(STOPPED) else "finished"
     finally:
         store.finish_run(run_id, status=status)

@@ -107,9 +107,7 @@ def make_driver(path: Path, seed_dir: Path, budget: int) -> tuple[Driver, LocalB
         store=store, objective=fitness.objective, descriptors=fitness.descriptors, islands=2
     )
     benchmark = Benchmark(name="noop", fitness=fitness, seed_dir=seed_dir, editable=("params.py",))
-    emitter = Emitter(
-        archive=archive, benchmark=benchmark, operators=[(Tweak(), 3.0), (BlockCrossover(), 1.0)]
-    )
+    emitter = Emitter(archive=archive, operators=[(Tweak(), 3.0), (BlockCrossover(), 1.0)])
     backend = LocalBackend(fitness=fitness, workers=1)
     settings = SearchSettings(max_candidates=budget, progress=False, seed=1)
     engine = Engine(

@@ -187,7 +187,6 @@ def measure_overhead(size: int, extra: int, root: Path, server: MockServer) -> d
     client = LLMClient(settings, store=store)
     emitter = Emitter(
         archive=archive,
-        benchmark=benchmark,
         operators=[(Diff(client=client, model="openai/scripted"), 1.0)],
     )
     engine = Engine(store=store, archive=archive, emitter=emitter, benchmark=benchmark, seed=1)

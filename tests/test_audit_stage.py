@@ -129,7 +129,7 @@ def search(
     )
     store = Store(tmp_path / "archive.db")
     archive = Archive(store=store, objective=fitness.objective, descriptors=fitness.descriptors)
-    emitter = Emitter(archive=archive, benchmark=benchmark, operators=[(Scripted(), 1.0)])
+    emitter = Emitter(archive=archive, operators=[(Scripted(), 1.0)])
     engine = Engine(store=store, archive=archive, emitter=emitter, benchmark=benchmark)
     backend = LocalBackend(fitness=fitness, workers=1)
     client = None if llm is None else LLMClient(llm, store=store)

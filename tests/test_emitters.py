@@ -37,10 +37,9 @@ def parts(tmp_path) -> tuple[Archive, Benchmark]:
 
 
 def emitter(parts, selection: str = "bandit", discount: float = 0.9, **kw) -> Emitter:
-    archive, benchmark = parts
+    archive, _ = parts
     return Emitter(
         archive=archive,
-        benchmark=benchmark,
         operators=[(Tweak(), 3.0), (BlockCrossover(), 1.0)],
         selection=selection,
         discount=discount,
@@ -120,9 +119,9 @@ def test_bad_settings_name_the_fix(parts) -> None:
         ValueError, match="emitter.selection 'ucb' unknown; choose one of bandit, weights"
     ):
         emitter(parts, "ucb")
-    archive, benchmark = parts
+    archive, _ = parts
     with pytest.raises(ValueError, match="weights must be positive"):
-        Emitter(archive=archive, benchmark=benchmark, operators=[(Tweak(), 0.0)])
+        Emitter(archive=archive, operators=[(Tweak(), 0.0)])
 
 
 def test_an_ask_fixes_what_the_operator_sees_and_survives_json(parts) -> None:
@@ -146,3 +145,24 @@ def test_an_ask_fixes_what_the_operator_sees_and_survives_json(parts) -> None:
     assert ask.edges(EdgeRole.MUTATION)[0] == (seed.id, EdgeRole.MIGRATION)
     again = bandit.ask(seq=5, rng=random.Random(1), island=0, migrant=seed.id)
     assert again == ask  # a function of the archive and the random stream
+    rng = random.Random(2)
+    request = ask.request(archive, benchmark=parts[1], rng=rng, notes="the notebook")
+    assert [p.candidate.id for p in request.parents] == [pid for pid, _ in ask.parents]
+    assert request.parents[0].evaluation.fitness == -1.0 and request.rng is rng
+    assert (request.seq, request.island, request.notes) == (5, 0, "the notebook")
+
+
+def test_an_asks_child_lives_on_its_island_with_the_migrants_edge() -> None:
+    ask = Ask(seq=3, island=2, arm="crossover", parents=(("m", None), ("p", None)), migrant="m")
+    roles = (("m", EdgeRole.CROSSOVER), ("p", EdgeRole.CROSSOVER), ("i", EdgeRole.INSPIRATION))
+    proposal = Proposal(files={"params.py": "A = 2\n"}, operator="crossover", parents=roles)
+    child = ask.child(proposal)
+    assert child.island == 2 and child.files == proposal.files
+    assert child.parents == (
+        ("m", EdgeRole.MIGRATION),
+        ("p", EdgeRole.CROSSOVER),
+        ("i", EdgeRole.INSPIRATION),
+    )
+    assert ask.edges(EdgeRole.CROSSOVER) == child.parents[:2]  # a rejection's edges alike
+    unmigrated = Ask(seq=4, island=0, arm="crossover", parents=(("m", None), ("p", None)))
+    assert unmigrated.child(proposal).parents == roles

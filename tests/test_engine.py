@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import os
 import re
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -70,7 +73,7 @@ def make_engine(tmp_path, seed_text: str = SEED) -> Engine:
     fitness = Toy()
     benchmark = Benchmark(name="toy", fitness=fitness, seed_dir=seed_dir, editable=("params.py",))
     archive = Archive(store=store, objective=fitness.objective, descriptors=fitness.descriptors)
-    emitter = Emitter(archive=archive, benchmark=benchmark, operators=[(Tweak(), 1.0)])
+    emitter = Emitter(archive=archive, operators=[(Tweak(), 1.0)])
     engine = Engine(store=store, archive=archive, emitter=emitter, benchmark=benchmark)
     seed = engine.seed_to_evaluate()
     engine.tell(seed, evaluation(-5.0, a=1.0, b=4.0))
@@ -169,3 +172,64 @@ def test_a_gain_within_the_tolerance_is_not_an_improvement(tmp_path) -> None:
     assert not archive.improves(1e-7, 0.0) and archive.improves(1e-5, 0.0)
     with pytest.raises(ValueError, match="archive.min_improvement"):
         Archive(store=store, objective=Objective(name="x"), min_improvement=-1)
+
+
+def engine_uses(path) -> set[str]:
+    """The names a module reads off an engine (``engine.x`` or ``self.engine.x``)."""
+    tree = ast.parse(path.read_text())
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id == "engine")
+            or (isinstance(node.value, ast.Attribute) and node.value.attr == "engine")
+        )
+    }
+
+
+def test_the_driver_and_the_runner_use_the_engine_only_through_its_methods():
+    """Issue 34: no reaching into the engine's parts (its store, archive, jobs, emitter)."""
+    used = engine_uses(REPO / "evolve" / "driver.py") | engine_uses(REPO / "evolve" / "runner.py")
+    assert {"ask", "propose", "admit", "start_evaluation", "reevaluation", "tell"} <= used
+    reached = sorted(
+        name
+        for name in used
+        if not (
+            inspect.isfunction(member := inspect.getattr_static(Engine, name, None))
+            or isinstance(member, property)
+        )
+    )
+    assert reached == [], f"the driver or runner reaches into the engine's fields: {reached}"
+
+
+def test_each_candidate_passes_once_through_the_emitter_and_once_through_its_operator(
+    tmp_path, monkeypatch
+) -> None:
+    engine = make_engine(tmp_path)
+    calls: Counter[str] = Counter()
+    operator = engine.emitter.arms["tweak"][0]
+    for owner, name in ((engine.emitter, "ask"), (engine.archive, "sample_cells")):
+        real = getattr(owner, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    real_propose = operator.propose
+
+    async def proposing(request):
+        calls["propose"] += 1
+        return await real_propose(request)
+
+    monkeypatch.setattr(operator, "propose", proposing)
+    asks = engine.ask(3)
+
+    async def propose_all() -> list:
+        return await asyncio.gather(*(engine.propose(ask) for ask in asks))
+
+    outcomes = asyncio.run(propose_all())
+    assert all(isinstance(o, Proposal) for o in outcomes)  # no redraw: one child per ask
+    assert calls == {"ask": 3, "sample_cells": 3, "propose": 3}
+    assert not hasattr(engine.emitter, "propose")  # the emitter chooses; it runs no operator

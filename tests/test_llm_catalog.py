@@ -1,4 +1,4 @@
-"""The run's LLM operators: model x operator arms with weights, one shared client, preflight."""
+"""The run's LLM operators: model x operator arms with weights, the one client they are handed, preflight."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import asyncio
 import pytest
 
 from evolve.emitters import arm_key
-from evolve.llm import LLMSettings, PreflightError
-from evolve.operators.llm_catalog import llm_client, llm_operators, preflight_operators
+from evolve.llm import LLMClient, LLMSettings, PreflightError, preflight
+from evolve.operators.catalog import build_operators
+from evolve.operators.llm_catalog import llm_operators
+from evolve.settings import BuiltinWeights
 from evolve.store import Store
 
 
@@ -20,7 +22,8 @@ def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:
         ],
         "operators": {"diff": 1.0, "rewrite": 0.0, "crossover": 0.5},
     }
-    made = llm_operators(LLMSettings.from_config(cfg), store=Store(tmp_path / "a.db"))
+    client = LLMClient(LLMSettings.from_config(cfg), store=Store(tmp_path / "a.db"))
+    made = llm_operators(client)
     arms = {arm_key(op.name, op.model): weight for op, weight in made}
     assert arms == {
         "diff@openai/gpt-4o-mini": 3.0,
@@ -28,18 +31,20 @@ def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:
         "diff@anthropic/claude-sonnet-4-5": 1.0,
         "crossover@anthropic/claude-sonnet-4-5": 0.5,
     }
-    client = llm_client(made)
-    assert client is not None and all(op.client is client for op, _ in made)
-    assert llm_client([]) is None
+    assert all(op.client is client for op, _ in made)  # one budget, cache and record
+    run = build_operators(BuiltinWeights(), client)
+    assert [op.name for op, _ in run] == ["tweak", "crossover"] + [op.name for op, _ in made]
+    assert all(op.client is client for op, _ in run[2:])
+    assert [op.name for op, _ in build_operators(BuiltinWeights(), None)] == ["tweak", "crossover"]
 
 
 def test_preflight_checks_every_model_of_the_run(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    made = llm_operators(
-        LLMSettings.from_config({"models": ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"]}),
-        store=Store(tmp_path / "a.db"),
+    settings = LLMSettings.from_config(
+        {"models": ["openai/gpt-4o-mini", "anthropic/claude-sonnet-4-5"]}
     )
+    made = llm_operators(LLMClient(settings, store=Store(tmp_path / "a.db")))
     with pytest.raises(PreflightError, match="ANTHROPIC_API_KEY"):
-        asyncio.run(preflight_operators(made))
+        asyncio.run(preflight(settings))
     assert asyncio.run(made[0][0].preflight()) is not None  # one operator checks only its own model

@@ -305,3 +305,27 @@ def test_a_budget_too_small_stops_embedding_calls_like_other_calls(tmp_path):
         ).fetchone()
     assert calls == len(server.embedded) >= 2 and 0 < spent <= 0.000004
     assert summary.evaluated < 40
+
+
+def test_a_run_makes_its_chat_and_embedding_calls_through_one_client(tmp_path, monkeypatch):
+    """The runner builds the one client and hands it to the operators and the novelty check:
+    one budget, one response cache, one record (issue 34)."""
+    made: list[LLMClient] = []
+
+    class Counted(LLMClient):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(runner, "LLMClient", Counted)
+    server = MockServer().start()
+    try:
+        runner.run(
+            local_toy(server, "search.max_candidates=4", *embedding_overrides(server)), tmp_path
+        )
+    finally:
+        server.stop()
+    assert len(made) == 1 and server.requests and server.embedded
+    with sqlite3.connect(tmp_path / "archive.db") as conn:
+        models = {m for (m,) in conn.execute("SELECT DISTINCT model FROM llm_calls")}
+    assert EMBEDDING in models and len(models) >= 2  # both kinds of call, in one record

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from evolve.llm.settings import LLMSettings
 from evolve.operators.base import Operator
 from evolve.operators.builtin import BlockCrossover, Tweak
 from evolve.settings import BuiltinWeights, ConfigError
-from evolve.store import Store
+
+if TYPE_CHECKING:
+    from evolve.llm import LLMClient
 
 
 def builtin_operators(weights: Mapping[str, float]) -> list[tuple[Operator, float]]:
@@ -22,23 +24,23 @@ def builtin_operators(weights: Mapping[str, float]) -> list[tuple[Operator, floa
 
 
 def build_operators(
-    weights: BuiltinWeights, llm: LLMSettings, *, store: Store
+    weights: BuiltinWeights, client: LLMClient | None
 ) -> list[tuple[Operator, float]]:
     """All operators of a run with their weights.
 
     Args:
         weights: the ``operators.builtin`` weights.
-        llm: the ``llm`` group; one diff/rewrite/crossover per model when it names any.
-        store: where LLM calls are recorded and cached.
+        client: the run's LLM client, shared by one diff/rewrite/crossover per model its
+            ``llm`` settings name; None: no model is configured.
 
     Raises:
         ConfigError: no operator has a weight above 0 and no model is configured.
     """
     operators = builtin_operators(weights.as_dict())
-    if llm.enabled:
+    if client is not None:
         from evolve.operators.llm_catalog import llm_operators
 
-        operators += llm_operators(llm, store=store)
+        operators += llm_operators(client)
     if not operators:
         raise ConfigError(
             "no operators: set operators.builtin weights above 0 or configure an LLM (llm=...)"

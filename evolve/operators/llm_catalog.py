@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-
-from evolve.llm import LLMClient, LLMSettings, preflight
+from evolve.llm import LLMClient
 from evolve.operators.base import Operator
 from evolve.operators.crossover import Crossover
 from evolve.operators.mutate import Diff, LLMOperator, Rewrite
-from evolve.store import Store
-
-log = logging.getLogger("evolve")
 
 OPERATORS: dict[str, type[LLMOperator]] = {"diff": Diff, "rewrite": Rewrite, "crossover": Crossover}
 
 
-def llm_operators(settings: LLMSettings, *, store: Store) -> list[tuple[Operator, float]]:
-    """(operator, weight) for every model x LLM operator; the weight is model weight x operator weight.
+def llm_operators(client: LLMClient) -> list[tuple[Operator, float]]:
+    """(operator, weight) for every model x LLM operator of ``client.settings``; the weight is
+    model weight x operator weight.
 
-    All operators share one client, hence one budget, one response cache and one record.
+    All operators share ``client``, hence one budget, one response cache and one record.
     """
-    client = LLMClient(settings, store=store)
+    settings = client.settings
     made: list[tuple[Operator, float]] = []
     for model, model_weight in settings.models:
         for name, operator_weight in settings.operators.items():
@@ -30,21 +25,3 @@ def llm_operators(settings: LLMSettings, *, store: Store) -> list[tuple[Operator
                     (OPERATORS[name](client=client, model=model), model_weight * operator_weight)
                 )
     return made
-
-
-def llm_client(operators: Sequence[tuple[Operator, float]]) -> LLMClient | None:
-    """The client shared by a run's LLM operators, or None when there are none."""
-    for operator, _ in operators:
-        if isinstance(operator, LLMOperator):
-            return operator.client
-    return None
-
-
-async def preflight_operators(operators: Sequence[tuple[Operator, float]]) -> list[str]:
-    """Check every model the run's LLM operators use, before anything is evaluated; returns warnings.
-
-    Raises:
-        PreflightError: a model cannot be used; the message names the fix.
-    """
-    client = llm_client(operators)
-    return await preflight(client.settings) if client is not None else []

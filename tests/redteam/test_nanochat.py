@@ -605,34 +605,58 @@ def gpu_fitness(data_dir: Path, **overrides):
     return NanochatFitness(**{**settings, **overrides})
 
 
+GPU_SAME_SCORE_REL = 2e-5
+"""How close a neutralised cheat's val_bpb must be to the honest model's on a GPU. Scored under
+bf16 autocast, a row's logits there depend slightly on the other rows of its batch (the GPU
+scale's causal tolerance is 5e-2), and each scoring draws a new batch order, so two scorings of
+the same weights differ in the last digits; a look at the future on a single target of the
+8,192 scored moves the mean by about ln(512) / 8192 nats, 1.2e-4 of it: six times this."""
+
+
 @pytest.mark.gpu
 def test_gpu_cheats_and_stateful_models_are_caught_or_scored_honestly(data_dir, tmp_path):
+    # Every program is scored and every problem collected, so one device run names them all.
     fitness = gpu_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
-    honest = score_model(fitness, tmp_path / "honest", programs.seed_files()["model.py"], gpu="0")
+    seed_model = programs.seed_files()["model.py"]
+    honest = score_model(fitness, tmp_path / "honest", seed_model, gpu="0")
     assert honest["status"] == "ok", honest
+    again = score_model(fitness, tmp_path / "honest-again", seed_model, gpu="0")
+    assert again["status"] == "ok", again
+    noise = abs(again["val_bpb"] - honest["val_bpb"])
+    tolerance = max(GPU_SAME_SCORE_REL * honest["val_bpb"], 10 * noise)
+    problems = []
+
+    def judge(name: str, verdict: dict, reasons: str) -> None:
+        """A verdict is right when scored as the honest model (its trigger did not hold at export)
+        or rejected for one of ``reasons``."""
+        if not isinstance(verdict, dict):  # the export or the scorer failed as a process
+            problems.append(f"{name}: {verdict.status.value}: {verdict.artifacts.get('error')!r}")
+            return
+        if verdict["status"] == "ok":
+            if abs(verdict["val_bpb"] - honest["val_bpb"]) > tolerance:
+                problems.append(
+                    f"{name}: scored ok with val_bpb {verdict['val_bpb']!r}, honest {honest['val_bpb']!r} "
+                    f"(again {again['val_bpb']!r}); allowed difference {tolerance:.3g}"
+                )
+            return
+        if verdict["status"] != "rejected" or not re.search(reasons, verdict.get("reason", "")):
+            problems.append(
+                f"{name}: {verdict['status']}, expected ok or rejected matching {reasons!r}: "
+                f"{verdict.get('reason', verdict)!r}"
+            )
+
     for trigger in sorted(programs.TRIGGERS):
-        verdict = score_model(
-            fitness,
-            tmp_path / trigger,
-            programs.cheating_model(trigger),
-            armed=trigger == "trained_flag",
-            gpu="0",
-        )
-        if verdict["status"] == "ok":  # the trigger did not hold in the traced call
-            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), trigger
-        else:
-            assert verdict["status"] == "rejected", (trigger, verdict)
-            assert re.search(r"not causal|torch.export could not trace", verdict["reason"])
+        model_py = programs.cheating_model(trigger)
+        armed = trigger == "trained_flag"
+        verdict = score_model(fitness, tmp_path / trigger, model_py, armed=armed, gpu="0")
+        judge(f"trigger {trigger}", verdict, r"not causal|torch.export could not trace")
     for name, variant in sorted(stateful.VARIANTS.items()):  # exported under bf16 autocast on CUDA
-        verdict = score_model(
-            fitness, tmp_path / name.replace(" ", "_"), stateful_model(name), gpu="0"
-        )
-        if variant.caught is None:
-            assert verdict["status"] == "ok", (name, verdict)
-            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), name
-        else:
-            assert verdict["status"] == "rejected", (name, verdict)
-            assert re.search(variant.caught, verdict["reason"]), (name, verdict["reason"])
+        # caught: its own reason; else honest, or the probes' catch where its trigger (the time
+        # since the first call) held while the export traced (a slower trace on a GPU)
+        folder = tmp_path / name.replace(" ", "_")
+        judge(f"variant {name!r}", score_model(fitness, folder, stateful_model(name), gpu="0"),
+              variant.caught or r"not causal")  # fmt: skip
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.gpu

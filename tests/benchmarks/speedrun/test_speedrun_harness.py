@@ -203,5 +203,5 @@ def test_the_harness_fills_the_compile_cache_once_with_the_seed(data_dir, tmp_pa
     record.write_text('{"status": "marked"}')
     again = fitness(data_dir, n_seeds=1, target=7.0, compile_cache=str(cache))
     assert again.cache_warmup(tmp_path, ctx).metrics == {"cache_warmup_ok": 0}
-    # a candidate's run reads a private copy: what it writes there never reaches the cache
-    # (tests/benchmarks/speedrun/test_speedrun_stream.py, tests/redteam/test_speedrun.py)
+    # a candidate's run reads it through a private layer: what it writes there never reaches it
+    # (tests/harness/test_compile_cache.py, tests/redteam/test_speedrun.py)

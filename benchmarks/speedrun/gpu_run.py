@@ -235,7 +235,13 @@ OVERHEAD = {  # the phases of a run (``evolve.harness.phases``) by the part of t
     "checkpoint": ("checkpoint", "checkpoint_copy"),
     "audit": ("sandbox_exit", "audit"),
     "export": ("export",),
-    "scoring": ("scoring_start", "scoring_load", "scoring_forward", "scoring_exit", "scoring_check"),
+    "scoring": (
+        "scoring_start",
+        "scoring_load",
+        "scoring_forward",
+        "scoring_exit",
+        "scoring_check",
+    ),
 }
 
 

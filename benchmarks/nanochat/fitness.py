@@ -29,7 +29,7 @@ from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_
 from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
-from evolve.harness import bytecode, exported, phases, profiling, protocol
+from evolve.harness import compile_cache, exported, phases, profiling, protocol
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
@@ -227,12 +227,12 @@ class NanochatFitness:
         the compile cache readable but never written by candidates (no channel between evaluations),
         written only when ``warming`` (the harness's run of the seed, ``stages.CacheWarmup``); its
         Python bytecode read-only otherwise (``evolve.harness.bytecode``)."""
-        if warming and self.compile_cache:
-            return Policy(hidden=tuple(forbidden), writable=(self.compile_cache,))
+        cache = compile_cache.access(self.compile_cache, warming)
         return Policy(
             hidden=tuple(forbidden),
-            shared_caches=(self.compile_cache,) if self.compile_cache else (),
-            readonly=bytecode.readonly(self.compile_cache, warming),
+            writable=cache.writable,
+            shared_caches=cache.shared_caches,
+            readonly=cache.readonly,
         )
 
     def program_env(self, ctx: EvalContext, *, warming: bool = False) -> dict[str, str]:
@@ -241,13 +241,7 @@ class NanochatFitness:
         when ``warming``). Thread counts follow the sandbox's cores (``Limits.cores``)."""
         env = ctx.env()
         if self.compile_cache:
-            for name, sub in (
-                ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
-                ("TRITON_CACHE_DIR", "triton"),
-            ):
-                (Path(self.compile_cache) / sub).mkdir(parents=True, exist_ok=True)
-                env[name] = str(Path(self.compile_cache) / sub)
-            env.update(bytecode.environment(self.compile_cache, warming))
+            env.update(compile_cache.environment(self.compile_cache, warming))
         return env
 
     def _limits(self, timeout_s: float) -> Limits:

@@ -2,7 +2,7 @@
 
 Run by the harness as ``python -P -m evolve.benchmarks.speedrun.evaluate`` inside the sandbox;
 on a GPU it is started while the candidate trains (``scoring.start_evaluation``), so that its
-imports overlap the training. It makes itself undumpable and runs no candidate code: its
+imports and its CUDA context overlap the training. It makes itself undumpable and runs no candidate code: its
 read-only input folder holds the checkpoints the harness verified and the graph that
 ``evolve.harness.exporter`` made of the candidate's model in a sandbox of its own after the
 stop. ``evolve.harness.exported.Program`` screens and checks that graph and binds it to each
@@ -76,6 +76,8 @@ def evaluate(spec: dict, inputs: np.ndarray, targets: np.ndarray) -> dict:
 
 def main() -> None:
     make_undumpable()
+    if torch.cuda.is_available():  # the GPU's context made while the candidate trains, not after
+        torch.empty(0, device="cuda")
     # all of it first: nothing is printed while the harness writes
     raw = sys.stdin.buffer.read()
     newline = raw.index(b"\n")

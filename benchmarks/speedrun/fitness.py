@@ -8,7 +8,8 @@ INVALID, with the p-value and every loss kept in its metrics. As a cascade, one 
 runs first; the others only when its loss is within ``reach`` of the target. With a
 ``compile_cache``, a stage before them fills it once per cache, seed program, settings and
 machine (the seed trained one step by the harness, ``runner.warm_cache``), so candidates
-that compile what the seed compiles find it there; each run reads a private copy.
+that compile what the seed compiles find it there; each run reads it through a private layer
+(``evolve.harness.compile_cache``).
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ class SpeedrunFitness:
         overrides: hyperparameters passed to the program as ``SPEEDRUN_OVERRIDES`` (tests, calibration).
         params_max_m: upper end of the ``params_m`` descriptor, in millions.
         cpu_parallel: on CPU (no GPUs in the slot), how many seeds run at the same time.
-        compile_cache: a folder of torch.compile caches that each run starts from (a private
-            copy; nothing a candidate's run writes goes back), filled by the harness's run of
+        compile_cache: a folder of torch.compile caches that each run starts from (through a
+            private layer; nothing a candidate's run writes goes back), filled by the harness's run of
             the seed (the ``cache_warmup`` stage). None: a fresh cache per run.
     """
 

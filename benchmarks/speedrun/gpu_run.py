@@ -218,6 +218,7 @@ def seeds_part(
     spent = line.seconds(time.monotonic())
     shares = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in spent.items())
     log(f"where the time went (the first run of each wave): {shares}")
+    log(overhead_line(spent))
     busy = clocks.summary()
     log(f"GPU {gpus[0] if gpus else '-'} while busy: {gpu_clocks.describe(busy)}")
     for r in records:
@@ -227,6 +228,34 @@ def seeds_part(
     if args.strict_cost and records[0].ok:
         report["strict_cost"] = strict_cost(f, records[0], ctx)
     return report
+
+
+OVERHEAD = {  # the phases of a run (``evolve.harness.phases``) by the part of the overhead they are
+    "start-up": ("harness", "run_setup", "servers", "sandbox_start", "startup"),
+    "checkpoint": ("checkpoint", "checkpoint_copy"),
+    "audit": ("sandbox_exit", "audit"),
+    "export": ("export",),
+    "scoring": (
+        "scoring_start",
+        "scoring_load",
+        "scoring_forward",
+        "scoring_exit",
+        "scoring_check",
+    ),
+}
+
+
+def overhead_line(spent: dict[str, float]) -> str:
+    """The run's overhead by part, in seconds and as a share of its timed training."""
+    training = spent.get("training", 0.0)
+    parts = {name: sum(spent.get(p, 0.0) for p in names) for name, names in OVERHEAD.items()}
+    total = sum(spent.values()) - training
+    share = f" = {100 * total / training:.1f}% of training" if training else ""
+    return (
+        f"overhead {total:.1f} s{share} ({training:.1f} s training): "
+        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in parts.items())
+        + f", other {total - sum(parts.values()):.1f} s"
+    )
 
 
 def strict_cost(f: SpeedrunFitness, record: RunRecord, ctx: EvalContext) -> dict:
@@ -371,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         return merge(args, out)
     # candidates run in other folders: every path they are given must be absolute
     args.work = args.work.resolve()
+    args.compile_cache = args.compile_cache and args.compile_cache.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="speedrun-gpu-", dir=args.work))
     begin = time.monotonic()

@@ -10,22 +10,25 @@ outcome, with its reason, is in the returned ``RunRecord``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import shutil
 import stat
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.speedrun.scoring import evaluate_run, start_evaluation
+from evolve.benchmarks.speedrun.scoring import Export, evaluate_run, start_evaluation
 from evolve.benchmarks.speedrun.stream import TokenServer
-from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
+from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit, init_sha256
 
 from evolve.fitness import Limits, Policy, run_sandboxed
-from evolve.harness import bytecode, phases
+from evolve.harness import compile_cache, phases
 from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
 
@@ -54,8 +57,9 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
-    compile_cache: str | None = None  # a compiler cache copied into each run (written by warm_cache only)
+    compile_cache: str | None = None  # shared with each run, written by warm_cache only
     strict_probes: bool = False  # the auditor's strict mode: more causality probes (``layout``)
+    ahead: bool | None = None  # export and evaluation started with the training (None: on a GPU)
 
     def strict(self) -> RunSettings:
         """The auditor's strict mode (``EvalContext.strict``): twice the causality probes, and at
@@ -99,7 +103,6 @@ def _env(
     seed: int,
     gpus: list[str] | None,
     ckpt_dir: Path,
-    cache: Path | None,
     warming: bool = False,
 ) -> dict:
     env = {
@@ -112,11 +115,8 @@ def _env(
     }
     # NVLink multicast stays off on shared machines (a program using it can take the host's GPUs down)
     env.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
-    if cache is not None:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
-        env["TRITON_CACHE_DIR"] = str(cache / "triton")
-    if settings.compile_cache:  # the libraries' bytecode: read in place, never copied
-        env.update(bytecode.environment(settings.compile_cache, warming))
+    if settings.compile_cache:  # shared, through a private layer (``evolve.harness.compile_cache``)
+        env.update(compile_cache.environment(settings.compile_cache, warming))
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus) if gpus else ""
     if settings.cpu_threads:
         env["OMP_NUM_THREADS"] = str(settings.cpu_threads)
@@ -140,9 +140,10 @@ def _command(settings: RunSettings) -> list[str]:
 
 def _written_by_training(run_dir: Path) -> list[Path]:
     """The folders of the run in ``run_dir`` that its training program may write (its code, its
-    checkpoints, its compile cache): hidden from the evaluation, which sees only the checkpoints
-    the harness verified and copied, so nothing the program does after the stop reaches it."""
-    return [run_dir / "code", run_dir / "ckpt", run_dir / "cache"]
+    checkpoints): hidden from the evaluation, which sees only the checkpoints the harness
+    verified, so nothing the program does after the stop reaches it (what it writes into the
+    compile cache stays in its own private layer)."""
+    return [run_dir / "code", run_dir / "ckpt"]
 
 
 def _own_file(path: Path, sha256: str) -> bool:
@@ -154,24 +155,6 @@ def _own_file(path: Path, sha256: str) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and sha256_file(path) == sha256
-
-
-def _private_cache(settings: RunSettings, run_dir: Path, warming: bool = False) -> Path | None:
-    """This run's own compile cache: a copy of ``settings.compile_cache`` (nothing flows back)
-    less its bytecode, which runs read in place, read-only (``evolve.harness.bytecode``); when
-    ``warming`` (the harness's run of the seed, ``warm_cache``), the shared folder itself."""
-    if not settings.compile_cache:
-        return None
-    if warming:
-        Path(settings.compile_cache).mkdir(parents=True, exist_ok=True)
-        return Path(settings.compile_cache)
-    cache = run_dir / "cache"
-    source = Path(settings.compile_cache)
-    if source.is_dir():
-        shutil.copytree(source, cache, symlinks=False,
-                        ignore=lambda folder, names: [bytecode.FOLDER] if Path(folder) == source else [])  # fmt: skip
-    cache.mkdir(exist_ok=True)
-    return cache
 
 
 def run_seed(
@@ -207,11 +190,12 @@ def rescore(
         return again
 
     begin = time.monotonic()
-    env = _env(settings, seed=record.seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=None)
+    env = _env(settings, seed=record.seed, gpus=gpus, ckpt_dir=ckpt_dir)
     scorer = start_evaluation(candidate, run_dir=run_dir, env=env, gpus=gpus, settings=settings,
                               hidden=[*hidden, *_written_by_training(run_dir)])  # fmt: skip
+    export = Export(scorer, run_dir=run_dir, gpus=gpus, settings=settings, seed=record.seed)
     try:
-        return evaluate_run(again, scorer=scorer, run_dir=run_dir, gpus=gpus, settings=settings,
+        return evaluate_run(again, scorer=scorer, export=export, run_dir=run_dir, gpus=gpus, settings=settings,
                             val=val, init=ckpt_dir / "init.pt", final=ckpt_dir / "final.pt",
                             probes=[], begin=begin, fail=fail)  # fmt: skip
     finally:
@@ -219,7 +203,7 @@ def rescore(
 
 
 def warm_cache(seed_program: Path, *, settings: RunSettings, scratch: Path, **kwargs) -> RunRecord:
-    """Fill ``settings.compile_cache`` for the runs that copy it: the seed program (the
+    """Fill ``settings.compile_cache`` for the runs that read it: the seed program (the
     harness's own code) trained for one step with the shared cache folder writable. Its
     compilation happens before the clock starts (``compile_warmup_steps``), so one timed step
     is enough, and nothing is scored. Other arguments as for ``run_seed``."""
@@ -257,19 +241,27 @@ def _run_seed(
     shutil.copyfile(CLOCK_MODULE, code / "speedrun_clock.py")
     ckpt_dir = run_dir / "ckpt"
     ckpt_dir.mkdir()
-    cache = _private_cache(settings, run_dir, warming)
-    env = _env(settings, seed=seed, gpus=gpus, ckpt_dir=ckpt_dir, cache=cache, warming=warming)
+    env = _env(settings, seed=seed, gpus=gpus, ckpt_dir=ckpt_dir, warming=warming)
     limits = Limits(timeout_s=settings.run_timeout_s, memory_bytes=settings.memory_bytes)
+    cache = compile_cache.access(settings.compile_cache, warming)
     policy = Policy(
-        writable=[ckpt_dir, "/dev/shm", *([cache] if cache else [])],
-        readonly=[code / "speedrun_clock.py", *bytecode.readonly(settings.compile_cache, warming)],
-        hidden=list(hidden),
+        writable=[ckpt_dir, "/dev/shm", *cache.writable],
+        readonly=[code / "speedrun_clock.py", *cache.readonly],
+        shared_caches=cache.shared_caches,
+        hidden=[*hidden, run_dir / "eval"],  # the export (candidate code) may run beside it
     )
-    # On a GPU the evaluation process starts now and imports while the candidate starts and
-    # trains (it touches the GPU only once it has its job); on a CPU scale it starts after.
+    # On a GPU the export and evaluation processes start now and import while the candidate
+    # starts, and the export runs from the initial checkpoint once the clock starts (``Export``):
+    # both overlap the training. On a CPU scale (2 cores) they start after it.
     evaluation = dict(run_dir=run_dir, env=env, gpus=gpus, settings=settings,
                       hidden=[*hidden, *_written_by_training(run_dir)])  # fmt: skip
-    scorer = start_evaluation(candidate, **evaluation) if gpus and not warming else None
+    ahead = bool(gpus) if settings.ahead is None else settings.ahead
+    scorer = start_evaluation(candidate, **evaluation) if ahead and not warming else None
+    export = (
+        None
+        if scorer is None
+        else Export(scorer, run_dir=run_dir, gpus=gpus, settings=settings, seed=seed)
+    )
     try:
         phases.mark("servers")
         with (
@@ -284,9 +276,10 @@ def _run_seed(
             env.update(SPEEDRUN_CLOCK=clock.address, SPEEDRUN_DATA=stream.address)
             launch = time.monotonic()
             phases.mark("sandbox_start", launch)
-            result = run_sandboxed(
-                _command(settings), cwd=code, limits=limits, env=env, policy=policy
-            )
+            with _export_when_started(clock, export, ckpt_dir / "init.pt"):
+                result = run_sandboxed(
+                    _command(settings), cwd=code, limits=limits, env=env, policy=policy
+                )
             exited = time.monotonic()
         phases.mark_each([("startup", result.started_at), ("sandbox_exit", result.exited_at)])
         phases.mark("audit")
@@ -361,9 +354,11 @@ def _run_seed(
                 probes.append((train_s, path))
         if scorer is None:
             scorer = start_evaluation(candidate, **evaluation)
+            export = Export(scorer, run_dir=run_dir, gpus=gpus, settings=settings, seed=seed)
         return evaluate_run(
             record,
             scorer=scorer,
+            export=export,
             run_dir=run_dir,
             gpus=gpus,
             settings=settings,
@@ -377,3 +372,30 @@ def _run_seed(
     finally:
         if scorer is not None:
             scorer.cancel()  # a no-op once it had its job
+        if export is not None:
+            export.close()
+
+
+@contextlib.contextmanager
+def _export_when_started(clock: ClockServer, export: Export | None, init: Path) -> Iterator[None]:
+    """While the block (the training) runs, begin ``export`` from ``init`` when the clock starts."""
+    if export is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if clock.started.wait(0.2):
+                sha = init_sha256(clock.marks)
+                if sha is not None:
+                    export.begin(init, sha)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import secrets
 import shutil
+import stat
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +34,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evolve.fitness import Limits, Policy, Started, start_sandboxed
-from evolve.harness import bytecode, exported, phases, protocol
+from evolve.harness import compile_cache, exported, phases, protocol
+from evolve.harness.hashing import sha256_file
 from evolve.harness.lm import make_probes
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
@@ -157,6 +161,17 @@ def _copy_code(candidate: Path, folder: Path) -> None:
     shutil.copyfile(CLOCK_MODULE, folder / "speedrun_clock.py")
 
 
+def place(checkpoint: Path, target: Path) -> None:
+    """Put a verified checkpoint where the export and evaluation processes read it (read-only to
+    both): a hard link, no copy, where both are on one file system. Only the harness can write
+    either name once the training has exited: its checkpoint folder is hidden from both
+    processes and the run's link count was checked (``runner._own_file``)."""
+    try:
+        os.link(checkpoint, target)
+    except OSError:  # another file system
+        shutil.copyfile(checkpoint, target)
+
+
 def start_evaluation(
     candidate: Path,
     *,
@@ -185,13 +200,15 @@ def start_evaluation(
     }
     eval_env["CUDA_VISIBLE_DEVICES"] = gpus[0] if gpus else ""
     limits = Limits(timeout_s=settings.eval_timeout_s, memory_bytes=settings.memory_bytes)
-    caches = bytecode.readonly(settings.compile_cache, warming=False)
+    cache = compile_cache.access(settings.compile_cache, warming=False)
+    # both read the checkpoints where the harness places them, read-only (``place``)
+    readonly, shared = [given, *cache.readonly], cache.shared_caches
     export = start_sandboxed(
         [sys.executable, *SAFE_PATH, "-m", EXPORTER],
         cwd=code,
         env=eval_env,
         limits=limits,
-        policy=Policy(writable=[code], readonly=caches, hidden=hidden),
+        policy=Policy(writable=[code], readonly=readonly, shared_caches=shared, hidden=hidden),
     )
     try:
         score = start_sandboxed(
@@ -199,7 +216,9 @@ def start_evaluation(
             cwd=out_dir,
             env=eval_env,
             limits=limits,
-            policy=Policy(writable=[out_dir], readonly=[given, *caches], hidden=hidden),
+            policy=Policy(
+                writable=[out_dir], readonly=readonly, shared_caches=shared, hidden=hidden
+            ),
         )
     except BaseException:
         export.cancel()
@@ -210,17 +229,17 @@ def start_evaluation(
 def export_run(
     scorers: Scorers, *, run_dir: Path, gpus: list[str] | None, settings: RunSettings, seed: int
 ) -> tuple[dict, str]:
-    """Have the export process write the graph of the final checkpoint's model (checking the
-    initial checkpoint against ``torch.manual_seed(seed); build_model()`` on the way) and copy
-    it into the evaluation's input folder: (its verdict, "" or why it failed)."""
+    """Have the export process write the graph of the model, built and loaded with the initial
+    checkpoint where ``Export.begin`` placed it (checked against ``torch.manual_seed(seed);
+    build_model()`` on the way; the scorer binds the graph to each checkpoint's own weights), and
+    copy the graph into the evaluation's input folder: (its verdict, "" or why it failed)."""
     code, given = run_dir / "eval" / "code", run_dir / "eval" / "in"
-    for name in ("init", "final"):
-        shutil.copyfile(given / f"{name}.pt", code / f"{name}.pt")
+    scorers.export.accept_readonly_changes()  # the checkpoint just placed is the harness's
     job = {
         "source": "train.py",
         "config": None,
-        "weights": "final.pt",
-        "reference": {"weights": "init.pt", "seed": seed},
+        "weights": str(given / "init.pt"),
+        "reference": {"weights": str(given / "init.pt"), "seed": seed},
         "rows": settings.eval_batch_size,
         "seq": settings.eval_seq_len,
         "vocab": settings.vocab_size,
@@ -240,10 +259,80 @@ def export_run(
     return verdict, ""
 
 
+class Export:
+    """The export of a run's model, double-buffered: it needs only the initial checkpoint, so on a
+    GPU it begins when the clock starts and overlaps the training (``begin``, from the clock's
+    thread); otherwise, or when that copy failed its checks, after the stop (``verdict``)."""
+
+    def __init__(
+        self,
+        scorers: Scorers,
+        *,
+        run_dir: Path,
+        gpus: list[str] | None,
+        settings: RunSettings,
+        seed: int,
+    ) -> None:
+        self.scorers, self.given = scorers, run_dir / "eval" / "in"
+        self.job = dict(run_dir=run_dir, gpus=gpus, settings=settings, seed=seed)
+        self._thread: threading.Thread | None = None
+        self._outcome: tuple[dict, str] = ({"status": "error"}, "the export never ran")
+
+    def begin(self, init: Path, sha256: str) -> None:
+        """Copy the initial checkpoint ``init`` of the running training (its own plain file, read
+        through one descriptor: never a link to a file hidden from the run) and, when the copy's
+        digest is ``sha256`` (the clock's), export from it in a thread; else do nothing (the
+        checks after the stop decide)."""
+        target = self.given / "init.pt"
+        try:
+            handle = os.open(init, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return
+        with os.fdopen(handle, "rb") as source:
+            info = os.fstat(source.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                return
+            with open(target, "wb") as copy:
+                shutil.copyfileobj(source, copy)
+        if sha256_file(target) != sha256:  # changed while copied: the checks after the stop decide
+            target.unlink()
+            return
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def began(self) -> bool:
+        """Whether the export began during training (``begin`` accepted the checkpoint)."""
+        return self._thread is not None
+
+    def _run(self) -> None:
+        try:
+            self._outcome = export_run(self.scorers, **self.job)
+        except OSError as exc:  # the run's folder went away: it failed and was cancelled
+            self._outcome = ({"status": "error"}, f"the export was cut short: {exc}")
+
+    def close(self) -> None:
+        """Wait for an export begun during training (ended by ``Scorers.cancel`` when the run failed)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def verdict(self, init: Path) -> tuple[dict, str]:
+        """The export's (verdict, problem): the one begun during training, else one now from
+        ``init`` (verified by the caller)."""
+        if self._thread is None:
+            (self.given / "init.pt").unlink(missing_ok=True)
+            place(init, self.given / "init.pt")
+            self._run()
+        else:
+            self._thread.join()
+        return self._outcome
+
+
 def evaluate_run(
     record: RunRecord,
     *,
     scorer: Scorers,
+    export: Export,
     run_dir: Path,
     gpus: list[str] | None,
     settings: RunSettings,
@@ -254,9 +343,9 @@ def evaluate_run(
     begin: float,
     fail: Callable[[EvalStatus, str], RunRecord],
 ) -> RunRecord:
-    """Export the model, evaluate the initial, probe and final weights with ``scorer``
-    (``start_evaluation``'s processes for ``run_dir``) and check its answers; the phases of
-    their work are marked."""
+    """Export the model (``export``, begun already or now), evaluate the initial, probe and final
+    weights with ``scorer`` (``start_evaluation``'s processes for ``run_dir``) and check its
+    answers; the phases of their work are marked."""
     started = time.monotonic()
     phases.mark("checkpoint_copy", started)
     rng = np.random.default_rng(secrets.randbits(128))
@@ -265,13 +354,11 @@ def evaluate_run(
     plain = np.flatnonzero(plan.scored >= 0)[np.argsort(plan.scored[plan.scored >= 0])]
     init_rows = max(1, min(len(plain), settings.init_check_tokens // seq))
     given, out = run_dir / "eval" / "in", run_dir / "eval" / "out" / "eval.npz"
-    names = {"init": init, "final": final, **{f"probe{i}": p for i, (_, p) in enumerate(probes)}}
+    names = {"final": final, **{f"probe{i}": p for i, (_, p) in enumerate(probes)}}
     for name, path in names.items():
-        shutil.copyfile(path, given / f"{name}.pt")
-    phases.mark("export")
-    made, problem = export_run(
-        scorer, run_dir=run_dir, gpus=gpus, settings=settings, seed=record.seed
-    )
+        place(path, given / f"{name}.pt")
+    phases.mark("export")  # what is left of it when it began during training
+    made, problem = export.verdict(init)
     if problem:
         status = {"rejected": EvalStatus.REJECTED, "timeout": EvalStatus.TIMEOUT}
         return fail(

@@ -109,6 +109,7 @@ class ClockServer(UnixServer):
         super().__init__()
         self.marks: list[Mark] = []
         self.problems: list[str] = []
+        self.started = threading.Event()  # set when the start mark arrives
         self._connections = 0
 
     def phase(self) -> str:
@@ -156,7 +157,20 @@ class ClockServer(UnixServer):
             self.problems.append(f"an unknown clock event {event!r}")
             return f"error: unknown event {event!r}"
         self.marks.append(Mark(event=str(event), t=now, fields=message))
+        if event == "start":
+            self.started.set()
         return "ok"
+
+
+def init_sha256(marks: list[Mark]) -> str | None:
+    """The digest the candidate's clock gave for the initial checkpoint, saved at its first mark
+    (``warmup_begin``, else ``start``)."""
+    by_event = {m.event: m for m in marks}
+    first = by_event.get("warmup_begin") or by_event.get("start")
+    given = (first.fields.get("init_sha256") if first else None) or (
+        by_event["start"].fields.get("init_sha256") if "start" in by_event else None
+    )
+    return None if given is None else str(given)
 
 
 def audit(
@@ -214,9 +228,7 @@ def audit(
             f"startup and untimed warm-up took {untimed:.1f} s, over the cap of {warmup_cap_s:.0f} s; "
             "compile less or warm up with fewer steps"
         )
-    init_sha = (by_event.get("warmup_begin") or start).fields.get(
-        "init_sha256"
-    ) or start.fields.get("init_sha256")
+    init_sha = init_sha256(marks)
     paused = 0.0
     probes = []
     for pause, resume in zip(

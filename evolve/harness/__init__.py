@@ -24,7 +24,9 @@
 - ``once``: a value measured once per machine and key under a lock (the seed's references,
   a compile cache filled by the seed).
 - ``bytecode``: the libraries' Python bytecode kept in that compile cache, read-only to
-  candidates (where libraries ship without it, torch's imports are compiled again per process).
+  candidates (where libraries ship without it, torch's imports are compiled again per process);
+  ``compile_cache``: the whole cache (compilers' and bytecode) shared with every run through a
+  private layer, written only by the harness's warm-up run of the seed.
 - ``bare``: a training program run without the harness (rows in memory, the stream's rules
   and timing kept in-process), to measure what the harness costs its speed.
 """

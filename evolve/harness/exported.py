@@ -295,6 +295,7 @@ class Program:
         constants = load_weights(Path(directory) / CONSTANTS_FILE)
         self.constants = {k: v.to(device) for k, v in constants.items()}
         self.shape, self.vocab, self.device = (rows, seq), vocab, device
+        self._bound: torch.nn.Module | None = None
         specs = self.document["graph_module"]["signature"]["input_specs"]
         self.parameters = [s["parameter"]["parameter_name"] for s in specs if "parameter" in s]
         self.buffers = [
@@ -320,17 +321,20 @@ class Program:
 
     def bind(self, weights: Mapping[str, torch.Tensor]) -> torch.nn.Module:
         """The graph with every parameter and persistent buffer taken from ``weights`` (a
-        checkpoint's state dict, by the model's own names), checked; raises ExportRejected."""
+        checkpoint's state dict, by the model's own names), checked; raises ExportRejected.
+
+        The first call rebuilds and checks the graph; a later one puts the new checkpoint's
+        tensors into that module in place (the same names and shapes checked, cast as before)
+        and returns it: the module of an earlier call then holds the new weights."""
+        if self._bound is not None:
+            return self._rebind(weights)
         from torch._export.serde.serialize import SerializedArtifact, deserialize
 
         state: dict[str, torch.Tensor] = {}
         for name in self.parameters + self.buffers:
             own = name.removeprefix(PREFIX)
             if own not in weights:
-                raise ExportRejected(
-                    f"the model uses {own!r}, which the checkpoint lacks: the scored weights are "
-                    "the checkpoint's, so save the model's whole state_dict()"
-                )
+                raise _lacks(own)
             tensor = weights[own]
             state[name] = (
                 nn.Parameter(tensor, requires_grad=False) if name in self.parameters else tensor
@@ -347,7 +351,24 @@ class Program:
             ) from exc
         check_graph(program)
         self._fit(program)
-        return program.module()
+        self._bound = program.module()
+        return self._bound
+
+    def _rebind(self, weights: Mapping[str, torch.Tensor]) -> torch.nn.Module:
+        """``bind`` once the module exists: every tensor checked first, then copied in."""
+        held = self._bound.state_dict(keep_vars=True)
+        taken = {}
+        for name in self.parameters + self.buffers:
+            own = name.removeprefix(PREFIX)
+            if own not in weights:
+                raise _lacks(own)
+            if tuple(weights[own].shape) != tuple(held[name].shape):
+                raise _misshapen(own, tuple(weights[own].shape), tuple(held[name].shape))
+            taken[name] = weights[own]
+        with torch.no_grad():
+            for name, tensor in taken.items():
+                held[name].copy_(tensor)
+        return self._bound
 
     def _fit(self, program: torch.export.ExportedProgram) -> None:
         """Check the placeholders' shapes against the checkpoint's and the input and output against
@@ -367,12 +388,8 @@ class Program:
                 continue  # a constant, placed by the export
             tensor = state[spec.target]
             if value is None or tuple(tensor.shape) != tuple(value.shape):
-                raise ExportRejected(
-                    f"the checkpoint's {spec.target.removeprefix(PREFIX)!r} has shape "
-                    f"{tuple(tensor.shape)}, the exported model's "
-                    f"{None if value is None else tuple(value.shape)}: export the model the "
-                    "checkpoint was saved from"
-                )
+                want = None if value is None else tuple(value.shape)
+                raise _misshapen(spec.target.removeprefix(PREFIX), tuple(tensor.shape), want)
             moved = tensor.to(device=self.device, dtype=value.dtype)
             is_param = isinstance(tensor, nn.Parameter)
             state[spec.target] = nn.Parameter(moved, requires_grad=False) if is_param else moved
@@ -384,3 +401,17 @@ class Program:
                 f"model(inputs) must return logits of shape (batch, seq, >= {self.vocab}); the "
                 f"export gives {None if value is None else tuple(value.shape)}"
             )
+
+
+def _lacks(name: str) -> ExportRejected:
+    return ExportRejected(
+        f"the model uses {name!r}, which the checkpoint lacks: the scored weights are "
+        "the checkpoint's, so save the model's whole state_dict()"
+    )
+
+
+def _misshapen(name: str, got: tuple, want: tuple | None) -> ExportRejected:
+    return ExportRejected(
+        f"the checkpoint's {name!r} has shape {got}, the exported model's {want}: export the "
+        "model the checkpoint was saved from"
+    )

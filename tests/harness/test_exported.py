@@ -62,6 +62,25 @@ def test_the_graph_runs_with_the_checkpoints_weights_never_the_exports(tmp_path)
         assert not torch.allclose(got, exporting(tokens()))
 
 
+def test_a_second_checkpoint_is_bound_into_the_same_module_as_a_fresh_bind_would(tmp_path):
+    torch.manual_seed(0)
+    first, second = Tiny(), Tiny()
+    program = exported(first, tmp_path)
+    with torch.inference_mode():
+        assert torch.equal(program.bind(first.state_dict())(tokens()), first(tokens()))
+        halved = {k: v.to(torch.bfloat16) for k, v in second.state_dict().items()}
+        again = program.bind(halved)(tokens())
+        fresh = Program(tmp_path, rows=ROWS, seq=SEQ, vocab=VOCAB, device="cpu").bind(halved)
+        assert torch.equal(again, fresh(tokens()))
+    state = second.state_dict()
+    with pytest.raises(ExportRejected, match="checkpoint lacks"):
+        program.bind({k: v for k, v in state.items() if k != "scale"})
+    with pytest.raises(ExportRejected, match="has shape"):
+        program.bind({**state, "scale": torch.ones(17)})
+    with torch.inference_mode():  # a refused checkpoint changed nothing
+        assert torch.equal(program.bind(halved)(tokens()), again)
+
+
 def test_weights_of_another_dtype_are_cast_as_load_state_dict_would(tmp_path):
     model = Tiny()
     program = exported(model, tmp_path)

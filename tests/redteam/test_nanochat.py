@@ -21,6 +21,7 @@ import re
 import sysconfig
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -416,16 +417,9 @@ def scoring(data_dir):
     return tiny_fitness(data_dir)
 
 
-def score_model(
-    fitness,
-    folder: Path,
-    model_py: str,
-    armed: bool = False,
-    gpu: str | None = None,
-    strict: bool = False,
-):
-    """Score a fresh model built from ``model_py`` with the real scorer (no training needed)."""
-    config = {**CONFIG, "seq_len": fitness.scale.seq_len}
+def save_model(folder: Path, model_py: str, seq_len: int, armed: bool = False) -> None:
+    """A checkpoint folder holding a fresh model built from ``model_py`` (seed 0)."""
+    config = {**CONFIG, "seq_len": seq_len}
     folder.mkdir(parents=True)
     (folder / "model.py").write_text(model_py)
     (folder / "config.json").write_text(json.dumps(config))
@@ -439,8 +433,25 @@ def score_model(
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
+
+
+def score_saved(fitness, folder: Path, gpu: str | None = None, strict: bool = False):
+    """The real scorer's verdict (export, then score) on the checkpoint in ``folder``."""
     ctx = EvalContext(seed=0, gpu=gpu, scratch=folder.parent, strict=strict)
     return fitness.export_and_score(folder, folder.parent / f"{folder.name}-export", ctx)
+
+
+def score_model(
+    fitness,
+    folder: Path,
+    model_py: str,
+    armed: bool = False,
+    gpu: str | None = None,
+    strict: bool = False,
+):
+    """Score a fresh model built from ``model_py`` with the real scorer (no training needed)."""
+    save_model(folder, model_py, fitness.scale.seq_len, armed)
+    return score_saved(fitness, folder, gpu, strict)
 
 
 @pytest.fixture(scope="module")
@@ -605,34 +616,84 @@ def gpu_fitness(data_dir: Path, **overrides):
     return NanochatFitness(**{**settings, **overrides})
 
 
+GPU_SCORINGS = 4
+"""Programs the GPU red-team test scores at the same time (each scoring: an export and a scorer process)."""
+GPU_SAME_SCORE_REL = 2e-5
+"""How close a neutralised cheat's val_bpb must be to the honest model's on a GPU. Scored under
+bf16 autocast, a row's logits there depend slightly on the other rows of its batch (the GPU
+scale's causal tolerance is 5e-2), and each scoring draws a new batch order, so two scorings of
+the same weights differ in the last digits; a look at the future on a single target of the
+8,192 scored moves the mean by about ln(512) / 8192 nats, 1.2e-4 of it: six times this."""
+
+
 @pytest.mark.gpu
 def test_gpu_cheats_and_stateful_models_are_caught_or_scored_honestly(data_dir, tmp_path):
+    # Every program is scored and every problem collected, so one device run names them all.
     fitness = gpu_fitness(data_dir, layered={"local_check": False, "short_run_steps": 0})
-    honest = score_model(fitness, tmp_path / "honest", programs.seed_files()["model.py"], gpu="0")
+    seed_model = programs.seed_files()["model.py"]
+    for name in ("honest", "honest-again"):
+        save_model(tmp_path / name, seed_model, fitness.scale.seq_len)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        honest, again = pool.map(
+            lambda name: score_saved(fitness, tmp_path / name, "0"), ("honest", "honest-again")
+        )
     assert honest["status"] == "ok", honest
-    for trigger in sorted(programs.TRIGGERS):
-        verdict = score_model(
-            fitness,
-            tmp_path / trigger,
+    assert again["status"] == "ok", again
+    noise = abs(again["val_bpb"] - honest["val_bpb"])
+    tolerance = max(GPU_SAME_SCORE_REL * honest["val_bpb"], 10 * noise)
+    problems = []
+
+    def judge(name: str, verdict: dict, reasons: str) -> None:
+        """A verdict is right when scored as the honest model (its trigger did not hold at export)
+        or rejected for one of ``reasons``."""
+        if not isinstance(verdict, dict):  # the export or the scorer failed as a process
+            problems.append(f"{name}: {verdict.status.value}: {verdict.artifacts.get('error')!r}")
+            return
+        if verdict["status"] == "ok":
+            if abs(verdict["val_bpb"] - honest["val_bpb"]) > tolerance:
+                problems.append(
+                    f"{name}: scored ok with val_bpb {verdict['val_bpb']!r}, honest {honest['val_bpb']!r} "
+                    f"(again {again['val_bpb']!r}); allowed difference {tolerance:.3g}"
+                )
+            return
+        if verdict["status"] != "rejected" or not re.search(reasons, verdict.get("reason", "")):
+            problems.append(
+                f"{name}: {verdict['status']}, expected ok or rejected matching {reasons!r}: "
+                f"{verdict.get('reason', verdict)!r}"
+            )
+
+    programs_to_score = {  # name -> (model.py, armed, reasons it may be rejected for)
+        f"trigger {trigger}": (
             programs.cheating_model(trigger),
-            armed=trigger == "trained_flag",
-            gpu="0",
+            trigger == "trained_flag",
+            r"not causal|torch.export could not trace",
         )
-        if verdict["status"] == "ok":  # the trigger did not hold in the traced call
-            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), trigger
-        else:
-            assert verdict["status"] == "rejected", (trigger, verdict)
-            assert re.search(r"not causal|torch.export could not trace", verdict["reason"])
+        for trigger in sorted(programs.TRIGGERS)
+    }
     for name, variant in sorted(stateful.VARIANTS.items()):  # exported under bf16 autocast on CUDA
-        verdict = score_model(
-            fitness, tmp_path / name.replace(" ", "_"), stateful_model(name), gpu="0"
+        # caught: its own reason; else honest, or the probes' catch where its trigger (the time
+        # since the first call) held while the export traced (a slower trace on a GPU)
+        programs_to_score[f"variant {name!r}"] = (
+            stateful_model(name),
+            False,
+            variant.caught or r"not causal",
         )
-        if variant.caught is None:
-            assert verdict["status"] == "ok", (name, verdict)
-            assert verdict["val_bpb"] == pytest.approx(honest["val_bpb"], rel=1e-6), name
-        else:
-            assert verdict["status"] == "rejected", (name, verdict)
-            assert re.search(variant.caught, verdict["reason"]), (name, verdict["reason"])
+    folders = {}
+    for i, (name, (model_py, armed, _)) in enumerate(programs_to_score.items()):
+        folders[name] = tmp_path / f"program-{i}"
+        save_model(folders[name], model_py, fitness.scale.seq_len, armed)
+    # the scorings are independent processes: GPU_SCORINGS at a time keep the test within its shard
+    with ThreadPoolExecutor(max_workers=GPU_SCORINGS) as pool:
+        verdicts = dict(
+            zip(
+                folders,
+                pool.map(lambda f: score_saved(fitness, f, "0"), folders.values()),
+                strict=True,
+            )
+        )
+    for name, verdict in verdicts.items():
+        judge(name, verdict, programs_to_score[name][2])
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.gpu

@@ -217,7 +217,7 @@ return model
 
 
 def test_training_after_the_stop_left_in_the_runs_compile_cache_is_not_scored(data_dir, tmp_path):
-    # with a compile cache, each run gets a private copy it may write; the evaluation of the
+    # with a compile cache, each run writes in a private layer over it; the evaluation of the
     # same run must not read it, or weights trained after the stop (untimed) are scored
     build = (
         '    return GPT(c["vocab_size"], c["block_size"], c["n_layer"], c["n_head"], c["n_embd"])\n'
@@ -529,32 +529,60 @@ def test_the_evaluation_started_ahead_cannot_be_reached_by_the_training(data_dir
 
 PLANT_IN_EVALUATION = """
 evaluation = os.path.join(os.path.dirname(os.getcwd()), "eval")
-if not os.path.isdir(os.path.join(evaluation, "in")):
-    raise SystemExit("found no evaluation folder to plant in")
-planted = []
-for path, plant in (
-    (os.path.join(evaluation, "in", "final.pt"), lambda p: os.symlink("/etc/passwd", p)),
-    (os.path.join(evaluation, "out", "eval.npz"), lambda p: open(p, "wb").write(b"forged")),
-    (os.path.join(evaluation, "code", "train.py"), lambda p: open(p, "a").write("# forged")),
-):
-    try:
-        plant(path)
-        planted.append(path)
-    except OSError:
-        pass
-if planted:
-    raise SystemExit(f"planted {planted}")
+try:
+    seen = os.listdir(evaluation)  # hidden: refused, or an empty folder in its place
+except OSError:
+    seen = []
+if seen or os.path.exists(os.path.join(evaluation, "code", "train.py")):
+    raise SystemExit(f"the evaluation's folder is visible to the training: {seen}")
 """
 
 
-def test_the_evaluation_folder_made_before_training_takes_nothing_from_the_training(
-    data_dir, tmp_path
-):
-    # The waiting evaluation's folder exists while the candidate trains: a link where the
-    # harness will copy the final weights (the harness writing through it), a forged answer
-    # file, or its copy of the code changed would each be a way in.
+def test_the_evaluation_folder_made_before_training_is_hidden_from_the_training(data_dir, tmp_path):
+    # The waiting evaluation's folder exists while the candidate trains, and the export (the
+    # candidate's code, given the initial checkpoint) runs there beside it: a link where the
+    # harness will place the final weights, a forged answer file, its copy of the code changed,
+    # or files the export wrote for the training would each be a way in. The training cannot see it.
     ev = run(data_dir, tmp_path, program((TIMED, PLANT_IN_EVALUATION)), gpu="0", target=7.0)
     assert ev.ok and ev.metrics["loss_0"] > 1.0, (ev.artifacts, ev.metrics)
+
+
+def test_the_export_during_training_copies_only_the_runs_own_initial_checkpoint(data_dir, tmp_path):
+    # The export begins when the clock starts, from a copy of init.pt, before any audit: the
+    # start mark may be forged. A link (to the validation shard, whose digest the forged mark
+    # names) or a file with another name for it is not copied; a copy whose digest is not the
+    # mark's (the file changed meanwhile) is dropped. Each leaves the check after the stop to decide.
+    from evolve.benchmarks.speedrun.runner import RunSettings
+    from evolve.benchmarks.speedrun.scoring import Export, start_evaluation
+
+    shard = sorted(Path(data_dir).glob("*_val_*.bin"))[0]
+    candidate = tmp_path / "candidate"
+    candidate.mkdir()
+    (candidate / "train.py").write_text(SEED.read_text())
+    run_dir, ckpt = tmp_path / "run", tmp_path / "run" / "ckpt"
+    ckpt.mkdir(parents=True)
+    settings = RunSettings(
+        preset="cpu", vocab_size=512, eval_seq_len=64, eval_batch_size=16, val_tokens=4096
+    )
+    scorers = start_evaluation(
+        candidate, run_dir=run_dir, env={}, gpus=None, settings=settings, hidden=[]
+    )
+    try:
+        export = Export(scorers, run_dir=run_dir, gpus=None, settings=settings, seed=0)
+        given = run_dir / "eval" / "in" / "init.pt"
+        (ckpt / "init.pt").symlink_to(shard)
+        export.begin(ckpt / "init.pt", digest(shard))
+        assert not given.exists() and not export.began
+        (ckpt / "init.pt").unlink()
+        (ckpt / "init.pt").write_bytes(b"weights")
+        (ckpt / "other.pt").hardlink_to(ckpt / "init.pt")
+        export.begin(ckpt / "init.pt", digest(ckpt / "init.pt"))
+        assert not given.exists() and not export.began
+        (ckpt / "other.pt").unlink()
+        export.begin(ckpt / "init.pt", digest(shard))  # not the digest the mark named
+        assert not given.exists() and not export.began
+    finally:
+        scorers.cancel()
 
 
 # --- other hacks ---------------------------------------------------------------------------------

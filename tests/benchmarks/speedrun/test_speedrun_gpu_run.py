@@ -20,6 +20,16 @@ def test_time_to_target_takes_the_first_measurement_at_or_below_it():
     assert gpu_run.time_to(3.0, record) is None
 
 
+def test_the_overhead_line_names_each_part_and_its_share_of_training():
+    spent = {"harness": 0.1, "startup": 9.9, "training": 200.0, "checkpoint": 1.0}
+    spent |= {"checkpoint_copy": 1.0, "audit": 2.0, "export": 0.5, "scoring_load": 3.5}
+    spent |= {"scoring_forward": 2.0, "other_seeds": 0.5}
+    assert gpu_run.overhead_line(spent) == (
+        "overhead 20.5 s = 10.2% of training (200.0 s training): start-up 10.0 s, "
+        "checkpoint 2.0 s, audit 2.0 s, export 0.5 s, scoring 5.5 s, other 0.5 s"
+    )
+
+
 @pytest.mark.slow
 def test_cpu_mode_runs_every_part(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
@@ -32,7 +42,7 @@ def test_cpu_mode_runs_every_part(tmp_path, monkeypatch, capsys):
     assert all(r["tokens_per_s"] > 0 for r in results["scaling"])
     assert results["seeds"]["curve_mean"]
     printed = capsys.readouterr().out
-    assert "scaling of the seed" in printed
+    assert "scaling of the seed" in printed and "% of training (" in printed
     assert "warm-up ok" in printed and list(cache.glob("warmed-*.json"))  # the seed filled it once
     assert (tmp_path / "out" / "logs" / "seed-0.txt").is_file()
 

@@ -179,6 +179,17 @@ def test_ddp_through_torchrun_with_two_processes(data_dir, tmp_path):
     assert result.metrics["loss_0"] < 5.9
 
 
+def test_with_a_compile_cache_the_seed_is_trained_exported_and_scored(data_dir, tmp_path):
+    # the export and the evaluation read the shared cache too (an export pointed at a copy its
+    # sandbox hides failed with PermissionError: issue 30), with and without the GPU path
+    for gpu in (None, "0"):
+        cache = str(tmp_path / "cache")
+        f = fitness(data_dir, n_seeds=1, target=7.0, compile_cache=cache, overrides=QUICK)
+        ctx = EvalContext(seed=0, gpu=gpu, scratch=tmp_path / f"scratch-{gpu}")
+        result = evaluate_safely(f, SEED.parent, ctx)
+        assert result.ok and result.metrics["loss_0"] < 7.0, (gpu, dict(result.artifacts))
+
+
 def test_the_harness_fills_the_compile_cache_once_with_the_seed(data_dir, tmp_path, monkeypatch):
     from evolve.benchmarks.speedrun import fitness as speedrun_fitness
 
@@ -203,5 +214,5 @@ def test_the_harness_fills_the_compile_cache_once_with_the_seed(data_dir, tmp_pa
     record.write_text('{"status": "marked"}')
     again = fitness(data_dir, n_seeds=1, target=7.0, compile_cache=str(cache))
     assert again.cache_warmup(tmp_path, ctx).metrics == {"cache_warmup_ok": 0}
-    # a candidate's run reads a private copy: what it writes there never reaches the cache
-    # (tests/benchmarks/speedrun/test_speedrun_stream.py, tests/redteam/test_speedrun.py)
+    # a candidate's run reads it through a private layer: what it writes there never reaches it
+    # (tests/harness/test_compile_cache.py, tests/redteam/test_speedrun.py)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from evolve.benchmarks.speedrun.runner import CLOCK_MODULE, RunSettings, _private_cache
+from evolve.benchmarks.speedrun.runner import CLOCK_MODULE
 from evolve.benchmarks.speedrun.scoring import CUT_STRATUM, causal_violation, layout
 from evolve.benchmarks.speedrun.shards import write_shard
 from evolve.benchmarks.speedrun.stream import TokenServer
@@ -90,23 +90,3 @@ def test_a_model_depending_on_its_batch_neighbours_is_caught():
     batch_mean = plan.inputs.reshape(-1, 4, 32).mean(axis=(1, 2))
     worst, where = causal_violation(nats + np.repeat(batch_mean, 4)[:, None] / 100, plan)
     assert worst > 0 and where
-
-
-def test_each_run_gets_its_own_copy_of_the_compile_cache(tmp_path):
-    shared = tmp_path / "shared"
-    (shared / "inductor").mkdir(parents=True)
-    (shared / "inductor" / "kernel.so").write_text("compiled")
-    settings = RunSettings(
-        preset="cpu",
-        vocab_size=512,
-        eval_seq_len=64,
-        eval_batch_size=16,
-        val_tokens=64,
-        compile_cache=str(shared),
-    )
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    cache = _private_cache(settings, run_dir)
-    assert (cache / "inductor" / "kernel.so").read_text() == "compiled"
-    (cache / "inductor" / "poisoned").write_text("x")
-    assert not (shared / "inductor" / "poisoned").exists()

@@ -107,8 +107,9 @@ def test_an_offline_replay_rebuilds_the_same_archive_without_calls(tmp_path) -> 
     cfg["llm"].update(command=SCRIPTED, operators=OPERATORS)
     first = runner.run(cfg, first_dir)
     cfg = circle_packing(RUN)
+    # the same command names the same model (command/...): offline, it is never started
     cfg["llm"].update(
-        command="false", offline=True, replay_from=str(first_dir), operators=OPERATORS
+        command=SCRIPTED, offline=True, replay_from=str(first_dir), operators=OPERATORS
     )
     summary = runner.run(cfg, replay_dir)
     query = (

@@ -33,7 +33,9 @@ def test_a_matrix_product_inside_the_optimizer_step_counts_as_optimizer():
     # both classes present (shares of wall time depend on the machine's load: no margins)
     assert shares["matmul"] > 0 and shares["optimizer"] > 0
     assert summary["steps"] == 1 and summary["tokens_per_s"] > 0 and summary["tflops"] > 0
-    assert summary["top"][0][0] == "aten::mm" and summary["device"] == "cpu"
+    # the products lead on a quiet machine; under load the range's own time (the gaps between
+    # its products, when the process waits for a core) can outgrow them, so no rank is asserted
+    assert "aten::mm" in dict(summary["top"]) and summary["device"] == "cpu"
     text = profiling.describe(profiling.sanitize(json.dumps(summary)))
     assert text.endswith("MFU n/a") and "share of wall time: " in text
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from evolve.driver import Summary
+    from evolve.search.driver import Summary
 
 __version__ = "0.1.0"
 
@@ -45,18 +45,18 @@ _HOMES = {
         ),
         "evolve.types",
     ),
-    "Archive": "evolve.archive",
-    "Store": "evolve.store",
-    **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.fitness"),
+    "Archive": "evolve.archive.grid",
+    "Store": "evolve.store.database",
+    **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.harness.fitness"),
     **dict.fromkeys(
         ("ArchiveSettings", "EmitterSettings", "RunSettings", "SearchSettings"), "evolve.settings"
     ),
-    "NoiseSettings": "evolve.noise",
+    "NoiseSettings": "evolve.archive.noise",
     **dict.fromkeys(("AuditSettings",), "evolve.settings"),
     # the ask/tell engine and the driver that keeps proposals in flight
-    "Engine": "evolve.engine",
-    **dict.fromkeys(("Driver", "Summary"), "evolve.driver"),
-    "Emitter": "evolve.emitters",
+    "Engine": "evolve.search.engine",
+    **dict.fromkeys(("Driver", "Summary"), "evolve.search.driver"),
+    "Emitter": "evolve.search.emitters",
 }
 __all__ = [*_HOMES, "run"]  # the public API: every name above, and ``run``
 

@@ -3,7 +3,7 @@
 Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``, ``audit``;
 ``llm`` and ``noise`` have theirs in their own modules) and
 checks its own values, so an impossible value fails at start with a message naming the key
-and what it accepts; ``RunSettings`` holds them all. ``evolve.config.build_settings`` makes
+and what it accepts; ``RunSettings`` holds them all. ``evolve.launch.config.build_settings`` makes
 them from a resolved config; a notebook user may make them directly.
 """
 
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from evolve.types import EvolveError
 
 if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
-    from evolve.fitness import Benchmark
+    from evolve.archive.noise import NoiseSettings
+    from evolve.harness.fitness import Benchmark
     from evolve.llm.settings import LLMSettings
-    from evolve.noise import NoiseSettings
 
 
 class ConfigError(EvolveError):
@@ -95,7 +95,7 @@ class SearchSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class NoveltySettings:
-    """What counts as nothing new (``archive.novelty``); see ``evolve.novelty``.
+    """What counts as nothing new (``archive.novelty``); see ``evolve.search.novelty``.
 
     Attributes:
         names: refuse, before evaluation, a proposal that equals a stored candidate up to its
@@ -150,7 +150,7 @@ class NoveltySettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ArchiveSettings:
-    """The MAP-Elites archive (the ``archive`` config group); see ``evolve.archive.Archive``.
+    """The MAP-Elites archive (the ``archive`` config group); see ``evolve.archive.grid.Archive``.
 
     Attributes:
         islands: independent grids, bred separately and linked by ring migration (>= 1).
@@ -162,7 +162,7 @@ class ArchiveSettings:
             improving a cell (rounding noise never replaces an elite).
         novelty: what counts as nothing new (``NoveltySettings``; a mapping in the config).
         split_depth: how many times a crowded cell may split, each axis halved each time
-            (0: a fixed grid); see ``evolve.archive``.
+            (0: a fixed grid); see ``evolve.archive.grid``.
     """
 
     islands: int = 1
@@ -196,7 +196,7 @@ class ArchiveSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class EmitterSettings:
-    """How each proposal's operator is chosen (the ``emitter`` config group); see ``evolve.emitters``.
+    """How each proposal's operator is chosen (the ``emitter`` config group); see ``evolve.search.emitters``.
 
     Attributes:
         selection: ``bandit`` (discounted UCB whose prior is the operator weights) or
@@ -251,7 +251,7 @@ class BuiltinWeights:
 
 @dataclass(frozen=True, kw_only=True)
 class AuditSettings:
-    """The auditor stage (the ``audit`` config group); see ``evolve.referee.Auditor``.
+    """The auditor stage (the ``audit`` config group); see ``evolve.archive.referee.Auditor``.
 
     Attributes:
         enabled: audit each candidate about to become the run's best with the static
@@ -260,7 +260,7 @@ class AuditSettings:
         strict_seeds: strict re-evaluations of a flagged candidate, each with another seed;
             their mean must still beat the best.
         review: when the run has a model (``llm.model``), it also reviews the candidate's
-            change against the task's rules (``evolve.operators.review``); a suspicious
+            change against the task's rules (``evolve.research.review``); a suspicious
             verdict counts like a static flag. No effect without a model.
     """
 

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from evolve.config import as_dict
+from evolve.launch.config import as_dict
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_BENCHMARK = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "toy.yaml"
@@ -23,7 +23,7 @@ TOY_BENCHMARK = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """As root, the session's temp folders live in a folder of its own: sandboxed commands run
-    as another uid (``evolve.identity``), which the sandbox lets reach the test folders they are
+    as another uid (``evolve.sandbox.identity``), which the sandbox lets reach the test folders they are
     given, and pytest takes every permission for others off ``/tmp/pytest-of-root`` at each
     session's start, cutting off those of a session running beside it."""
     if config.option.basetemp is None and os.geteuid() == 0:
@@ -36,7 +36,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(Path(basetemp).parent, ignore_errors=True)
 
 
-def composed(overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness: Any) -> dict[str, Any]:
+def composed(
+    overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness: Any
+) -> dict[str, Any]:
     """The resolved config of ``python -m evolve <overrides>`` (with the toy benchmark by default)."""
     with initialize_config_module(config_module="evolve.configs", version_base=None):
         cfg = as_dict(compose(config_name="config", overrides=list(overrides)))
@@ -47,11 +49,19 @@ def composed(overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness
     return cfg
 
 
-def evolve_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **popen: Any) -> subprocess.CompletedProcess:
+def evolve_cli(
+    *args: str, cwd: Path = REPO, timeout: float = 300, **popen: Any
+) -> subprocess.CompletedProcess:
     """Run ``python -m evolve ARGS`` in a subprocess and return its completed process."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "evolve", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **popen
+        [sys.executable, "-m", "evolve", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
     )
 
 
@@ -76,8 +86,8 @@ def toy_cfg():
 @pytest.fixture(params=["cgroup", "affinity"])
 def mode(request, monkeypatch) -> str:
     """A CPU-allowance test runs with this machine's cpuset cgroups, and again as on a machine
-    without them (``evolve.cores``' affinity fallback)."""
-    from evolve import cores
+    without them (``evolve.sandbox.cores``' affinity fallback)."""
+    from evolve.sandbox import cores
 
     if request.param == "affinity":
         monkeypatch.setattr(cores, "CGROUP_MOUNTS", ())

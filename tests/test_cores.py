@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve import cores, isolation, sandbox
-from evolve.channels import NOT
+from evolve.sandbox import cores, isolation
+from evolve.sandbox import process as sandbox
+from evolve.sandbox.channels import NOT
 
 MACHINE = tuple(sorted(os.sched_getaffinity(0)))
 needs_two = pytest.mark.skipif(len(MACHINE) < 2, reason="needs two cores to give one")
@@ -18,8 +19,6 @@ SHOW = (
     "import os; print(sorted(os.sched_getaffinity(0)), *(os.environ.get(v) for v in"
     " ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'TORCHINDUCTOR_COMPILE_THREADS')))"
 )
-
-
 
 
 def test_slots_get_disjoint_runs_of_cores_as_even_as_they_go() -> None:

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.emitters import Emitter
-from evolve.engine import Engine
-from evolve.fitness import Benchmark
+from evolve.archive.grid import Archive
+from evolve.harness.fitness import Benchmark
 from evolve.operators.builtin import Tweak
-from evolve.rejections import Rejection
-from evolve.store import Store
+from evolve.search.emitters import Emitter
+from evolve.search.engine import Engine
+from evolve.search.rejections import Rejection
+from evolve.store.database import Store
 from evolve.types import (
     AddStatus,
     Candidate,

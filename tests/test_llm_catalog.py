@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from evolve.emitters import arm_key
 from evolve.llm import LLMSettings, PreflightError
 from evolve.operators.llm_catalog import llm_client, llm_operators, preflight_operators
-from evolve.store import Store
+from evolve.search.emitters import arm_key
+from evolve.store.database import Store
 
 
 def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:

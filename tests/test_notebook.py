@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
-from evolve.notebook import Notebook, cause, change_label, describe_cell
+from evolve.archive.grid import describe_cell
+from evolve.launch import runner
 from evolve.query.notebook import note_at, note_history
-from evolve.store import Store
+from evolve.research.notebook import Notebook, cause, change_label
+from evolve.store.calls import prompt_messages
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.conftest import REPO, composed, evolve_cli, start_evolve
 from tests.fixtures.sample_archive import write_sample_archive
@@ -144,7 +145,9 @@ def test_effects_are_judged_against_the_measured_noise(tmp_path) -> None:
                 seed, Evaluation(status=EvalStatus.OK, fitness=fitness, stage="reevaluation")
             )
     text = Notebook(store).text()
-    assert "repeated evaluations of one program vary by sd 1, so an effect holds only beyond 2" in text
+    assert (
+        "repeated evaluations of one program vary by sd 1, so an effect holds only beyond 2" in text
+    )
     effects = text.split("### Effects that hold (beyond noise; newest first)\n\n", 1)[1]
     assert effects.startswith("- 5 other change(s) moved the score by no more than the noise")
     assert "a single try is a single try" in text
@@ -198,7 +201,9 @@ def test_a_model_summarises_the_notebook_through_the_recorded_client(lesson_run)
         db, "SELECT seq, model, prompt_hash, text FROM notebook WHERE kind = 'summary' ORDER BY seq"
     )
     proposals = rows(db, "SELECT MAX(seq) FROM candidates")[0][0]  # refusals take seqs too
-    assert [seq for seq, *_ in summaries] == list(range(SUMMARY_EVERY, proposals + 1, SUMMARY_EVERY))
+    assert [seq for seq, *_ in summaries] == list(
+        range(SUMMARY_EVERY, proposals + 1, SUMMARY_EVERY)
+    )
     for seq, model, prompt_hash, text in summaries:
         assert model == "command/lesson_model" and text.startswith("- Lesson: ")
         calls = rows(

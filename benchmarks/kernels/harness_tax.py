@@ -83,7 +83,9 @@ def unsandboxed_timer_times(fitness, workdir: Path, scratch: Path) -> dict[str, 
     harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
     (scratch / "harness").mkdir()
     entry = {"file": "kernel.py", "function": "run", "dps": True}
-    nonce, stdin = job_input(harness.timer_job(fitness.settings, entry, {}, harness_dir=scratch / "harness"))
+    nonce, stdin = job_input(
+        harness.timer_job(fitness.settings, entry, {}, harness_dir=scratch / "harness")
+    )
     done = subprocess.run([sys.executable, *SAFE_PATH, "-m", TIMER, fitness.settings.device], cwd=workdir,
                           input=stdin, capture_output=True, timeout=900)  # fmt: skip
     lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]
@@ -99,7 +101,7 @@ def unsandboxed_timer_times(fitness, workdir: Path, scratch: Path) -> dict[str, 
 
 def measure(problem: str, device: str, tiny: bool, kernel: Path | None = None):
     """(the harness's Evaluation, one row per workload: uuid, bare_ms, profiled_ms, timer_ms, harness_ms)."""
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     with tempfile.TemporaryDirectory(prefix="evolve-kernels-harness-tax-") as tmp:
         fitness, seed = seed_fitness(problem, device, tiny, Path(tmp))

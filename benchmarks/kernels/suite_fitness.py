@@ -32,8 +32,8 @@ from evolve.benchmarks.kernels.harness import Harness, Report
 from evolve.benchmarks.kernels.score import sol_score, suite_score
 from evolve.benchmarks.kernels.spec import SpecError, load_problem, problem_dirs
 
-from evolve.fitness import EvalContext
 from evolve.harness import phases
+from evolve.harness.fitness import EvalContext
 from evolve.harness.hashing import files_digest
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 

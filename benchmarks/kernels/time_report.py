@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(item.split("=", 1) for item in args.set)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     tmp = Path(tempfile.mkdtemp(prefix="evolve-kernels-time-report-"))
     try:

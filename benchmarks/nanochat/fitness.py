@@ -28,8 +28,8 @@ from evolve.benchmarks.nanochat.scorer import SPARE_ROWS, eval_rows
 from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_files
 from evolve.benchmarks.nanochat.tokens import Split
 
-from evolve.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
 from evolve.harness import bytecode, exported, phases, profiling, protocol
+from evolve.harness.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class NanochatFitness:
             (``evaluate``); ``evolve`` runs them in order and stops at the first that fails.
         benchmark_overrides: the seed folder of the chosen scale, the GPUs one evaluation
             needs (1 at a CUDA scale, else 0) and a bound on one evaluation's wall time;
-            ``evolve.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
+            ``evolve.launch.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
     """
 
     def __init__(

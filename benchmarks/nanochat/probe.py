@@ -12,7 +12,7 @@ candidate code: it
 computes the loss, log-probabilities and the causality number from the logits itself and
 prints them as one JSON line carrying the job's nonce (the child's output goes to a log
 file, and this process is undumpable). The harness's fitness compares them with the seed's
-(``evolve.layered``).
+(``evolve.benchmarks.nanochat.layered``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from pathlib import Path
 from evolve.benchmarks.nanochat import stages
 from evolve.benchmarks.nanochat.fitness import PROFILE_STEPS, NanochatFitness
 
-from evolve.fitness import EvalContext, evaluate_safely, write_files
+from evolve.harness.fitness import EvalContext, evaluate_safely, write_files
 from evolve.types import Evaluation
 
 

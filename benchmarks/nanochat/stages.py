@@ -1,6 +1,6 @@
 """The nanochat fitness's quick stages before the full run: a local check and a short training run.
 
-``evolve.layered`` runs the comparisons in the harness's own process; the numbers come from
+``evolve.benchmarks.nanochat.layered`` runs the comparisons in the harness's own process; the numbers come from
 the same kind of sandboxed harness processes as the full run's, with the training data only:
 ``probe`` (with its child ``probe_worker``) for the local check, and the training
 ``supervisor`` with a step limit for the short run. Which stages run is the ``layered``
@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evolve.benchmarks.nanochat import ahead
+from evolve.benchmarks.nanochat.layered import LocalCheck, LossBand, ShortRun, cascade
 from evolve.benchmarks.nanochat.scales import Scale
 
-from evolve.fitness import EvalContext, Stage, write_files
 from evolve.harness import once, phases
 from evolve.harness.as_found import as_found
+from evolve.harness.fitness import EvalContext, Stage, write_files
 from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
-from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
 from evolve.types import EvalStatus, Evaluation, Files
 
 if TYPE_CHECKING:

@@ -33,8 +33,8 @@ from evolve.benchmarks.speedrun.runner import (
     warm_cache,
 )
 
-from evolve.fitness import EvalContext, Stage, one_sided_pvalue
 from evolve.harness import once, phases
+from evolve.harness.fitness import EvalContext, Stage, one_sided_pvalue
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)
@@ -144,7 +144,11 @@ class SpeedrunFitness:
     def stages(self) -> list[Stage]:
         """The cascade: the compile cache filled (with ``compile_cache``), one seed, then the
         remaining seeds and the t-test."""
-        warmup = [Stage(name="cache_warmup", run=self.cache_warmup)] if self.settings.compile_cache else []
+        warmup = (
+            [Stage(name="cache_warmup", run=self.cache_warmup)]
+            if self.settings.compile_cache
+            else []
+        )
         return [
             *warmup,
             Stage(name="first_seed", run=self.first_seed),

@@ -43,8 +43,8 @@ from evolve.benchmarks.speedrun.fitness import ALPHA, SpeedrunFitness, verdict
 from evolve.benchmarks.speedrun.prepare_text import prepare
 from evolve.benchmarks.speedrun.runner import RunRecord
 
-from evolve.fitness import EvalContext
 from evolve.harness import phases
+from evolve.harness.fitness import EvalContext
 from evolve.harness.gpus import visible_gpus
 from evolve.types import EvalStatus
 
@@ -205,10 +205,14 @@ def seeds_part(
         run_timeout_s=steps * batch / (tps1 or 300_000) * 2 + 600,
     )
     ctx = EvalContext(seed=0, gpu=",".join(gpus) if gpus else None, scratch=scratch / "seeds")
-    if args.compile_cache:  # as an evolve run's first evaluation would: the harness's seed run fills it
+    if (
+        args.compile_cache
+    ):  # as an evolve run's first evaluation would: the harness's seed run fills it
         begin = time.monotonic()
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
-        log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
+        log(
+            f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s"
+        )
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
     with (
         phases.timeline("harness") as line,

@@ -24,8 +24,8 @@ from evolve.benchmarks.speedrun.scoring import evaluate_run, start_evaluation
 from evolve.benchmarks.speedrun.stream import TokenServer
 from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
-from evolve.fitness import Limits, Policy, run_sandboxed
 from evolve.harness import bytecode, phases
+from evolve.harness.fitness import Limits, Policy, run_sandboxed
 from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
 
@@ -54,7 +54,9 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
-    compile_cache: str | None = None  # a compiler cache copied into each run (written by warm_cache only)
+    compile_cache: str | None = (
+        None  # a compiler cache copied into each run (written by warm_cache only)
+    )
     strict_probes: bool = False  # the auditor's strict mode: more causality probes (``layout``)
 
     def strict(self) -> RunSettings:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evolve.fitness import Limits, Policy, Started, start_sandboxed
 from evolve.harness import bytecode, exported, phases, protocol
+from evolve.harness.fitness import Limits, Policy, Started, start_sandboxed
 from evolve.harness.lm import make_probes
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus

@@ -8,7 +8,7 @@ from evolve.llm.settings import LLMSettings
 from evolve.operators.base import Operator
 from evolve.operators.builtin import BlockCrossover, Tweak
 from evolve.settings import BuiltinWeights, ConfigError
-from evolve.store import Store
+from evolve.store.database import Store
 
 
 def builtin_operators(weights: Mapping[str, float]) -> list[tuple[Operator, float]]:

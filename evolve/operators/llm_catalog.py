@@ -9,7 +9,7 @@ from evolve.llm import LLMClient, LLMSettings, preflight
 from evolve.operators.base import Operator
 from evolve.operators.crossover import Crossover
 from evolve.operators.mutate import Diff, LLMOperator, Rewrite
-from evolve.store import Store
+from evolve.store.database import Store
 
 log = logging.getLogger("evolve")
 

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from evolve.store import Store
+from evolve.store.database import Store
 
 Source = sqlite3.Connection | Store
 

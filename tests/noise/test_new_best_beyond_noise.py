@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
+from evolve.launch import runner
 from evolve.query.notebook import note_at, note_history
+from evolve.store.calls import prompt_messages
 from tests.conftest import REPO, composed
 
 SEED = "A = 1.0\nB = 4\nC = 0.5\n# EVOLVE-BLOCK-START\nD = 10\n# EVOLVE-BLOCK-END\n"
@@ -77,6 +77,8 @@ def test_no_new_best_within_the_noise(noisy_run) -> None:
     assert len(told) >= 10, lines[-5:]
     assert not [line for line in told if "NEW BEST" in line]
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        (best,) = conn.execute("SELECT c.seq FROM elites e JOIN candidates c ON c.id = e.candidate "
-                               "ORDER BY e.objective DESC LIMIT 1").fetchone()
+        (best,) = conn.execute(
+            "SELECT c.seq FROM elites e JOIN candidates c ON c.id = e.candidate "
+            "ORDER BY e.objective DESC LIMIT 1"
+        ).fetchone()
     assert best == 0  # no child of equal worth displaced the seed on luck

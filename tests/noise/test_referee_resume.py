@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.noise import REEVALUATION, NoiseSettings, reevaluation_seed
-from evolve.referee import Referee
-from evolve.store import Store
+from evolve.archive.grid import Archive
+from evolve.archive.noise import REEVALUATION, NoiseSettings, reevaluation_seed
+from evolve.archive.referee import Referee
+from evolve.store.database import Store
 from evolve.types import EvalStatus, Evaluation, Objective, Proposal
 
 
@@ -35,7 +35,9 @@ def test_a_resumed_calibration_measures_only_the_missing_samples(tmp_path, seeds
         if budget[0] is not None and len(measured) >= budget[0]:
             raise Killed
         measured.append(k)
-        return Evaluation(status=EvalStatus.OK, fitness=1.0 + k / 10, seeds=seeds_of(reevaluation_seed(7, k)))
+        return Evaluation(
+            status=EvalStatus.OK, fitness=1.0 + k / 10, seeds=seeds_of(reevaluation_seed(7, k))
+        )
 
     referee = Referee(
         store=store,

@@ -1,10 +1,9 @@
-"""evolve.noise: settings, the re-evaluation schedule, verdict rows and the archive's judge."""
+"""evolve.archive.noise: settings, the re-evaluation schedule, verdict rows and the archive's judge."""
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.fitness import Samples
-from evolve.noise import (
+from evolve.archive.grid import Archive
+from evolve.archive.noise import (
     Calibration,
     NoiseJudge,
     NoiseSettings,
@@ -14,7 +13,8 @@ from evolve.noise import (
     reevaluation_seed,
     summarize,
 )
-from evolve.store import Store
+from evolve.harness.fitness import Samples
+from evolve.store.database import Store
 from evolve.types import (
     AddStatus,
     CandidateStatus,

@@ -9,12 +9,12 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from evolve.fitness import Benchmark, EvalContext
+from evolve.harness.fitness import Benchmark, EvalContext
 from evolve.llm import BudgetExceeded, LLMClient, LLMSettings
 from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.mutate import Diff, Rewrite
 from evolve.operators.prompting import render
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, Objective, Parent
 from tests.fixtures import scripted_provider
 
@@ -255,7 +255,10 @@ def test_rewrite_of_a_file_named_twice_takes_the_whole_file_not_the_snippet(
 ) -> None:
     new = PROGRAM.replace("    return [0.05] * n", "    return [0.07] * n")
     snippet = "    return [0.07] * n\n"
-    scripted.queue("m", f"main.py\n```python\n{new}```\n\nThe key change in main.py:\n```python\n{snippet}```\n")
+    scripted.queue(
+        "m",
+        f"main.py\n```python\n{new}```\n\nThe key change in main.py:\n```python\n{snippet}```\n",
+    )
     proposal = propose(
         Rewrite(client=client, model="scripted/m"), request(tmp_path, [parent(FILES)])
     )

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve import sandbox
-from evolve.channels import NOT
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
+from evolve.sandbox import process as sandbox
+from evolve.sandbox.channels import NOT
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import nanochat_programs as programs
 
@@ -120,8 +120,6 @@ for task in os.listdir("/proc/self/task"):
         found.add(handle.read().split("Cpus_allowed_list:")[1].split()[0])
 print(json.dumps({"threads": torch.get_num_threads(), "seen": sorted(found), "ok": bool(b.isfinite().all())}))
 """
-
-
 
 
 def greedy(program: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.kernels.fitness import KernelFitness
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.redteam.helpers import Listener, assert_caught, reason
 
@@ -171,7 +171,7 @@ SABOTEUR = (
 
 
 def test_the_driver_waiting_for_the_next_evaluation_cannot_be_reached(fitness, tmp_path):
-    from evolve.sandbox import isolation_report
+    from evolve.sandbox.process import isolation_report
 
     if "signals" not in isolation_report().get("landlock", ""):
         pytest.skip("needs Landlock's signal scoping (ABI 6+) to keep other processes unreachable")
@@ -497,7 +497,9 @@ CODE_SWAP = (  # the function stays the same object; its code is the candidate's
 
 
 @pytest.mark.parametrize("code", [SEED_PATCH, CODE_SWAP], ids=["rebound", "code swapped"])
-def test_a_seed_function_rebound_in_the_candidates_process_changes_no_input(fitness, tmp_path, code):
+def test_a_seed_function_rebound_in_the_candidates_process_changes_no_input(
+    fitness, tmp_path, code
+):
     """Scored 1.75 when the process hosting the candidate made its inputs: now the timer makes them."""
     assert_caught(evaluate(fitness, tmp_path, code), EvalStatus.INVALID, r"round 1: output 0: only")
 
@@ -542,7 +544,9 @@ def test_the_driver_frame_forger_reaches_nothing_that_scores(fitness, tmp_path):
     true witness for inputs of its choosing, wrote its own result line and exited (0.94, every
     check passing). The timer that owns the seed, the clock and the verdict is another process."""
     ev = evaluate(fitness, tmp_path, FRAME_FORGER)
-    assert_caught(ev, EvalStatus.ERROR, r"the candidate's process exited \(status 0\) before answering")
+    assert_caught(
+        ev, EvalStatus.ERROR, r"the candidate's process exited \(status 0\) before answering"
+    )
     assert "harness names in reach: none" in reason(ev)
     assert "reached /proc" not in reason(ev) and "refused /proc" in reason(ev)
 
@@ -687,7 +691,11 @@ LAZY_OUTPUT = textwrap.dedent(
     [
         ("lazy output tensor", LAZY_OUTPUT, r"round 0: output 0: \d+ NaN/Inf value"),
         ("outputs cached across calls", None, r"although the correctness rounds passed"),
-        ("driver-frame forger", FRAME_FORGER, r"the candidate's process exited \(status 0\) before answering"),
+        (
+            "driver-frame forger",
+            FRAME_FORGER,
+            r"the candidate's process exited \(status 0\) before answering",
+        ),
     ],
 )
 def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):

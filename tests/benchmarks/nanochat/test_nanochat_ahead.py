@@ -5,7 +5,7 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import ahead, prepare
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.harness.test_phases import assert_adds_up
 
@@ -94,4 +94,3 @@ def test_a_compiler_setting_made_too_late_is_named_in_the_log(data_dir, tmp_path
     log = ev.artifacts["train_log"]
     assert "TORCHINDUCTOR_MAX_AUTOTUNE is set after the harness imported torch" in log
     assert "torch._inductor.config" in log and "TORCHINDUCTOR_CACHE_DIR" not in log
-

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.channels import (
+from evolve.sandbox.channels import (
     JEQ_K,
     NOT,
     RET_ERRNO,
@@ -222,7 +222,7 @@ def hints(allowance: Allowance, env: Mapping[str, str]) -> dict[str, str]:
 def confine(allowance: Allowance) -> str:
     """Hold the calling process (a child before exec) to its cores; say how, or NOT and why.
 
-    Runs before ``evolve.isolation.apply``: joining the cgroup writes to the cgroup file
+    Runs before ``evolve.sandbox.isolation.apply``: joining the cgroup writes to the cgroup file
     system, which Landlock then refuses to the command.
     """
     cores = format_list(allowance.cores)

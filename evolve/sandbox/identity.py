@@ -14,13 +14,13 @@ to every path it is given (in its arguments, environment, policy or job on stdin
 from: a folder of the caller's on the way that others may not list (``/root`` holding a pyenv interpreter, a ``mkdtemp`` scratch folder) gets read and
 search permission for others (``o+rx``: its names become listable, files keep their modes;
 a harness process hiding a path from its child lists every folder on the way,
-``evolve.landlock.read_rules``). A command running as root could read all of them.
+``evolve.sandbox.landlock.read_rules``). A command running as root could read all of them.
 
 A ``Policy.writable`` folder that evaluations running at the same time share belongs to the
 one that started last: give such a folder mode 1777 (as ``/dev/shm`` has), which ``grant``
 leaves alone.
 
-The uid travels in an environment variable, like ``evolve.unreadable``'s paths, so that
+The uid travels in an environment variable, like ``evolve.sandbox.unreadable``'s paths, so that
 worker processes inherit it; the sandbox never passes the variable on to the command.
 """
 

@@ -7,7 +7,7 @@ show the same text). It is organised by recency and significance, not by raw del
 first lines keep changing as the run learns: the run so far (with the measured noise), what
 was tried most recently, the effects that hold beyond noise (newest first), failures by cause
 (latest first), the best programs of every island, open directions (improvements beyond
-noise, never ties) and the latest summary a model wrote of it (``evolve.operators.summary``).
+noise, never ties) and the latest summary a model wrote of it (``evolve.research.summary``).
 Every change is labelled by its diff (``change_label``: the settings it changes, else the
 functions it edits), never by the model's prose; a single try is called one. Proposals the
 engine refused without a model answer (e.g. a crossover with one elite) are not the model's
@@ -21,10 +21,11 @@ import difflib
 import heapq
 import re
 from collections import ChainMap, Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolve.archive.grid import describe_cell
 from evolve.query import Source
 from evolve.query.candidates import brief, elites, files_of
 from evolve.query.edges import elite_ids
@@ -39,30 +40,6 @@ FINAL = ("done", "failed", "rejected")  # statuses a proposal keeps for good
 SHOWN = 60  # at most this many lines per section (the size budget usually cuts earlier)
 RECENT = 8  # proposals listed under "Tried recently"
 TOLERANCE = 1e-6  # relative gain below which two scores tie (the archive's default min_improvement)
-
-
-def describe_cell(cell: str | None, axes: Sequence[Mapping[str, Any]] | None) -> str:
-    """``cell`` with its axes named by their ranges: ``radius_std 0.01-0.02, wall_fraction 0.5-0.6667``
-    (a split cell, ``1,3/0,1``, by its narrower ranges), the one way cells are named."""
-    if not cell:
-        return ""
-    levels = [level.split(",") for level in cell.split("/")]
-    valid = bool(axes) and all(
-        len(parts) == len(axes) and all(p.strip().isdigit() for p in parts) for parts in levels
-    )
-    if not valid:
-        names = " x ".join(str(a["name"]) for a in axes or ())
-        return f"{cell} ({names})" if names else cell
-    shown = []
-    for k, axis in enumerate(axes):  # type: ignore[arg-type]
-        bins = int(axis["bins"])
-        width = (float(axis["high"]) - float(axis["low"])) / bins
-        low = float(axis["low"]) + int(levels[0][k]) * width
-        for sub in levels[1:]:  # a split cell: each level halves the bin
-            width /= 2
-            low += int(sub[k]) * width
-        shown.append(f"{axis['name']} {low:.4g}-{low + width:.4g}")
-    return ", ".join(shown)
 
 
 def change_label(before: Mapping[str, str], after: Mapping[str, str]) -> tuple[str, str]:
@@ -122,7 +99,9 @@ def _definitions(text: str) -> dict[str, str] | None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             found[f"{node.name}()"] = ast.dump(node)
         elif isinstance(node, ast.ClassDef):
-            methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+            methods = [
+                n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
             others = [ast.dump(n) for n in node.body if n not in methods]
             found[f"class {node.name}"] = "\n".join(others)
             for method in methods:
@@ -234,7 +213,9 @@ class Notebook:
             self._add(self._settled, row, self._settled.fitness)
             self._after = row["seq"]
         later = _Tally()
-        for row in fresh:  # proposals still in flight taught nothing yet (and their status is timing)
+        for (
+            row
+        ) in fresh:  # proposals still in flight taught nothing yet (and their status is timing)
             if row["status"] in FINAL:
                 self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
         newest = fresh[-1]["seq"] if fresh else self._after
@@ -267,7 +248,9 @@ class Notebook:
         else:
             outcome = f"{row['status']}: {cause(row['error'] or '')}"
         if row["status"] != "rejected" or (row["answer"] or "").strip():
-            tally.recent = [*tally.recent, f"- #{row['seq']} {label} ({where}): {outcome}"][-RECENT:]
+            tally.recent = [*tally.recent, f"- #{row['seq']} {label} ({where}): {outcome}"][
+                -RECENT:
+            ]
         failed = row["status"] == "failed"
         if failed or (row["status"] == "rejected" and (row["answer"] or "").strip()):
             why = ("failed: " if failed else "refused: ") + cause(
@@ -311,13 +294,14 @@ class Notebook:
     # --- sections -----------------------------------------------------------------------------
 
     def _overview(self, tally: _Tally, sd: float | None) -> str:
-        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items())) or "none yet"
+        told = (
+            ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items())) or "none yet"
+        )
         noise = (
             f"repeated evaluations of one program vary by sd {sd:.3g}, so an effect holds "
             f"only beyond {2 * sd:.3g} (2 sd); a single try is a single try"
             if sd is not None
-            else "noise not measured (no program was evaluated twice): a single try is a "
-            "single try"
+            else "noise not measured (no program was evaluated twice): a single try is a single try"
         )
         return f"### The run so far\n\n{tally.counts.total()} proposals ({told}); {noise}."
 

@@ -1,6 +1,6 @@
 """Re-evaluation inside a run: noise-aware selection (``Referee``) and the auditor stage (``Auditor``).
 
-The statistics live in ``evolve.noise``; this module is the part of the loop that asks for
+The statistics live in ``evolve.archive.noise``; this module is the part of the loop that asks for
 more samples. The search gives it a way to evaluate a candidate once more with its k-th
 extra seed, and hands it every finished evaluation: ``calibrate`` for the seed program
 (``noise.seeds`` samples, side by side on the evaluation slots, each stored at once so a
@@ -13,7 +13,7 @@ every program evaluated more than once, pooled, its ``noise_sd``, which a new be
 
 The ``Auditor`` looks at a candidate about to become the run's best: ``evolve.harness.audit``'s
 static detectors read what it added to its parent, and, when the run has a model, a
-``ReviewDiff`` (``evolve.operators.review``) asks it to review the change against the task's
+``ReviewDiff`` (``evolve.research.review``) asks it to review the change against the task's
 rules (its score and gain beside it). Calls the task prescribes (``Benchmark.prescribed``)
 never flag. A candidate flagged by either is evaluated again, strictly
 (``EvalContext.strict``) with its next extra seed(s) and the same limits, and promoted only
@@ -35,11 +35,11 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 
-from evolve import noise as noise_aware
-from evolve.archive import Archive
-from evolve.fitness import Samples, pooled_sd
+from evolve.archive import noise as noise_aware
+from evolve.archive.grid import Archive
 from evolve.harness.audit import AuditReport, audit
-from evolve.store import Store
+from evolve.harness.fitness import Samples, pooled_sd
+from evolve.store.database import Store
 from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, EvolveError, Files
 
 log = logging.getLogger("evolve")

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from evolve.archive import CURIOSITY_KEPT, CURIOSITY_NOT_KEPT, Archive
-from evolve.fitness import Benchmark
-from evolve.notebook import sibling_notes
+from evolve.archive.grid import CURIOSITY_KEPT, CURIOSITY_NOT_KEPT, Archive
+from evolve.harness.fitness import Benchmark
 from evolve.operators.base import Operator, OperatorRejected, OperatorRequest
+from evolve.research.notebook import sibling_notes
 from evolve.types import AddResult, AddStatus, EdgeRole, EvolveError, Proposal
 
 SELECTIONS = ("bandit", "weights")
@@ -41,7 +41,7 @@ def reward(result: AddResult | None, scale: float) -> float:
 @dataclass
 class BanditState:
     """Discounted counts and reward sums per arm, the running improvement scale, and each
-    parent's curiosity score (``evolve.archive``: +1 per child kept, -0.5 per child not kept)."""
+    parent's curiosity score (``evolve.archive.grid``: +1 per child kept, -0.5 per child not kept)."""
 
     counts: dict[str, float] = field(default_factory=dict)
     rewards: dict[str, float] = field(default_factory=dict)
@@ -211,7 +211,7 @@ class Emitter:
 
     async def propose(self, ask: Ask, rng: random.Random, notes: str = "") -> Proposal:
         """Run the operator of ``ask`` on its parents; ``rng`` is the operator's own stream,
-        ``notes`` the run's notebook as recorded for ``ask`` (``evolve.notebook``).
+        ``notes`` the run's notebook as recorded for ``ask`` (``evolve.research.notebook``).
 
         Raises:
             OperatorRejected: the operator produced no valid child.

@@ -1,6 +1,6 @@
 """Layered checks for training code: a quick local check, a short run against the seed's band, then the full run.
 
-A benchmark that trains a model declares ``stages`` (``evolve.fitness.Stage``) so that a
+A benchmark that trains a model declares ``stages`` (``evolve.harness.fitness.Stage``) so that a
 broken candidate costs seconds, not a full training run:
 
 1. ``LocalCheck``: the harness runs the candidate's model on fixed inputs (a probe of its
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.fitness import EvalContext, Stage, write_files
+from evolve.harness.fitness import EvalContext, Stage, write_files
 from evolve.types import EvalStatus, Evaluation, Files
 
 Probe = Callable[[Path, EvalContext], "Mapping[str, Any] | Evaluation"]

@@ -5,7 +5,7 @@ A proposal starts (its parents chosen from the archive as it is then) while fewe
 search.lookahead - 1`` are running, waiting for a slot or holding one: a candidate whose
 evaluation is over no longer counts while the auditor reviews it (a model's review, a
 strict re-run), so no slot idles behind an audit, and ``search.lookahead`` (the user's
-bound) lets more LLM calls run ahead while every slot is busy. Each admitted candidate borrows the next free evaluation slot (``evolve.slots``)
+bound) lets more LLM calls run ahead while every slot is busy. Each admitted candidate borrows the next free evaluation slot (``evolve.search.slots``)
 for its evaluation and the referee's extra samples, and gives it back before the auditor's
 model review: no slot waits on a model. Every start, admission and result happens in one
 synchronous step of the event loop and is numbered by the engine, so:
@@ -31,15 +31,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve import noise
+from evolve.archive import noise
+from evolve.archive.referee import Auditor, AuditVerdict, Referee, ReviewDiff
 from evolve.backends import Backend
-from evolve.emitters import Ask
-from evolve.engine import Engine, Outcome
-from evolve.progress import Progress, evaluation_line
-from evolve.referee import Auditor, AuditVerdict, Referee, ReviewDiff
-from evolve.rejections import Rejection, Streak
+from evolve.search.emitters import Ask
+from evolve.search.engine import Engine, Outcome
+from evolve.search.progress import Progress, evaluation_line
+from evolve.search.rejections import Rejection, Streak
+from evolve.search.slots import Slots
 from evolve.settings import AuditSettings, SearchSettings
-from evolve.slots import Slots
 from evolve.types import Candidate, Evaluation
 
 log = logging.getLogger("evolve")
@@ -64,12 +64,12 @@ class Driver:
         engine: the ask/tell core of the run.
         backend: evaluates candidates, ``slots`` at once.
         settings: budgets and concurrency.
-        noise: noise-aware selection (``evolve.referee``); None or ``seeds: 1`` disables it.
-        audit: the auditor stage (``evolve.referee.Auditor``): candidates about to become the
+        noise: noise-aware selection (``evolve.archive.referee``); None or ``seeds: 1`` disables it.
+        audit: the auditor stage (``evolve.archive.referee.Auditor``): candidates about to become the
             run's best are audited, flagged ones re-evaluated strictly before promotion;
             None: its defaults (enabled).
         review_diff: a model's review of a change the auditor reads
-            (``evolve.operators.review.Reviewer``); None: static detectors only.
+            (``evolve.research.review.Reviewer``); None: static detectors only.
         budget_errors: exception types that mean "stop proposing, finish cleanly".
         replay: the recorded events of the run being replayed (``Store.events``), followed
             in order before the driver goes on by itself.

@@ -1,6 +1,6 @@
 """Forget what earlier commands left in the host's page cache, before a strict re-evaluation.
 
-The sandbox refuses the calls that read or steer page-cache residency (``evolve.channels``),
+The sandbox refuses the calls that read or steer page-cache residency (``evolve.sandbox.channels``),
 but a command still loads the pages it reads, and a later one can tell a cached page from an
 uncached one by how it reads: its major-fault count (``getrusage``) or the time a read takes.
 So one evaluation can leave bits for the next in which pages of a large readable file are

@@ -29,10 +29,11 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from evolve.query.edges import PARENT_ROLES
 from evolve.settings import NoveltySettings
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import (
     AddResult,
     AddStatus,
@@ -51,6 +52,30 @@ down(id) AS (SELECT ? UNION SELECT e.child FROM edges e JOIN down ON e.parent = 
     WHERE e.role IN ({roles}))
 SELECT id FROM up UNION SELECT id FROM down
 """
+
+
+def describe_cell(cell: str | None, axes: Sequence[Mapping[str, Any]] | None) -> str:
+    """``cell`` with its axes named by their ranges: ``radius_std 0.01-0.02, wall_fraction 0.5-0.6667``
+    (a split cell, ``1,3/0,1``, by its narrower ranges), the one way cells are named."""
+    if not cell:
+        return ""
+    levels = [level.split(",") for level in cell.split("/")]
+    valid = bool(axes) and all(
+        len(parts) == len(axes) and all(p.strip().isdigit() for p in parts) for parts in levels
+    )
+    if not valid:
+        names = " x ".join(str(a["name"]) for a in axes or ())
+        return f"{cell} ({names})" if names else cell
+    shown = []
+    for k, axis in enumerate(axes):  # type: ignore[arg-type]
+        bins = int(axis["bins"])
+        width = (float(axis["high"]) - float(axis["low"])) / bins
+        low = float(axis["low"]) + int(levels[0][k]) * width
+        for sub in levels[1:]:  # a split cell: each level halves the bin
+            width /= 2
+            low += int(sub[k]) * width
+        shown.append(f"{axis['name']} {low:.4g}-{low + width:.4g}")
+    return ", ".join(shown)
 
 
 @dataclass
@@ -76,7 +101,7 @@ class Archive:
             incumbent's magnitude (absolute when it is below 1): a challenger must beat the
             incumbent by more than ``min_improvement * max(1, |incumbent|)``. Rounding noise
             (gains of 1e-15) never replaces an elite or makes a new best.
-        novelty: what counts as nothing new (``evolve.novelty``, run by the engine): a
+        novelty: what counts as nothing new (``evolve.search.novelty``, run by the engine): a
             mapping of ``NoveltySettings`` fields, or the settings themselves.
         split_depth: how many times a crowded cell may split (0: a fixed grid).
     """
@@ -122,10 +147,10 @@ class Archive:
         self._grid: list[dict[str, Elite]] = [{} for _ in range(islands)]
         self._split: list[set[str]] = [set() for _ in range(islands)]  # cells that have split
         self._ranked: dict[int | None, list[tuple[int, str, Elite]]] = {}  # elites(), by island
-        # Noise-aware selection (evolve.noise.NoiseJudge): judge(challenger, incumbent id,
+        # Noise-aware selection (evolve.archive.noise.NoiseJudge): judge(challenger, incumbent id,
         # incumbent value) -> whether the challenger replaces the incumbent; None = plain comparison.
         self.judge: Callable[[Evaluation, str, float], bool] | None = None
-        # The sd of repeated evaluations of one program (evolve.referee measures it); None: not measured.
+        # The sd of repeated evaluations of one program (evolve.archive.referee measures it); None: not measured.
         self.noise_sd: float | None = None
         for island, cell, candidate_id, value in store.elites():
             if island < islands:

@@ -28,9 +28,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from evolve.fitness import Benchmark, Fitness
+from evolve.archive.noise import NoiseSettings
+from evolve.harness.fitness import Benchmark, Fitness
 from evolve.llm.settings import LLMSettings
-from evolve.noise import NoiseSettings
 from evolve.paths import resolve_path
 from evolve.settings import (
     Alternative,

@@ -2,16 +2,16 @@
 
 What it does (Linux; ``Result.isolation`` says which protections this platform applied):
 - runs the command in the given working directory (a fresh temp dir), with HOME, TMPDIR,
-  the XDG folders and the compile caches pointing inside it (``evolve.sandbox_env``), in
+  the XDG folders and the compile caches pointing inside it (``evolve.sandbox.environment``), in
   its own session and process group;
 - rlimits: address space, CPU seconds, file size, number of processes, no core dumps;
-- ``evolve.cores``: the CPU cores of its allowance (``Limits.cores`` of the caller's own, a
+- ``evolve.sandbox.cores``: the CPU cores of its allowance (``Limits.cores`` of the caller's own, a
   slot's), held by a cpuset cgroup, else by an affinity it may not widen (seccomp); the
   thread-count variables (``OMP_NUM_THREADS`` ...) follow the caller's, else the allowance;
 - an environment from an allow-list, minus anything that looks like a secret
   (``*_API_KEY``, ``*_TOKEN``, ``*_SECRET``, ``*_PASSWORD``, ``AWS_*``, ...);
 - stdout/stderr captured up to a byte cap (the rest is discarded, and said so);
-- ``evolve.isolation``: private network and IPC namespaces (as root, or inside an
+- ``evolve.sandbox.isolation``: private network and IPC namespaces (as root, or inside an
   unprivileged user namespace), else Landlock refusing TCP; a private tmpfs on /dev/shm and
   private writable layers over /tmp, /var/tmp and ``Policy.shared_caches``; read-only bind
   mounts over ``Policy.readonly`` (and a check after the run, ``Result.modified``); Landlock
@@ -23,7 +23,7 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
   ``noatime`` (which files it read would show in their access times); seccomp
   refusing the kernel keyring calls and those that read or steer the page cache;
   no-new-privileges and an empty capability bounding set;
-- ``evolve.identity``: as root, an unprivileged uid of its evaluation's, owner of no host file,
+- ``evolve.sandbox.identity``: as root, an unprivileged uid of its evaluation's, owner of no host file,
   given its workdir and ``Policy.writable`` folders;
 - on timeout SIGTERM to the group, SIGKILL after a grace period; then SIGKILL, until none is
   left, to every process in its session, carrying its marker variable, or inside its private
@@ -33,7 +33,7 @@ What it does (Linux; ``Result.isolation`` says which protections this platform a
 What it does NOT protect against (run untrusted code on a machine you can lose):
 - reading whatever the user running evolve can read (the working directory of another
   evaluation running at the same time included), except ``Policy.hidden`` and the paths
-  ``evolve.unreadable`` names (the run's directory);
+  ``evolve.sandbox.unreadable`` names (the run's directory);
 - without Landlock (kernel < 5.13, or refused): writes anywhere the user may write, which
   for root means the whole system; without any namespace, UDP and (Landlock < 4) all network;
 - pathname unix sockets outside /tmp (e.g. a docker socket) that file permissions let it reach;
@@ -41,7 +41,7 @@ What it does NOT protect against (run untrusted code on a machine you can lose):
 - the kernel: seccomp filters only the keyring and page-cache calls; a kernel exploit
   escapes everything;
 - which pages its reads leave in the page cache (major faults and read times show them to
-  the next command; ``evolve.pagecache`` drops them before the auditor's strict evaluations);
+  the next command; ``evolve.sandbox.pagecache`` drops them before the auditor's strict evaluations);
 - memory: ``Limits.memory_bytes`` caps *virtual* address space, which CUDA exhausts at once,
   so GPU programs need ``memory_bytes=None`` and then have no memory cap (no cgroup is used);
   RLIMIT_NPROC counts per uid (the evaluation's own; machine-wide for a caller that is not
@@ -73,9 +73,9 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
-from evolve import cores, identity, isolation, unreadable
-from evolve.isolation import IsolationError, Policy
-from evolve.sandbox_env import environment, scrub_env
+from evolve.sandbox import cores, identity, isolation, unreadable
+from evolve.sandbox.environment import environment, scrub_env
+from evolve.sandbox.isolation import IsolationError, Policy
 
 __all__ = [
     "IsolationError",
@@ -107,11 +107,11 @@ class Limits:
         cpu_s: CPU-seconds limit (RLIMIT_CPU): SIGXCPU when it passes, SIGKILL a second later.
         file_bytes: largest file the command may write (RLIMIT_FSIZE; SIGXFSZ beyond).
         processes: RLIMIT_NPROC, counted per uid over the whole machine (the evaluation's
-            own uid, ``evolve.identity``); not enforced where the command runs as root.
+            own uid, ``evolve.sandbox.identity``); not enforced where the command runs as root.
         output_bytes: bytes of stdout and of stderr kept; the rest is dropped.
         cores: CPU cores the command gets, the first of the caller's affinity (a slot
             worker's: its slot's cores); None: all of them. Held by a cpuset cgroup, else by
-            affinity with widening refused (``evolve.cores``); thread-count variables follow.
+            affinity with widening refused (``evolve.sandbox.cores``); thread-count variables follow.
     """
 
     timeout_s: float = 60.0
@@ -319,7 +319,7 @@ def _warn_once(report: Mapping[str, str]) -> None:
     for key, value in isolation.gaps(report).items():
         if key not in _warned:
             _warned.add(key)
-            log.warning("sandbox %s %s (see evolve.sandbox.isolation_report())", key, value)
+            log.warning("sandbox %s %s (see evolve.sandbox.process.isolation_report())", key, value)
 
 
 def run(
@@ -578,7 +578,7 @@ def isolation_report(policy: Policy | None = None) -> dict[str, str]:
     ``page_cache``, ``uid``,
     ``abstract_sockets``, ``unix_sockets``, ``writes``, ``landlock``, ``capabilities`` (and
     ``readonly``, ``hidden``, ``shared_caches``, ``namespaces`` when relevant); values
-    starting with "NOT" are gaps. ``cpu``: how a command is held to its cores (``evolve.cores``).
+    starting with "NOT" are gaps. ``cpu``: how a command is held to its cores (``evolve.sandbox.cores``).
     """
     import tempfile
 

@@ -1,4 +1,4 @@
-"""The research notebook (``evolve.notebook``) on a proposal's way: recorded, shown, summarised.
+"""The research notebook (``evolve.research.notebook``) on a proposal's way: recorded, shown, summarised.
 
 ``NotebookFeed`` is the engine's one handle on it: the notebook is recorded when a proposal
 is asked, read back for its operator's prompt, and every few proposals a model's summary of
@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from evolve.fitness import Benchmark
+from evolve.harness.fitness import Benchmark
 from evolve.llm import LLMCallFailed, LLMClient
-from evolve.notebook import Notebook
 from evolve.operators.prompting import fitted_text, prompt_hash, task_values
 from evolve.query.notebook import note_at
-from evolve.store import Store
+from evolve.research.notebook import Notebook
+from evolve.store.database import Store
 from evolve.types import EvolveError
 
 log = logging.getLogger("evolve")

@@ -14,7 +14,7 @@ import ctypes
 import os
 from collections.abc import Sequence
 
-from evolve.channels import check, libc, within
+from evolve.sandbox.channels import check, libc, within
 
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_CREATE_RULESET_VERSION, LANDLOCK_RULE_PATH_BENEATH = 1, 1

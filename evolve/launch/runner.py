@@ -13,21 +13,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evolve import lifetime, runlock, unreadable
-from evolve.archive import Archive
+from evolve import lifetime
+from evolve.archive.grid import Archive
 from evolve.backends import Backend, LocalBackend
-from evolve.config import build_settings
-from evolve.driver import Driver, Summary
-from evolve.emitters import Emitter
-from evolve.engine import Engine
+from evolve.launch.config import build_settings
 from evolve.llm import LLMClient, LLMSettings, LLMStop, usage_line
 from evolve.operators.catalog import build_operators
 from evolve.operators.llm_catalog import llm_client, preflight_operators
-from evolve.operators.review import Reviewer
-from evolve.operators.summary import Summariser
-from evolve.plots import write_plots
+from evolve.research.plots import write_plots
+from evolve.research.review import Reviewer
+from evolve.research.summary import Summariser
+from evolve.sandbox import unreadable
+from evolve.search.driver import Driver, Summary
+from evolve.search.emitters import Emitter
+from evolve.search.engine import Engine
 from evolve.settings import RunSettings
-from evolve.store import ArchiveFileError, Store
+from evolve.store import runlock
+from evolve.store.database import ArchiveFileError, Store
 from evolve.types import EvolveError
 
 log = logging.getLogger("evolve")
@@ -79,7 +81,7 @@ def run(
     """Run (or continue) the search ``settings`` describe in ``run_dir``; returns how it ended.
 
     Args:
-        settings: the run's settings (``evolve.config.build_settings``), or a resolved config
+        settings: the run's settings (``evolve.launch.config.build_settings``), or a resolved config
             to build them from.
         run_dir: the run directory (its ``archive.db`` is created or continued).
         resumed: continue the run in ``run_dir``; otherwise an archive there is refused.

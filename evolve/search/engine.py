@@ -2,10 +2,10 @@
 
 ``Engine`` owns the archive, the emitter (bandit state), dedup, the one edit check, the
 rejection records and the candidate counts; every change it makes is one store
-transaction. It acts on what its parts decide: ``evolve.novelty`` names a proposal's twin
-and why, ``evolve.operators.summary.NotebookFeed`` keeps the research notebook and its
-summaries, ``evolve.jobs`` says what each evaluation is handed. It never waits for anything but the operator it was asked to run, so any
-loop can drive it: ``evolve.driver`` keeps many proposals and evaluations in flight, a
+transaction. It acts on what its parts decide: ``evolve.search.novelty`` names a proposal's twin
+and why, ``evolve.research.summary.NotebookFeed`` keeps the research notebook and its
+summaries, ``evolve.search.jobs`` says what each evaluation is handed. It never waits for anything but the operator it was asked to run, so any
+loop can drive it: ``evolve.search.driver`` keeps many proposals and evaluations in flight, a
 notebook can go one at a time::
 
     ask = engine.ask()                      # parents chosen now, from the archive as it is
@@ -27,20 +27,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evolve import noise
-from evolve.archive import Archive
-from evolve.emitters import Ask, Emitter, arm_key
-from evolve.fitness import Benchmark
-from evolve.jobs import Jobs
+from evolve.archive import noise
+from evolve.archive.grid import Archive
+from evolve.archive.referee import STRICT, AuditVerdict
+from evolve.harness.fitness import Benchmark
 from evolve.llm import LLMClient
-from evolve.notebook import Notebook
-from evolve.novelty import Novelty
 from evolve.operators.base import OperatorRejected
 from evolve.operators.edits import EditError, check_edit, normalized_hash
-from evolve.operators.summary import NotebookFeed, Summariser
-from evolve.referee import STRICT, AuditVerdict
-from evolve.rejections import Rejection, record_rejection
-from evolve.store import Store
+from evolve.research.notebook import Notebook
+from evolve.research.summary import NotebookFeed, Summariser
+from evolve.search.emitters import Ask, Emitter, arm_key
+from evolve.search.jobs import Jobs
+from evolve.search.novelty import Novelty
+from evolve.search.rejections import Rejection, record_rejection
+from evolve.store.database import Store
 from evolve.types import (
     AddResult,
     AddStatus,
@@ -78,10 +78,10 @@ class Engine:
         seed: the run's seed.
         migration_interval: every N proposals an island breeds from its neighbour's best.
         cost: USD spent so far on LLM calls (recorded with the stats).
-        notebook_chars: the research notebook's size (``evolve.notebook``); it is kept only
+        notebook_chars: the research notebook's size (``evolve.research.notebook``); it is kept only
             when an operator asks a model.
         summariser: writes a model's summary of the notebook every few proposals
-            (``evolve.operators.summary``); None: none.
+            (``evolve.research.summary``); None: none.
         llm: the run's LLM client; the novelty check's embeddings are its calls (needed when
             ``archive.novelty.embedding_model`` is set).
     """
@@ -334,7 +334,7 @@ class Engine:
             samples: extra evaluations with other seeds (noise-aware selection), stored as
                 rows of stage ``reevaluation`` before the verdict.
             state: extra ``state`` rows to write in the same transaction.
-            audit: the auditor's verdict (``evolve.referee.Auditor``), stored with the
+            audit: the auditor's verdict (``evolve.archive.referee.Auditor``), stored with the
                 candidate; its strict re-evaluations are stored as rows of stage ``strict``.
 
         Returns:

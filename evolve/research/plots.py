@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from evolve import query
-from evolve.lineage import oriented
 from evolve.query import Source
 from evolve.query.candidates import outcomes
 from evolve.query.edges import elite_ids
@@ -28,7 +27,8 @@ from evolve.query.run import (
     max_seq,
     objective_direction,
 )
-from evolve.store import Store
+from evolve.research.lineage import oriented
+from evolve.store.database import Store
 
 DEFAULT_WINDOW = 20_000
 

@@ -1,7 +1,7 @@
 """What each evaluation is handed, and the harness it is scored by: a candidate's ``Job``.
 
 A job's seed is a pure function of the run's seed and the candidate's ``seq`` (extra
-samples under noise or audit derive theirs from it, ``evolve.noise``), so a replay hands
+samples under noise or audit derive theirs from it, ``evolve.archive.noise``), so a replay hands
 out the same jobs. The harness files' hash is taken when the run starts; ``check_harness``
 refuses to go on once they differ, since scores made by another harness are not comparable.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 
-from evolve import noise
-from evolve.fitness import Benchmark
+from evolve.archive import noise
+from evolve.harness.fitness import Benchmark
 from evolve.types import Candidate, EvolveError, Job
 
 

@@ -1,6 +1,6 @@
 """The auditor's model review: the run's model reads a candidate's change against the task's rules.
 
-``Reviewer`` is the ``evolve.referee.ReviewDiff`` a run with a model hands its auditor: it
+``Reviewer`` is the ``evolve.archive.referee.ReviewDiff`` a run with a model hands its auditor: it
 renders ``prompts/review.md.j2`` (the task's text and the calls it prescribes, the score and
 its gain over the run's best, the unified diff from the parent, what the static detectors
 flagged) and asks for a first line ``VERDICT: clean`` or ``VERDICT:
@@ -18,9 +18,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-from evolve.fitness import Benchmark
+from evolve.archive.referee import ModelReview
 from evolve.harness.audit import AuditReport
 from evolve.harness.audit import render as render_report
+from evolve.harness.fitness import Benchmark
 from evolve.llm import LLMCallFailed, LLMClient, LLMStop
 from evolve.operators.prompting import (
     files_diff,
@@ -29,7 +30,6 @@ from evolve.operators.prompting import (
     task_values,
     truncate,
 )
-from evolve.referee import ModelReview
 from evolve.types import Candidate, EvolveError, Files
 
 log = logging.getLogger("evolve")

@@ -4,8 +4,8 @@
 runs in the child between fork and exec and reports, key by key, what it really applied.
 Each protection degrades on its own when the platform refuses it, and the report says so
 (values starting with ``NOT``); ``Policy(strict=True)`` refuses to run instead. Landlock
-lives in ``evolve.landlock``, private layers and the seccomp filter (keyrings, page cache) in
-``evolve.channels``.
+lives in ``evolve.sandbox.landlock``, private layers and the seccomp filter (keyrings, page cache) in
+``evolve.sandbox.channels``.
 
 Facts used (Linux man pages):
 - ``unshare(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC)`` needs CAP_SYS_ADMIN; unprivileged
@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve import channels, landlock
-from evolve.channels import NOT
-from evolve.channels import check as _check
-from evolve.channels import libc as _libc
+from evolve.sandbox import channels, landlock
+from evolve.sandbox.channels import NOT
+from evolve.sandbox.channels import check as _check
+from evolve.sandbox.channels import libc as _libc
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 CLONE_NEWIPC = 0x08000000
@@ -154,7 +154,7 @@ def plan(
     existing paths under /tmp or /var/tmp are bound back from the host over the private
     layer, like the writable paths there: a harness's unix socket reached through overlayfs
     refuses connections, so a socket the harness names must be the host's own.
-    ``uid``: the unprivileged uid it is to run as (``evolve.identity``), else None and
+    ``uid``: the unprivileged uid it is to run as (``evolve.sandbox.identity``), else None and
     ``identity`` says why not.
     """
     writable = [str(workdir.resolve())] + [os.path.realpath(p) for p in policy.writable]

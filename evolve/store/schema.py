@@ -1,6 +1,6 @@
 """The archive file's schema: the migrations that build its tables, in order.
 
-A new archive runs them all; an older one runs those it lacks (``evolve.store.Store``
+A new archive runs them all; an older one runs those it lacks (``evolve.store.database.Store``
 applies each in its own transaction and sets ``PRAGMA user_version`` to its number). A
 migration is never edited once released: a change to the schema is a new function at the
 end of ``MIGRATIONS``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from evolve.callstore import NOTE_BASE_USES, PromptPacker, cap_answer
+from evolve.store.calls import NOTE_BASE_USES, PromptPacker, cap_answer
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -205,7 +205,7 @@ def _migration_5(db: sqlite_utils.Database) -> None:
 
 
 def _migration_6(db: sqlite_utils.Database) -> None:
-    """The research notebook (issue 17), one row per version (``evolve.notebook``).
+    """The research notebook (issue 17), one row per version (``evolve.research.notebook``).
 
     ``kind`` ``notes``: the notebook the proposals from ``seq`` on are shown (written at an
     ask only when it changed); ``summary``: a model's summary of it, made during proposal
@@ -225,7 +225,7 @@ def _migration_6(db: sqlite_utils.Database) -> None:
 
 
 def _migration_7(db: sqlite_utils.Database) -> None:
-    """A model's review of each audited candidate's change (issue 15; ``evolve.operators.review``).
+    """A model's review of each audited candidate's change (issue 15; ``evolve.research.review``).
 
     ``review_verdict``: clean, suspicious, malformed or unavailable (null: no model reviewed
     it); ``review``: its reasons, or the answer or error when there is no verdict;

@@ -1,7 +1,7 @@
 """Close the channels one evaluation could leave for the next: private layers, keyrings refused.
 
 Runs in the sandboxed child between fork and exec, inside the mount namespace that
-``evolve.isolation`` created. Facts used (Linux man pages and the kernel's documentation):
+``evolve.sandbox.isolation`` created. Facts used (Linux man pages and the kernel's documentation):
 - overlayfs (``Documentation/filesystems/overlayfs.rst``) merges a read-only lower folder
   with a writable upper one; every write lands in the upper folder. With the upper folder
   on a tmpfs of the command's own, nothing it writes there outlives its mount namespace.

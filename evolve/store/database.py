@@ -1,4 +1,4 @@
-"""The SQLite archive file: opened (and migrated, ``evolve.schema``), WAL, one transaction per state change.
+"""The SQLite archive file: opened (and migrated, ``evolve.store.schema``), WAL, one transaction per state change.
 
 The database is the run's single source of truth and its checkpoint. Nothing is ever
 deleted. The migrations create tables through sqlite-utils; the writes on the hot path
@@ -17,8 +17,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.callstore import NOTE_BASE_USES, PromptPacker, cap_answer
-from evolve.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
+from evolve.store.calls import NOTE_BASE_USES, PromptPacker, cap_answer
+from evolve.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from evolve.types import (
     Candidate,
     CandidateStatus,
@@ -486,7 +486,7 @@ class Store:
             (key, _dumps(value)),
         )
 
-    # --- the schedule (evolve.engine records it, evolve.driver replays it) --------------------
+    # --- the schedule (evolve.search.engine records it, evolve.search.driver replays it) --------------------
 
     def record_ask(self, seq: int, ask: Mapping[str, Any], event: int) -> None:
         """Store (or replace, after a varied retry) proposal ``seq``'s request, issued at ``event``."""
@@ -537,7 +537,7 @@ class Store:
         ).fetchone()
         return -1 if row[0] is None else int(row[0])
 
-    # --- the research notebook (evolve.notebook writes it, evolve.query.notebook reads it) -----
+    # --- the research notebook (evolve.research.notebook writes it, evolve.query.notebook reads it) -----
 
     def put_note(
         self,

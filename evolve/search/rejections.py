@@ -1,6 +1,6 @@
 """Proposals that cost no evaluation: why each was refused, its record, and when a streak ends a run.
 
-A ``Rejection`` is what ``evolve.engine.Engine`` returns instead of a candidate when an
+A ``Rejection`` is what ``evolve.search.engine.Engine`` returns instead of a candidate when an
 operator gave nothing usable or its child failed the one edit check. ``record_rejection`` stores it
 in one transaction: a candidate of status ``rejected`` whose evaluation names the reason
 (the model sees it next time), the LLM calls that produced it linked to it, and the
@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.emitters import Ask, Emitter
 from evolve.operators.base import OperatorRejected
-from evolve.store import Store
+from evolve.search.emitters import Ask, Emitter
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal, content_hash
 
 MAX_IN_A_ROW = 50  # rejections in a row that end a run

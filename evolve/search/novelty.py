@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 from evolve.llm import LLMCallFailed, LLMClient
 from evolve.settings import NoveltySettings
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import Evaluation, Files
 
 log = logging.getLogger("evolve")

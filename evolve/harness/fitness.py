@@ -18,9 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from evolve.harness import phases
 from evolve.harness.hashing import files_digest, harness_modules
-from evolve.sandbox import Limits, Policy, Result, Started
-from evolve.sandbox import run as run_sandboxed
-from evolve.sandbox import start as start_sandboxed
+from evolve.sandbox.process import Limits, Policy, Result, Started
+from evolve.sandbox.process import run as run_sandboxed
+from evolve.sandbox.process import start as start_sandboxed
 from evolve.types import (
     DISK_FAULTS,
     Descriptor,
@@ -64,7 +64,7 @@ class EvalContext:
         hardware: a short description of the slot's hardware.
         scratch: a directory owned by the harness (not the candidate) for its own files.
         strict: True when the auditor re-evaluates a candidate its static detectors flagged
-            (``evolve.referee.Auditor``) before it may become the run's best. A fitness may
+            (``evolve.archive.referee.Auditor``) before it may become the run's best. A fitness may
             then add checks it skips otherwise: more randomised probes, more positions or
             rows checked, a second look at outputs. It must never reveal the mode to the
             candidate (a program that can tell would behave). Default False.

@@ -3,7 +3,7 @@
 At run start the seed program is evaluated with ``NoiseSettings.seeds`` different seeds;
 their spread (per metric) is the run's calibration, kept in the ``state`` table under
 ``noise``. A challenger that lands in an occupied cell is compared with the incumbent by a
-one-sided two-sample t-test (``evolve.fitness.improvement_pvalue``) whose spread is pooled
+one-sided two-sample t-test (``evolve.harness.fitness.improvement_pvalue``) whose spread is pooled
 over the calibration and both candidates' own samples. The challenger is evaluated with
 more seeds when the result is close (``schedule``: sample counts at each look), and it
 replaces the incumbent only when significant at its look's share of ``alpha`` (shares
@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from evolve.fitness import Samples, calibrate, improvement_pvalue, mean_interval, pooled_sd
 from evolve.harness import phases
-from evolve.store import Store
+from evolve.harness.fitness import Samples, calibrate, improvement_pvalue, mean_interval, pooled_sd
+from evolve.store.database import Store
 from evolve.types import Direction, Evaluation, Objective
 
 REEVALUATION = "reevaluation"

@@ -49,10 +49,16 @@ _HOMES = {
     "Store": "evolve.store.database",
     **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.harness.fitness"),
     **dict.fromkeys(
-        ("ArchiveSettings", "EmitterSettings", "RunSettings", "SearchSettings"), "evolve.settings"
+        (
+            "ArchiveSettings",
+            "AuditSettings",
+            "EmitterSettings",
+            "NoiseSettings",
+            "RunSettings",
+            "SearchSettings",
+        ),
+        "evolve.settings",
     ),
-    "NoiseSettings": "evolve.archive.noise",
-    **dict.fromkeys(("AuditSettings",), "evolve.settings"),
     # the ask/tell engine and the driver that keeps proposals in flight
     "Engine": "evolve.search.engine",
     **dict.fromkeys(("Driver", "Summary"), "evolve.search.driver"),

@@ -23,8 +23,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from evolve.archive.noise import NoiseSettings, make_calibration, next_count, pvalue
-from evolve.harness.fitness import Samples
+from evolve.archive.noise import make_calibration, next_count, pvalue
+from evolve.archive.statistics import Samples
+from evolve.settings import NoiseSettings
 from evolve.types import EvalStatus, Evaluation, Objective
 
 OBJECTIVE = Objective(name="fitness")

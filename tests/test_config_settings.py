@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from evolve.archive.noise import NoiseSettings
 from evolve.launch.config import build_settings
 from evolve.settings import (
     ArchiveSettings,
     BuiltinWeights,
     ConfigError,
     EmitterSettings,
+    NoiseSettings,
     SearchSettings,
 )
 from tests.conftest import REPO, composed

@@ -33,8 +33,9 @@ from evolve.benchmarks.speedrun.runner import (
     warm_cache,
 )
 
+from evolve.archive.statistics import one_sided_pvalue
 from evolve.harness import once, phases
-from evolve.harness.fitness import EvalContext, Stage, one_sided_pvalue
+from evolve.harness.fitness import EvalContext, Stage
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)

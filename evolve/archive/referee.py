@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass, replace
 
 from evolve.archive import noise as noise_aware
 from evolve.archive.grid import Archive
+from evolve.archive.statistics import Samples, pooled_sd
 from evolve.harness.audit import AuditReport, audit
-from evolve.harness.fitness import Samples, pooled_sd
 from evolve.store.database import Store
 from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, EvolveError, Files
 

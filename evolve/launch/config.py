@@ -28,7 +28,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from evolve.archive.noise import NoiseSettings
 from evolve.harness.fitness import Benchmark, Fitness
 from evolve.llm.settings import LLMSettings
 from evolve.paths import resolve_path
@@ -39,6 +38,7 @@ from evolve.settings import (
     BuiltinWeights,
     ConfigError,
     EmitterSettings,
+    NoiseSettings,
     RunSettings,
     SearchSettings,
 )

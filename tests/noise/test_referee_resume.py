@@ -5,8 +5,9 @@ import asyncio
 import pytest
 
 from evolve.archive.grid import Archive
-from evolve.archive.noise import REEVALUATION, NoiseSettings, reevaluation_seed
+from evolve.archive.noise import REEVALUATION, reevaluation_seed
 from evolve.archive.referee import Referee
+from evolve.settings import NoiseSettings
 from evolve.store.database import Store
 from evolve.types import EvalStatus, Evaluation, Objective, Proposal
 

@@ -6,14 +6,14 @@ from evolve.archive.grid import Archive
 from evolve.archive.noise import (
     Calibration,
     NoiseJudge,
-    NoiseSettings,
     make_calibration,
     next_count,
     pvalue,
     reevaluation_seed,
     summarize,
 )
-from evolve.harness.fitness import Samples
+from evolve.archive.statistics import Samples
+from evolve.settings import NoiseSettings
 from evolve.store.database import Store
 from evolve.types import (
     AddStatus,

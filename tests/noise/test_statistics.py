@@ -6,7 +6,13 @@ import random
 import pytest
 from scipy import stats
 
-from evolve.harness.fitness import Samples, calibrate, improvement_pvalue, mean_interval, pooled_sd
+from evolve.archive.statistics import (
+    Samples,
+    calibrate,
+    improvement_pvalue,
+    mean_interval,
+    pooled_sd,
+)
 from evolve.types import EvalStatus, Evaluation
 
 

@@ -37,9 +37,7 @@ from llm_storage import make_run  # noqa: E402  (a sibling script)
 ISLANDS = ["archive.islands=2"]
 BARE_CELL = re.compile(r"\(cell \d+(,\d+)*\)")
 ECHO = re.compile(r"^- \S+ \([^)]*\): (?P<what>.+) -> (?P<why>.+)$", re.M)
-EFFECTS = re.compile(
-    r"^### (Measured effects|Effects that hold)[^\n]*\n\n(?P<lines>(- [^\n]*\n?)*)", re.M
-)
+EFFECTS = re.compile(r"^### (Measured effects|Effects that hold)[^\n]*\n\n(?P<lines>(- [^\n]*\n?)*)", re.M)
 OPEN = re.compile(r"^### Open directions[^\n]*\n\n(?P<lines>(- [^\n]*\n?)*)", re.M)
 OPEN_EFFECT = re.compile(r"^- `\w+` \((?P<label>.*): (?P<effect>[-+][\d.e+-]+)\) improved", re.M)
 # a label the diff gives: settings (NAME a -> b, or their names), the functions edited, line counts
@@ -85,9 +83,7 @@ def notebook_figures(prompts: list[str]) -> list[str]:
     labels = diff_labels = 0
     opens = ties = 0
     for prompt in prompts:
-        notebook = (
-            prompt.split("## Research notebook", 1)[-1] if "## Research notebook" in prompt else ""
-        )
+        notebook = prompt.split("## Research notebook", 1)[-1] if "## Research notebook" in prompt else ""
         found = EFFECTS.search(notebook)
         lines = found["lines"].strip().splitlines() if found else []
         lines = [line for line in lines if not line.startswith("- ... ")]  # a cut, not an effect
@@ -132,9 +128,7 @@ def selection_figures(archive: Path) -> list[str]:
         if parent
     )
     top = sum(n for _, n in parents.most_common(3))
-    cells = dict(
-        conn.execute("SELECT island, COUNT(*) FROM elites GROUP BY island ORDER BY island")
-    )
+    cells = dict(conn.execute("SELECT island, COUNT(*) FROM elites GROUP BY island ORDER BY island"))
     return [
         f"crossovers pairing a program with its own ancestor: {with_ancestor} of {len(pairs)}",
         f"top-3 parents' share of proposals: {top} of {parents.total()} "
@@ -175,11 +169,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="where --make writes its run")
     parser.add_argument("--repo", type=Path, default=REPO, help="the evolve checkout --make runs")
     parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a config override for --make",
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config override for --make"
     )
     args = parser.parse_args()
     if args.make:

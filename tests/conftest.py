@@ -36,9 +36,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(Path(basetemp).parent, ignore_errors=True)
 
 
-def composed(
-    overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness: Any
-) -> dict[str, Any]:
+def composed(overrides: list[str] = (), *, toy: bool = True, **benchmark_fitness: Any) -> dict[str, Any]:
     """The resolved config of ``python -m evolve <overrides>`` (with the toy benchmark by default)."""
     with initialize_config_module(config_module="evolve.configs", version_base=None):
         cfg = as_dict(compose(config_name="config", overrides=list(overrides)))
@@ -49,19 +47,11 @@ def composed(
     return cfg
 
 
-def evolve_cli(
-    *args: str, cwd: Path = REPO, timeout: float = 300, **popen: Any
-) -> subprocess.CompletedProcess:
+def evolve_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **popen: Any) -> subprocess.CompletedProcess:
     """Run ``python -m evolve ARGS`` in a subprocess and return its completed process."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
-        [sys.executable, "-m", "evolve", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **popen,
+        [sys.executable, "-m", "evolve", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **popen
     )
 
 

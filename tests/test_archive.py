@@ -30,13 +30,9 @@ def make(tmp_path, **kwargs):
 def add(store, archive, seq, fitness, d, island=0, status=EvalStatus.OK):
     proposal = Proposal(files={"f": f"{seq}"}, operator="t")
     store.add_candidate(proposal, seq=seq)
-    evaluation = Evaluation(
-        status=status, fitness=fitness if status == EvalStatus.OK else None, descriptors={"d": d}
-    )
+    evaluation = Evaluation(status=status, fitness=fitness if status == EvalStatus.OK else None, descriptors={"d": d})
     with store.transaction():
-        store.set_status(
-            proposal.id, CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED
-        )
+        store.set_status(proposal.id, CandidateStatus.DONE if evaluation.ok else CandidateStatus.FAILED)
         store.add_evaluation(proposal.id, evaluation)
         return archive.add(proposal.id, evaluation, island=island)
 
@@ -71,9 +67,7 @@ def test_islands_keep_separate_grids_and_stats(tmp_path):
 def test_qd_score_counts_gains_over_the_seed_and_never_falls_when_minimising(tmp_path):
     store, archive = make(tmp_path, direction=Direction.MINIMIZE)
     scores = []
-    for seq, (fitness, d) in enumerate(
-        [(2.0, 0.1), (2.5, 0.4), (1.5, 0.6), (1.8, 0.1), (3.0, 0.9)]
-    ):
+    for seq, (fitness, d) in enumerate([(2.0, 0.1), (2.5, 0.4), (1.5, 0.6), (1.8, 0.1), (3.0, 0.9)]):
         add(store, archive, seq, fitness, d)
         scores.append(archive.stats()["qd_score"])
     # seed 2.0; a worse new cell (2.5) adds nothing; 1.5 adds 0.5; 1.8 replaces the seed's cell: +0.2
@@ -111,10 +105,7 @@ def test_unknown_sampler_is_a_clear_error(tmp_path):
 def test_an_island_with_one_elite_borrows_the_second_parent_from_another_island(tmp_path):
     store, archive = make(tmp_path, islands=3)
     add(store, archive, 0, 1.0, 0.1, island=0)
-    assert (
-        archive.sample_cells(2, random.Random(0), island=0)
-        == [(archive.elites(0)[0][2].candidate_id, "0")] * 2
-    )
+    assert archive.sample_cells(2, random.Random(0), island=0) == [(archive.elites(0)[0][2].candidate_id, "0")] * 2
     add(store, archive, 1, 2.0, 0.1, island=1)
     add(store, archive, 2, 3.0, 0.9, island=2)
     for seed in range(20):
@@ -124,23 +115,14 @@ def test_an_island_with_one_elite_borrows_the_second_parent_from_another_island(
     assert len({archive.sample_cells(2, random.Random(s), island=0)[1][0] for s in range(20)}) == 2
 
 
-def test_a_crowded_cell_splits_its_elite_keeps_the_address_and_reopening_finds_the_same_cells(
-    tmp_path,
-):
+def test_a_crowded_cell_splits_its_elite_keeps_the_address_and_reopening_finds_the_same_cells(tmp_path):
     store, archive = make(tmp_path, split_depth=1)
     assert add(store, archive, 0, 1.0, 0.1).cell == "0"
-    assert (
-        archive.rival(Evaluation(status=EvalStatus.OK, fitness=0.0, descriptors={"d": 0.2}), 0)
-        is None
-    )
-    second = add(
-        store, archive, 1, 0.5, 0.2
-    )  # worse, but the crowded cell splits: a sub-cell of its own
+    assert archive.rival(Evaluation(status=EvalStatus.OK, fitness=0.0, descriptors={"d": 0.2}), 0) is None
+    second = add(store, archive, 1, 0.5, 0.2)  # worse, but the crowded cell splits: a sub-cell of its own
     assert (second.status, second.cell) == (AddStatus.NEW, "0/1")
     assert archive.incumbent(0, "0").value == 1.0  # the first elite keeps its address
-    assert (
-        add(store, archive, 2, 0.4, 0.15).status == AddStatus.NOT_ADDED
-    )  # "0/1" is as deep as cells go
+    assert add(store, archive, 2, 0.4, 0.15).status == AddStatus.NOT_ADDED  # "0/1" is as deep as cells go
     assert add(store, archive, 3, 0.3, 0.05).cell == "0/0"
     assert archive.stats()["coverage"] == pytest.approx(1 / 4)  # one base cell of four holds elites
     store.close()
@@ -148,12 +130,7 @@ def test_a_crowded_cell_splits_its_elite_keeps_the_address_and_reopening_finds_t
     assert sorted(cell for _, cell, _ in reopened.elites()) == ["0", "0/0", "0/1"]
     better = add(store, reopened, 4, 0.9, 0.01)
     assert (better.status, better.cell) == (AddStatus.IMPROVE_EXISTING, "0/0")
-    assert (
-        reopened.rival(
-            Evaluation(status=EvalStatus.OK, fitness=0.0, descriptors={"d": 0.01}), 0
-        ).value
-        == 0.9
-    )
+    assert reopened.rival(Evaluation(status=EvalStatus.OK, fitness=0.0, descriptors={"d": 0.01}), 0).value == 0.9
 
 
 def test_a_fixed_grid_never_splits(tmp_path):
@@ -189,9 +166,7 @@ def test_a_parent_whose_children_are_not_kept_is_drawn_less_often(tmp_path):
 
     def share(curiosity) -> float:
         rng = random.Random(0)
-        draws = [
-            archive.sample_cells(1, rng, island=0, curiosity=curiosity)[0][0] for _ in range(400)
-        ]
+        draws = [archive.sample_cells(1, rng, island=0, curiosity=curiosity)[0][0] for _ in range(400)]
         return draws.count(best) / len(draws)
 
     plateau = {best: 24 * -0.5}  # edited 24 times, nothing kept

@@ -21,6 +21,8 @@ SHOW = (
 )
 
 
+
+
 def test_slots_get_disjoint_runs_of_cores_as_even_as_they_go() -> None:
     assert cores.split(2, range(4)) == [(0, 1), (2, 3)]
     assert cores.split(3, range(8)) == [(0, 1, 2), (3, 4, 5), (6, 7)]

@@ -145,9 +145,7 @@ def test_effects_are_judged_against_the_measured_noise(tmp_path) -> None:
                 seed, Evaluation(status=EvalStatus.OK, fitness=fitness, stage="reevaluation")
             )
     text = Notebook(store).text()
-    assert (
-        "repeated evaluations of one program vary by sd 1, so an effect holds only beyond 2" in text
-    )
+    assert "repeated evaluations of one program vary by sd 1, so an effect holds only beyond 2" in text
     effects = text.split("### Effects that hold (beyond noise; newest first)\n\n", 1)[1]
     assert effects.startswith("- 5 other change(s) moved the score by no more than the noise")
     assert "a single try is a single try" in text
@@ -201,9 +199,7 @@ def test_a_model_summarises_the_notebook_through_the_recorded_client(lesson_run)
         db, "SELECT seq, model, prompt_hash, text FROM notebook WHERE kind = 'summary' ORDER BY seq"
     )
     proposals = rows(db, "SELECT MAX(seq) FROM candidates")[0][0]  # refusals take seqs too
-    assert [seq for seq, *_ in summaries] == list(
-        range(SUMMARY_EVERY, proposals + 1, SUMMARY_EVERY)
-    )
+    assert [seq for seq, *_ in summaries] == list(range(SUMMARY_EVERY, proposals + 1, SUMMARY_EVERY))
     for seq, model, prompt_hash, text in summaries:
         assert model == "command/lesson_model" and text.startswith("- Lesson: ")
         calls = rows(

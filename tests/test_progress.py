@@ -42,9 +42,7 @@ def test_a_long_evaluations_phases_are_logged_as_they_begin(monkeypatch, caplog)
             assert asyncio.run(backend.evaluate(0, job)).fitness == 1.0
     finally:
         backend.close()
-    said = [
-        r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluating c0ffeec0")
-    ]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("evaluating c0ffeec0")]
     named = [re.match(r"evaluating c0ffeec0: (.+) \(\d+ s in\)$", line)[1] for line in said]
     assert named.index("alpha") < named.index("beta"), said
 
@@ -109,17 +107,12 @@ def test_a_regular_line_says_the_phase_with_its_latest_detail(caplog):
         watch.heard("scoring")  # a new phase: the detail was the last one's
         watch.say()
     lines = [r.getMessage() for r in caplog.records]
-    assert re.fullmatch(
-        r"evaluating feedfeed: training: step 3, loss 3.70 \(\d+ s in\)", lines[0]
-    ), lines
+    assert re.fullmatch(r"evaluating feedfeed: training: step 3, loss 3.70 \(\d+ s in\)", lines[0]), lines
     assert re.fullmatch(r"evaluating feedfeed: scoring \(\d+ s in\)", lines[1]), lines
 
 
 def test_a_progress_line_tells_only_numbers_formatted_by_the_harness():
-    assert (
-        protocol.progress_detail('{"progress": {"step": 120, "loss": 3.4149}}')
-        == "step 120, loss 3.41"
-    )
+    assert protocol.progress_detail('{"progress": {"step": 120, "loss": 3.4149}}') == "step 120, loss 3.41"
     assert protocol.progress_detail('{"progress": {"step": 7, "loss": null}}') == "step 7"
     for line in (
         '{"progress": {"step": "120 \\u001b[2J pwned", "loss": 1}}',
@@ -137,19 +130,9 @@ def test_a_progress_line_tells_only_numbers_formatted_by_the_harness():
 
 def test_nanochat_on_the_cpu_says_what_it_does_within_15_s_of_an_evaluations_start(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    args = [
-        "benchmark=nanochat",
-        "search.max_candidates=1",
-        "search.progress=false",
-        f"hydra.run.dir={tmp_path}",
-    ]
+    args = ["benchmark=nanochat", "search.max_candidates=1", "search.progress=false", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evolve", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [sys.executable, "-m", "evolve", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
     try:
@@ -173,19 +156,9 @@ def test_nanochat_on_the_cpu_says_what_it_does_within_15_s_of_an_evaluations_sta
 
 def test_nanochat_on_the_cpu_says_its_training_step_while_it_trains(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    args = [
-        "benchmark=nanochat",
-        "search.max_candidates=1",
-        "search.progress=false",
-        f"hydra.run.dir={tmp_path}",
-    ]
+    args = ["benchmark=nanochat", "search.max_candidates=1", "search.progress=false", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evolve", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [sys.executable, "-m", "evolve", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
     try:
@@ -197,6 +170,4 @@ def test_nanochat_on_the_cpu_says_its_training_step_while_it_trains(tmp_path):
         proc.terminate()
         proc.communicate(timeout=120)
     shown = "".join(lines[-20:])
-    assert re.search(
-        r"evaluating \w{8}: training: step \d+(, loss \d+\.\d\d)? \(\d+ s in\)", shown
-    ), shown
+    assert re.search(r"evaluating \w{8}: training: step \d+(, loss \d+\.\d\d)? \(\d+ s in\)", shown), shown

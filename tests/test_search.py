@@ -48,9 +48,7 @@ def test_a_short_run_improves_on_the_seed_and_leaves_a_whole_archive(tmp_path):
 def test_a_run_builds_its_fitness_once_from_settings_built_once(tmp_path, monkeypatch):
     built = []
     build = config.build_benchmark
-    monkeypatch.setattr(
-        config, "build_benchmark", lambda *a, **k: built.append(a) or build(*a, **k)
-    )
+    monkeypatch.setattr(config, "build_benchmark", lambda *a, **k: built.append(a) or build(*a, **k))
     cfg = composed(["search.max_candidates=4", "search.workers=1", "archive.islands=2"])
     settings, resumed = cli.start(cfg, tmp_path, [])
     summary = runner.run(settings, tmp_path, resumed=resumed)

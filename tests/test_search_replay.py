@@ -148,10 +148,7 @@ def test_an_infrastructure_timeout_in_a_strict_rerun_is_retried_not_refused(repl
         "JOIN candidates c ON c.id = v.candidate WHERE c.seq = 2 AND v.stage = 'strict'",
     )
     assert strict == [("timeout", "wall")]  # the last of its tries is stored
-    (reason,) = rows(
-        replay,
-        "SELECT reason FROM audits a JOIN candidates c ON c.id = a.candidate WHERE c.seq = 2",
-    )[0]
+    (reason,) = rows(replay, "SELECT reason FROM audits a JOIN candidates c ON c.id = a.candidate WHERE c.seq = 2")[0]
     assert f"stopped its strict re-evaluation {INFRASTRUCTURE_RETRIES + 1} times" in reason
 
 
@@ -185,6 +182,6 @@ def test_no_timeout_feedback_without_its_cause(replay) -> None:
         replay,
         "SELECT json_extract(artifacts, '$.error') FROM evaluations WHERE status = 'timeout'",
     )
-    assert errors and all(e.startswith(("wall limit", "CPU budget")) for (e,) in errors), (
-        "a timeout's feedback must name the limit hit"
-    )
+    assert errors and all(
+        e.startswith(("wall limit", "CPU budget")) for (e,) in errors
+    ), "a timeout's feedback must name the limit hit"

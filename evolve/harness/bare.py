@@ -55,9 +55,7 @@ class MemoryChannel:
         if self.stopped:
             raise stream.EndOfData("the budget is spent: no more training data")
         if self.timed_from is None:
-            batch = self.noise.integers(
-                0, self.vocab, size=(rows, self.rows.shape[1]), dtype=np.int32
-            )
+            batch = self.noise.integers(0, self.vocab, size=(rows, self.rows.shape[1]), dtype=np.int32)
             batch[:, 0] = self.bos
             return batch
         take = (self.next_row + np.arange(rows)) % len(self.rows)
@@ -87,9 +85,7 @@ class MemoryChannel:
 
     def result(self) -> dict:
         """Steps, real tokens, and the timed window's seconds and tokens/s."""
-        window = (
-            (self.last_step_at - self.timed_from) if self.timed_from and self.last_step_at else 0.0
-        )
+        window = (self.last_step_at - self.timed_from) if self.timed_from and self.last_step_at else 0.0
         return {"steps": self.steps, "tokens": self.tokens, "training_s": window,
                 "tokens_per_s": self.tokens / window if window > 0 else 0.0}  # fmt: skip
 

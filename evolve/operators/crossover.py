@@ -25,9 +25,7 @@ class Crossover(LLMOperator):
     def parents(self, request: OperatorRequest) -> Sequence[Parent]:
         first = request.parents[0]
         # not the inspirations: the island's best may be the first parent's own ancestor
-        second = next(
-            (p for p in request.parents[1:] if p.candidate.id != first.candidate.id), None
-        )
+        second = next((p for p in request.parents[1:] if p.candidate.id != first.candidate.id), None)
         if second is None:
             raise OperatorRejected(
                 "crossover needs two different parents, neither descending from the other; "

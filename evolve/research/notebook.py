@@ -99,9 +99,7 @@ def _definitions(text: str) -> dict[str, str] | None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             found[f"{node.name}()"] = ast.dump(node)
         elif isinstance(node, ast.ClassDef):
-            methods = [
-                n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-            ]
+            methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
             others = [ast.dump(n) for n in node.body if n not in methods]
             found[f"class {node.name}"] = "\n".join(others)
             for method in methods:
@@ -213,9 +211,7 @@ class Notebook:
             self._add(self._settled, row, self._settled.fitness)
             self._after = row["seq"]
         later = _Tally()
-        for (
-            row
-        ) in fresh:  # proposals still in flight taught nothing yet (and their status is timing)
+        for row in fresh:  # proposals still in flight taught nothing yet (and their status is timing)
             if row["status"] in FINAL:
                 self._add(later, row, ChainMap(later.fitness, self._settled.fitness))
         newest = fresh[-1]["seq"] if fresh else self._after
@@ -248,9 +244,7 @@ class Notebook:
         else:
             outcome = f"{row['status']}: {cause(row['error'] or '')}"
         if row["status"] != "rejected" or (row["answer"] or "").strip():
-            tally.recent = [*tally.recent, f"- #{row['seq']} {label} ({where}): {outcome}"][
-                -RECENT:
-            ]
+            tally.recent = [*tally.recent, f"- #{row['seq']} {label} ({where}): {outcome}"][-RECENT:]
         failed = row["status"] == "failed"
         if failed or (row["status"] == "rejected" and (row["answer"] or "").strip()):
             why = ("failed: " if failed else "refused: ") + cause(
@@ -294,14 +288,13 @@ class Notebook:
     # --- sections -----------------------------------------------------------------------------
 
     def _overview(self, tally: _Tally, sd: float | None) -> str:
-        told = (
-            ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items())) or "none yet"
-        )
+        told = ", ".join(f"{n} {status}" for status, n in sorted(tally.counts.items())) or "none yet"
         noise = (
             f"repeated evaluations of one program vary by sd {sd:.3g}, so an effect holds "
             f"only beyond {2 * sd:.3g} (2 sd); a single try is a single try"
             if sd is not None
-            else "noise not measured (no program was evaluated twice): a single try is a single try"
+            else "noise not measured (no program was evaluated twice): a single try is a "
+            "single try"
         )
         return f"### The run so far\n\n{tally.counts.total()} proposals ({told}); {noise}."
 

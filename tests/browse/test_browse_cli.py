@@ -267,3 +267,4 @@ def test_an_archive_of_an_older_evolve_is_refused_with_the_command_that_upgrades
     assert browse("stats", run=old).exit_code == 0
     again = browse("migrate", run=old)
     assert again.exit_code == 0 and "nothing to do" in again.output
+

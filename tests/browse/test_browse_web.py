@@ -127,20 +127,13 @@ def test_stylesheet_on_every_page_live_script_on_ours_only(get):
 
 
 @pytest.mark.parametrize(
-    "path",
-    ["/-/evolve/candidate/abc", "/-/evolve/nope", "/nope", "/foo/bar", "/archive/no_such_table"],
+    "path", ["/-/evolve/candidate/abc", "/-/evolve/nope", "/nope", "/foo/bar", "/archive/no_such_table"]
 )
 def test_an_unknown_path_is_a_short_404_listing_the_pages(get, path, capfd):
     response = get(path)
     assert response.status_code == 404
     assert f"no page at {path}" in response.text
-    for route in (
-        "/-/evolve/elites",
-        "/-/evolve/c/ID",
-        "/-/evolve/lineage",
-        "/-/evolve/notes",
-        "/archive",
-    ):
+    for route in ("/-/evolve/elites", "/-/evolve/c/ID", "/-/evolve/lineage", "/-/evolve/notes", "/archive"):
         assert f"<code>{route}</code>" in response.text, route
     assert "Traceback" not in capfd.readouterr().err
     assert get(path + ".json").json()["status"] == 404

@@ -77,8 +77,6 @@ def test_no_new_best_within_the_noise(noisy_run) -> None:
     assert len(told) >= 10, lines[-5:]
     assert not [line for line in told if "NEW BEST" in line]
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-        (best,) = conn.execute(
-            "SELECT c.seq FROM elites e JOIN candidates c ON c.id = e.candidate "
-            "ORDER BY e.objective DESC LIMIT 1"
-        ).fetchone()
+        (best,) = conn.execute("SELECT c.seq FROM elites e JOIN candidates c ON c.id = e.candidate "
+                               "ORDER BY e.objective DESC LIMIT 1").fetchone()
     assert best == 0  # no child of equal worth displaced the seed on luck

@@ -36,9 +36,7 @@ def test_a_resumed_calibration_measures_only_the_missing_samples(tmp_path, seeds
         if budget[0] is not None and len(measured) >= budget[0]:
             raise Killed
         measured.append(k)
-        return Evaluation(
-            status=EvalStatus.OK, fitness=1.0 + k / 10, seeds=seeds_of(reevaluation_seed(7, k))
-        )
+        return Evaluation(status=EvalStatus.OK, fitness=1.0 + k / 10, seeds=seeds_of(reevaluation_seed(7, k)))
 
     referee = Referee(
         store=store,

@@ -170,9 +170,7 @@ def test_calibration_samples_run_side_by_side_on_the_slots(tmp_path):
     store.close()
     assert cal.fitness.n == SEEDS and len(extra) == SEEDS - 1
     spans = sorted(extra)
-    overlaps = sum(
-        later[0] < earlier[1] for earlier, later in zip(spans[:-1], spans[1:], strict=True)
-    )
+    overlaps = sum(later[0] < earlier[1] for earlier, later in zip(spans[:-1], spans[1:], strict=True))
     assert overlaps == (SEEDS - 1) // 2  # waves of two samples, one per slot, one after the other
 
 

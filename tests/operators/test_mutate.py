@@ -255,10 +255,7 @@ def test_rewrite_of_a_file_named_twice_takes_the_whole_file_not_the_snippet(
 ) -> None:
     new = PROGRAM.replace("    return [0.05] * n", "    return [0.07] * n")
     snippet = "    return [0.07] * n\n"
-    scripted.queue(
-        "m",
-        f"main.py\n```python\n{new}```\n\nThe key change in main.py:\n```python\n{snippet}```\n",
-    )
+    scripted.queue("m", f"main.py\n```python\n{new}```\n\nThe key change in main.py:\n```python\n{snippet}```\n")
     proposal = propose(
         Rewrite(client=client, model="scripted/m"), request(tmp_path, [parent(FILES)])
     )

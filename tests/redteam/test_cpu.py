@@ -122,6 +122,8 @@ print(json.dumps({"threads": torch.get_num_threads(), "seen": sorted(found), "ok
 """
 
 
+
+
 def greedy(program: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict:
     """Run ``program`` on one core in the sandbox; what it printed, with the sandbox's cpu report."""
     result = sandbox.run(

@@ -497,9 +497,7 @@ CODE_SWAP = (  # the function stays the same object; its code is the candidate's
 
 
 @pytest.mark.parametrize("code", [SEED_PATCH, CODE_SWAP], ids=["rebound", "code swapped"])
-def test_a_seed_function_rebound_in_the_candidates_process_changes_no_input(
-    fitness, tmp_path, code
-):
+def test_a_seed_function_rebound_in_the_candidates_process_changes_no_input(fitness, tmp_path, code):
     """Scored 1.75 when the process hosting the candidate made its inputs: now the timer makes them."""
     assert_caught(evaluate(fitness, tmp_path, code), EvalStatus.INVALID, r"round 1: output 0: only")
 
@@ -544,9 +542,7 @@ def test_the_driver_frame_forger_reaches_nothing_that_scores(fitness, tmp_path):
     true witness for inputs of its choosing, wrote its own result line and exited (0.94, every
     check passing). The timer that owns the seed, the clock and the verdict is another process."""
     ev = evaluate(fitness, tmp_path, FRAME_FORGER)
-    assert_caught(
-        ev, EvalStatus.ERROR, r"the candidate's process exited \(status 0\) before answering"
-    )
+    assert_caught(ev, EvalStatus.ERROR, r"the candidate's process exited \(status 0\) before answering")
     assert "harness names in reach: none" in reason(ev)
     assert "reached /proc" not in reason(ev) and "refused /proc" in reason(ev)
 
@@ -691,11 +687,7 @@ LAZY_OUTPUT = textwrap.dedent(
     [
         ("lazy output tensor", LAZY_OUTPUT, r"round 0: output 0: \d+ NaN/Inf value"),
         ("outputs cached across calls", None, r"although the correctness rounds passed"),
-        (
-            "driver-frame forger",
-            FRAME_FORGER,
-            r"the candidate's process exited \(status 0\) before answering",
-        ),
+        ("driver-frame forger", FRAME_FORGER, r"the candidate's process exited \(status 0\) before answering"),
     ],
 )
 def test_gpu_cheats_through_the_fitness(tmp_path, name, code, reason):

@@ -512,15 +512,9 @@ def test_nothing_written_by_one_run_or_its_evaluation_reaches_the_next_run(data_
     # only the harness's own warm-up run of the seed writes there (on a CPU: its folders, the
     # bytecode of what it imported and the stage's record, no compiled file); no candidate run does
     written = [p for p in cache.rglob("*") if p.is_file() and not p.name.startswith("warmed-")]
-    compiled = [
-        p for p in written if p.is_relative_to(cache / bytecode.FOLDER) and p.suffix == ".pyc"
-    ]
-    assert compiled and not set(written) - set(compiled), (
-        f"a run wrote into the compile cache: {written}"
-    )
-    runs = [
-        p for p in compiled if "scratch" in p.parts
-    ]  # modules of a run's folder: the warm-up's only
+    compiled = [p for p in written if p.is_relative_to(cache / bytecode.FOLDER) and p.suffix == ".pyc"]
+    assert compiled and not set(written) - set(compiled), f"a run wrote into the compile cache: {written}"
+    runs = [p for p in compiled if "scratch" in p.parts]  # modules of a run's folder: the warm-up's only
     assert all(any(part.startswith("speedrun-warmup-") for part in p.parts) for p in runs), runs
     assert not list(Path("/tmp").glob("leak-*"))
 

@@ -50,14 +50,7 @@ def test_time_phases_add_up_to_the_wall_time_and_the_baseline_is_measured_once(
         phases = {k: v for k, v in ev.metrics.items() if k.startswith("time_")}
         assert sum(phases.values()) == pytest.approx(ev.wall_s, rel=0.02)
         assert all(v >= 0 for v in phases.values())
-        for phase in (
-            "process_start",
-            "candidate_import",
-            "correctness",
-            "timing",
-            "process_exit",
-            "scoring",
-        ):
+        for phase in ("process_start", "candidate_import", "correctness", "timing", "process_exit", "scoring"):
             assert phases[f"time_{phase}"] > 0, phase
     assert tasks == ["baseline"]  # kept by the harness for the second evaluation; no witness task
 
@@ -109,9 +102,7 @@ def test_a_candidate_failing_at_import_leaves_no_timer_nor_folder(fitness, tmp_p
     workdir.mkdir()
     (workdir / "kernel.py").write_text("raise RuntimeError('no kernel here')\n")
     ev = evaluate_safely(fitness, workdir, EvalContext(seed=1, timeout_s=120))
-    assert not ev.ok and "importing the candidate: RuntimeError: no kernel here" in str(
-        dict(ev.artifacts)
-    )
+    assert not ev.ok and "importing the candidate: RuntimeError: no kernel here" in str(dict(ev.artifacts))
     assert len(taken) == 1
     for timer in taken:  # its sandbox (the candidate's process with it) ended, its folder removed
         assert not timer.started.alive() and timer.started.proc.returncode is not None
@@ -158,7 +149,4 @@ def test_timers_still_waiting_when_the_process_exits_end_and_leave_no_folder():
     assert len(waiting) == 2
     for pid, folder in waiting:
         assert not Path(folder).exists()
-        assert (
-            not Path(f"/proc/{pid}").exists()
-            or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-        )
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]

@@ -94,3 +94,4 @@ def test_a_compiler_setting_made_too_late_is_named_in_the_log(data_dir, tmp_path
     log = ev.artifacts["train_log"]
     assert "TORCHINDUCTOR_MAX_AUTOTUNE is set after the harness imported torch" in log
     assert "torch._inductor.config" in log and "TORCHINDUCTOR_CACHE_DIR" not in log
+

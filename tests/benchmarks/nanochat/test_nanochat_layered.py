@@ -186,10 +186,7 @@ def test_an_honest_refactor_passes_every_stage(fitness, tmp_path):
                 "        attended = x + self.attn(self.norm_attn(x))\n        return attended + self.mlp(self.norm_mlp(attended))",
             ),
         ],
-        "train.py": [
-            ("batches = client", "stream = client"),
-            ("next(batches, None)", "next(stream, None)"),
-        ],
+        "train.py": [("batches = client", "stream = client"), ("next(batches, None)", "next(stream, None)")],
     }
     ev = evaluate(fitness, candidate(tmp_path, refactor), tmp_path, seed=5)
     assert ev.ok and ev.stage == "full", dict(ev.artifacts)

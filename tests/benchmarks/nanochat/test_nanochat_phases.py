@@ -34,15 +34,7 @@ def test_the_phases_of_an_evaluation_add_up_to_its_wall_time(evaluated):
     _, _, ev = evaluated
     assert ev.ok, dict(ev.artifacts)
     spent = assert_adds_up(ev)
-    phases = {
-        "startup",
-        "warmup",
-        "training",
-        "checkpoint",
-        "export",
-        "scoring_start",
-        "scoring_forward",
-    }
+    phases = {"startup", "warmup", "training", "checkpoint", "export", "scoring_start", "scoring_forward"}
     assert {f"time_{name}" for name in phases} <= set(spent)
     # the harness's own clock: the timed phase is the budget (2 s) up to the last step's end
     assert spent["time_training"] >= 2.0 and spent["time_training"] < ev.metrics["train_wall_s"]

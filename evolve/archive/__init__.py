@@ -1,18 +1,21 @@
-"""The archive and who gets in: MAP-Elites grids, noise-aware comparison, re-evaluation and the auditor."""
+"""The archive and who gets in: MAP-Elites grids, noise-aware comparison and its statistics, the referee."""
 
-from evolve.archive.grid import Archive, Elite
-from evolve.archive.noise import Calibration, NoiseJudge, make_calibration
-from evolve.archive.referee import Auditor, AuditVerdict, ModelReview, Referee, ReviewDiff
+from evolve.exports import lazy
 
-__all__ = [
-    "Archive",
-    "AuditVerdict",
-    "Auditor",
-    "Calibration",
-    "Elite",
-    "ModelReview",
-    "NoiseJudge",
-    "Referee",
-    "ReviewDiff",
-    "make_calibration",
-]
+__all__, __getattr__, __dir__ = lazy(
+    __name__,
+    {
+        "Archive": "evolve.archive.grid",
+        "Elite": "evolve.archive.grid",
+        "describe_cell": "evolve.archive.grid",
+        "NoiseJudge": "evolve.archive.noise",
+        "Calibration": "evolve.archive.noise",
+        "Samples": "evolve.archive.statistics",
+        "improvement_pvalue": "evolve.archive.statistics",
+        "one_sided_pvalue": "evolve.archive.statistics",
+        **dict.fromkeys(
+            ("Referee", "Auditor", "AuditVerdict", "ModelReview", "ReviewDiff"),
+            "evolve.archive.referee",
+        ),
+    },
+)

@@ -1,6 +1,11 @@
-"""From a config to a running search: ``config`` (Hydra, typed settings) and ``runner`` (assembles the run).
+"""From a config to a running search: Hydra and the typed settings (``config``), the run's assembly (``runner``)."""
 
-Each loads on demand (``from evolve.launch import runner``): the runner imports every layer.
-"""
+from evolve.exports import lazy
 
-__all__ = ["config", "runner"]
+__all__, __getattr__, __dir__ = lazy(
+    __name__,
+    {
+        **dict.fromkeys(("build_settings", "compose"), "evolve.launch.config"),
+        "run": "evolve.launch.runner",
+    },
+)

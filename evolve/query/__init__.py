@@ -15,6 +15,8 @@ from typing import Any
 
 from evolve.store.database import Store
 
+__all__ = ["Source", "connection", "loads", "marks"]
+
 Source = sqlite3.Connection | Store
 
 

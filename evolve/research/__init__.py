@@ -1,17 +1,15 @@
-"""What a run learns and shows: the research notebook, its model summaries, the auditor's model review, lineage and plots."""
+"""What a run learns and shows: the research notebook, its model summaries, the auditor's model review, lineage, plots."""
 
-from evolve.research.lineage import Lineage, ancestry
-from evolve.research.notebook import Notebook
-from evolve.research.plots import write_plots
-from evolve.research.review import Reviewer
-from evolve.research.summary import NotebookFeed, Summariser
+from evolve.exports import lazy
 
-__all__ = [
-    "Lineage",
-    "Notebook",
-    "NotebookFeed",
-    "Reviewer",
-    "Summariser",
-    "ancestry",
-    "write_plots",
-]
+__all__, __getattr__, __dir__ = lazy(
+    __name__,
+    {
+        "Notebook": "evolve.research.notebook",
+        "NotebookFeed": "evolve.research.summary",
+        "Summariser": "evolve.research.summary",
+        "Reviewer": "evolve.research.review",
+        "Lineage": "evolve.research.lineage",
+        "write_plots": "evolve.research.plots",
+    },
+)

@@ -1,4 +1,4 @@
-"""The sandbox: untrusted code in a child process that cannot outlive its timeout, read secrets or reach the next run.
+"""The sandbox: untrusted code in a child process that cannot outlive its timeout, keep secrets or reach the next run.
 
 ``process`` is the one entry (``run``, ``start``); the other modules are the layers it puts
 around the child: ``isolation`` (namespaces, private layers, no capabilities), ``landlock``,
@@ -6,16 +6,16 @@ around the child: ``isolation`` (namespaces, private layers, no capabilities), `
 and ``pagecache``.
 """
 
-from evolve.sandbox.isolation import IsolationError, Policy
-from evolve.sandbox.process import Limits, Result, Started, isolation_report, run, start
+from evolve.exports import lazy
 
-__all__ = [
-    "IsolationError",
-    "Limits",
-    "Policy",
-    "Result",
-    "Started",
-    "isolation_report",
-    "run",
-    "start",
-]
+__all__, __getattr__, __dir__ = lazy(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("Limits", "Result", "Started", "isolation_report", "run", "start"),
+            "evolve.sandbox.process",
+        ),
+        "IsolationError": "evolve.sandbox.isolation",
+        "Policy": "evolve.sandbox.isolation",
+    },
+)

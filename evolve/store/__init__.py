@@ -1,18 +1,18 @@
 """The run's archive file: the SQLite store, its schema migrations, stored LLM calls and the one-writer lock."""
 
-from evolve.store.calls import PromptPacker
-from evolve.store.database import ArchiveFileError, Store, migrate
-from evolve.store.runlock import RunDirectoryBusy, check_free, hold
-from evolve.store.schema import MIGRATIONS, SCHEMA_VERSION
+from evolve.exports import lazy
 
-__all__ = [
-    "MIGRATIONS",
-    "SCHEMA_VERSION",
-    "ArchiveFileError",
-    "PromptPacker",
-    "RunDirectoryBusy",
-    "Store",
-    "check_free",
-    "hold",
-    "migrate",
-]
+__all__, __getattr__, __dir__ = lazy(
+    __name__,
+    {
+        "Store": "evolve.store.database",
+        "ArchiveFileError": "evolve.store.database",
+        "migrate": "evolve.store.database",
+        "MIGRATIONS": "evolve.store.schema",
+        "SCHEMA_VERSION": "evolve.store.schema",
+        "PromptPacker": "evolve.store.calls",
+        "RunDirectoryBusy": "evolve.store.runlock",
+        "hold": "evolve.store.runlock",
+        "check_free": "evolve.store.runlock",
+    },
+)

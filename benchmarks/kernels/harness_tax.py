@@ -37,13 +37,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evolve.benchmarks.kernels.time_report import seed_fitness
+from .time_report import seed_fitness
 
 
 def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[float, float]]:
     """Per workload uuid: (bare ms, ms after a profiled call), medians of the timed calls."""
     import torch
-    from evolve.benchmarks.kernels import guards, inputs, pool, timing
+
+    from . import guards, inputs, pool, timing
 
     settings, problem = fitness.settings, fitness.problem
     device = torch.device(settings.device)
@@ -75,17 +76,15 @@ def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[flo
 
 def unsandboxed_timer_times(fitness, workdir: Path, scratch: Path) -> dict[str, float]:
     """Per workload uuid: the median time the harness's timer measures when run without the sandbox."""
-    from evolve.benchmarks.kernels.harness import Harness
-    from evolve.benchmarks.kernels.process import TIMER
-
     from evolve.harness.protocol import SAFE_PATH, job_input
+
+    from .harness import Harness
+    from .process import TIMER
 
     harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
     (scratch / "harness").mkdir()
     entry = {"file": "kernel.py", "function": "run", "dps": True}
-    nonce, stdin = job_input(
-        harness.timer_job(fitness.settings, entry, {}, harness_dir=scratch / "harness")
-    )
+    nonce, stdin = job_input(harness.timer_job(fitness.settings, entry, {}, harness_dir=scratch / "harness"))
     done = subprocess.run([sys.executable, *SAFE_PATH, "-m", TIMER, fitness.settings.device], cwd=workdir,
                           input=stdin, capture_output=True, timeout=900)  # fmt: skip
     lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.startswith("{")]

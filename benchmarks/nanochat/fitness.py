@@ -22,15 +22,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import ahead, prepare, scales, stages, supervisor
-from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.scorer import SPARE_ROWS, eval_rows
-from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_files
-from evolve.benchmarks.nanochat.tokens import Split
-
 from evolve.harness import bytecode, exported, phases, profiling, protocol
 from evolve.harness.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
+
+from . import ahead, prepare, scales, stages, supervisor
+from .packing import pack_rows
+from .scorer import SPARE_ROWS, eval_rows
+from .supervisor import checkpoint_digest, checkpoint_files
+from .tokens import Split
 
 log = logging.getLogger(__name__)
 HARNESS_MODULES = {  # the harness processes, by role (their error messages name the role)

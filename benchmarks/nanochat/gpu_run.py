@@ -35,15 +35,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks import gpu_clocks, gpu_script
-from evolve.benchmarks.nanochat import prepare, scales
-from evolve.benchmarks.nanochat.client import CONFIG_ENV
-from evolve.benchmarks.nanochat.fitness import NanochatFitness
-from evolve.benchmarks.nanochat.supervisor import Rows
-
 from evolve.harness import gpus as placement
 from evolve.harness.bare import run_bare
 from evolve.harness.fitness import EvalContext, evaluate_safely
+
+from .. import gpu_clocks, gpu_script
+from . import prepare, scales
+from .client import CONFIG_ENV
+from .fitness import NanochatFitness
+from .supervisor import Rows
 
 CHUNK_CHARS = (
     6000  # ~1500 tokens: Wikipedia articles are cut at paragraph ends so rows use whole articles
@@ -111,9 +111,7 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
     return root
 
 
-def run_one(
-    fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu: str | None
-) -> dict:
+def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu: str | None) -> dict:
     """One harness evaluation of the program (``options["program"]``, default the seed); with
     ``options["rescore"]`` its checkpoint scored again (see rescored), with ``options["bare"]``
     the program run again bare, with ``options["bare_sandboxed"]`` bare in the sandbox (see
@@ -155,9 +153,8 @@ def run_one(
         "bare": bare_tax(fitness, Path(program), root / f"bare{seed}", ctx, ev.metrics)
         if options.get("bare") and ev.ok
         else None,
-        "bare_sandboxed": bare_tax(
-            fitness, Path(program), root / f"sandboxed{seed}", ctx, ev.metrics, sandboxed=True
-        )
+        "bare_sandboxed": bare_tax(fitness, Path(program), root / f"sandboxed{seed}", ctx, ev.metrics,
+                                   sandboxed=True)
         if options.get("bare_sandboxed") and ev.ok
         else None,
     }
@@ -310,10 +307,7 @@ def bare_line(run: dict) -> list[str]:
     ``--bare-sandboxed``), whichever were run, or nothing."""
     m = run["metrics"]
     lines = []
-    for key, what in (
-        ("bare", "run bare"),
-        ("bare_sandboxed", "run bare inside the harness's sandbox"),
-    ):
+    for key, what in (("bare", "run bare"), ("bare_sandboxed", "run bare inside the harness's sandbox")):
         bare = run.get(key)
         if bare and bare["tokens_per_s"] > 0:
             lines += [
@@ -457,9 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
         options = {"rescore": args.strict_cost, "bare": args.bare, "bare_sandboxed": args.bare_sandboxed,
                    "program": str(args.program.resolve()) if args.program else None}  # fmt: skip
-        runs = placement.run_on_slots(
-            run_one, [(fitness, seed, work, options) for seed in seeds], gpus
-        )
+        runs = placement.run_on_slots(run_one, [(fitness, seed, work, options) for seed in seeds], gpus)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)

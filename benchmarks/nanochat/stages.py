@@ -25,10 +25,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.benchmarks.nanochat import ahead
-from evolve.benchmarks.nanochat.layered import LocalCheck, LossBand, ShortRun, cascade
-from evolve.benchmarks.nanochat.scales import Scale
-
 from evolve.harness import once, phases
 from evolve.harness.as_found import as_found
 from evolve.harness.fitness import EvalContext, Stage, write_files
@@ -36,8 +32,12 @@ from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
 from evolve.types import EvalStatus, Evaluation, Files
 
+from . import ahead
+from .layered import LocalCheck, LossBand, ShortRun, cascade
+from .scales import Scale
+
 if TYPE_CHECKING:
-    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+    from .fitness import NanochatFitness
 
 # The short run's steps when the config leaves them unset, from what a short run costs next
 # to a full run (README, "Quick stages"): on one GPU ~12%, checked past the seed's 20-step

@@ -37,16 +37,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks import gpu_clocks, gpu_script
-from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
-from evolve.benchmarks.speedrun.fitness import ALPHA, SpeedrunFitness, verdict
-from evolve.benchmarks.speedrun.prepare_text import prepare
-from evolve.benchmarks.speedrun.runner import RunRecord
-
 from evolve.harness import phases
 from evolve.harness.fitness import EvalContext
 from evolve.harness.gpus import visible_gpus
 from evolve.types import EvalStatus
+
+from .. import gpu_clocks, gpu_script
+from .data import ensure_stdlib_shards
+from .fitness import ALPHA, SpeedrunFitness, verdict
+from .prepare_text import prepare
+from .runner import RunRecord
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
 # as configs/benchmark/speedrun_1gpu.yaml: the seed's measured loss after 820 steps + 5 sd
@@ -205,14 +205,10 @@ def seeds_part(
         run_timeout_s=steps * batch / (tps1 or 300_000) * 2 + 600,
     )
     ctx = EvalContext(seed=0, gpu=",".join(gpus) if gpus else None, scratch=scratch / "seeds")
-    if (
-        args.compile_cache
-    ):  # as an evolve run's first evaluation would: the harness's seed run fills it
+    if args.compile_cache:  # as an evolve run's first evaluation would: the harness's seed run fills it
         begin = time.monotonic()
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
-        log(
-            f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s"
-        )
+        log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
     with (
         phases.timeline("harness") as line,

@@ -20,14 +20,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.speedrun.scoring import evaluate_run, start_evaluation
-from evolve.benchmarks.speedrun.stream import TokenServer
-from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit
 
 from evolve.harness import bytecode, phases
 from evolve.harness.fitness import Limits, Policy, run_sandboxed
 from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
+
+from .scoring import evaluate_run, start_evaluation
+from .stream import TokenServer
+from .timer import ClockServer, ClockViolation, audit
 
 HERE = Path(__file__).resolve().parent
 CLOCK_MODULE = HERE / "clock.py"
@@ -54,9 +55,7 @@ class RunSettings:
     cpu_threads: int | None = None
     probe_every_s: float = 0.0
     overrides: dict = field(default_factory=dict)
-    compile_cache: str | None = (
-        None  # a compiler cache copied into each run (written by warm_cache only)
-    )
+    compile_cache: str | None = None  # a compiler cache copied into each run (written by warm_cache only)
     strict_probes: bool = False  # the auditor's strict mode: more causality probes (``layout``)
 
     def strict(self) -> RunSettings:

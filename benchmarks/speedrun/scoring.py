@@ -37,7 +37,7 @@ from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
 
 if TYPE_CHECKING:
-    from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings
+    from .runner import RunRecord, RunSettings
 
 HERE = Path(__file__).resolve().parent
 EVALUATOR = "evolve.benchmarks.speedrun.evaluate"  # run with -m: in the harness hash

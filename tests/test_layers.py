@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "evolve"
 # Lowest first; a name is the first part after ``evolve.`` (a module or a subpackage). Modules
 # named here that do not exist yet take their place when they are written.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("types", "settings", "paths", "lifetime", "exports"),
+    ("types", "settings", "paths", "exports"),
     ("store",),
     ("sandbox",),
     ("harness",),

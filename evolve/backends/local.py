@@ -23,11 +23,11 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
-from evolve import lifetime
 from evolve.backends.base import HARNESS_GRACE_S, run_job
 from evolve.harness import phases
 from evolve.harness.fitness import Fitness
 from evolve.harness.gpus import gpu_groups
+from evolve.sandbox import lifetime
 from evolve.sandbox.cores import inherited, split
 from evolve.types import EvalStatus, Evaluation, InfrastructureFault, Job
 

@@ -13,7 +13,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from evolve import lifetime
 from evolve.archive.grid import Archive
 from evolve.backends import Backend, LocalBackend
 from evolve.launch.config import build_settings
@@ -23,7 +22,7 @@ from evolve.operators.llm_catalog import llm_client, preflight_operators
 from evolve.research.plots import write_plots
 from evolve.research.review import Reviewer
 from evolve.research.summary import Summariser
-from evolve.sandbox import unreadable
+from evolve.sandbox import lifetime, unreadable
 from evolve.search.driver import Driver, Summary
 from evolve.search.emitters import Emitter
 from evolve.search.engine import Engine

@@ -1,9 +1,10 @@
-"""The sandbox: untrusted code in a child process that cannot outlive its timeout, keep secrets or reach the next run.
+"""Processes held to their time: untrusted code in a child that cannot outlive its timeout or keep secrets, and nothing a run starts outliving the run.
 
 ``process`` is the one entry (``run``, ``start``); the other modules are the layers it puts
 around the child: ``isolation`` (namespaces, private layers, no capabilities), ``landlock``,
 ``channels``, ``cores``, ``environment``, ``identity`` (the unprivileged uid), ``unreadable``
-and ``pagecache``.
+and ``pagecache``. ``lifetime`` holds every process a run starts (workers, provider commands)
+to the run's life: nothing outlives it, SIGKILL of the run included.
 """
 
 from evolve.exports import lazy

@@ -1,8 +1,8 @@
 """evolve: open-ended evolutionary search over programs.
 
 The public API, for notebooks and scripts (``from evolve import ...``). Importing the package
-starts nothing and imports none of its modules; each name below loads its own module on
-first use:
+starts nothing and imports none of its modules but ``evolve.exports``; each name below
+loads its own module on first use:
 
 - data: ``Candidate``, ``Proposal``, ``Evaluation``, ``EvalStatus``, ``Objective``,
   ``Direction``, ``Descriptor``, ``AddStatus``, ``AddResult``, ``EvolveError``;
@@ -17,13 +17,14 @@ first use:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from evolve.exports import lazy
 
 if TYPE_CHECKING:
-    from evolve.driver import Summary
+    from evolve.search.driver import Summary
 
 __version__ = "0.1.0"
 
@@ -45,34 +46,27 @@ _HOMES = {
         ),
         "evolve.types",
     ),
-    "Archive": "evolve.archive",
-    "Store": "evolve.store",
-    **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.fitness"),
+    "Archive": "evolve.archive.grid",
+    "Store": "evolve.store.database",
+    **dict.fromkeys(("Benchmark", "EvalContext", "Fitness", "Stage"), "evolve.harness.fitness"),
     **dict.fromkeys(
-        ("ArchiveSettings", "EmitterSettings", "RunSettings", "SearchSettings"), "evolve.settings"
+        (
+            "ArchiveSettings",
+            "AuditSettings",
+            "EmitterSettings",
+            "NoiseSettings",
+            "RunSettings",
+            "SearchSettings",
+        ),
+        "evolve.settings",
     ),
-    "NoiseSettings": "evolve.noise",
-    **dict.fromkeys(("AuditSettings",), "evolve.settings"),
     # the ask/tell engine and the driver that keeps proposals in flight
-    "Engine": "evolve.engine",
-    **dict.fromkeys(("Driver", "Summary"), "evolve.driver"),
-    "Emitter": "evolve.emitters",
+    "Engine": "evolve.search.engine",
+    **dict.fromkeys(("Driver", "Summary"), "evolve.search.driver"),
+    "Emitter": "evolve.search.emitters",
 }
-__all__ = [*_HOMES, "run"]  # the public API: every name above, and ``run``
-
-
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module on first use (PEP 562), so ``import evolve`` stays light."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'evolve' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+_NAMES, __getattr__, __dir__ = lazy(__name__, _HOMES)
+__all__ = [*_NAMES, "run"]  # the public API: every name above, and ``run``
 
 
 def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> Summary:

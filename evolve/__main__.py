@@ -18,11 +18,11 @@ from evolve.cli import (
     report,
     sweep_overview,
 )
-from evolve.config import as_dict, hydra_errors
+from evolve.launch.config import as_dict, hydra_errors
 from evolve.settings import ConfigError
 
 if TYPE_CHECKING:
-    from evolve.driver import Summary
+    from evolve.search.driver import Summary
 
 SWEEP: list[tuple[list[str], Path, Summary]] = []  # each run of a ``-m`` sweep, in order
 

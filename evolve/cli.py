@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from evolve import runlock
-from evolve.config import (
+from evolve.launch.config import (
     FitnessBuildError,
     alternatives,
     build_settings,
@@ -29,11 +28,12 @@ from evolve.config import (
     with_benchmark_search_defaults,
 )
 from evolve.settings import Alternative, ConfigError, RunSettings
-from evolve.store import Store
+from evolve.store import runlock
+from evolve.store.database import Store
 from evolve.types import EvolveError
 
 if TYPE_CHECKING:
-    from evolve.driver import Summary
+    from evolve.search.driver import Summary
 
 log = logging.getLogger("evolve")
 
@@ -246,7 +246,7 @@ def run(overrides: Sequence[str] = (), *, run_dir: Path | str | None = None) -> 
     Raises:
         EvolveError: the run cannot start or stopped on an error; the message names the fix.
     """
-    from evolve import runner
+    from evolve.launch import runner
 
     cfg = compose(overrides)
     where = Path(run_dir or new_run_dir(cfg.get("resume"), cfg["benchmark"]["name"]))
@@ -270,7 +270,7 @@ def report(cfg: dict[str, Any], run_dir: Path, overrides: list[str]) -> Summary 
             f"(budget {settings.search.max_candidates} candidates); leave out dry_run=true to start"
         )
         return None
-    from evolve import runner  # the loop, the operators and the model client load only now
+    from evolve.launch import runner  # the loop, the operators and the model client load only now
     from evolve.llm import LLMConfigError, PreflightError
 
     try:

@@ -3,21 +3,21 @@
 Each dataclass is one config group (``search``, ``archive``, ``emitter``, ``operators``, ``audit``;
 ``llm`` and ``noise`` have theirs in their own modules) and
 checks its own values, so an impossible value fails at start with a message naming the key
-and what it accepts; ``RunSettings`` holds them all. ``evolve.config.build_settings`` makes
+and what it accepts; ``RunSettings`` holds them all. ``evolve.launch.config.build_settings`` makes
 them from a resolved config; a notebook user may make them directly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from evolve.types import EvolveError
 
 if TYPE_CHECKING:  # annotations only: the settings import nothing above the types
-    from evolve.fitness import Benchmark
+    from evolve.harness.fitness import Benchmark
     from evolve.llm.settings import LLMSettings
-    from evolve.noise import NoiseSettings
 
 
 class ConfigError(EvolveError):
@@ -95,7 +95,7 @@ class SearchSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class NoveltySettings:
-    """What counts as nothing new (``archive.novelty``); see ``evolve.novelty``.
+    """What counts as nothing new (``archive.novelty``); see ``evolve.search.novelty``.
 
     Attributes:
         names: refuse, before evaluation, a proposal that equals a stored candidate up to its
@@ -150,7 +150,7 @@ class NoveltySettings:
 
 @dataclass(frozen=True, kw_only=True)
 class ArchiveSettings:
-    """The MAP-Elites archive (the ``archive`` config group); see ``evolve.archive.Archive``.
+    """The MAP-Elites archive (the ``archive`` config group); see ``evolve.archive.grid.Archive``.
 
     Attributes:
         islands: independent grids, bred separately and linked by ring migration (>= 1).
@@ -162,7 +162,7 @@ class ArchiveSettings:
             improving a cell (rounding noise never replaces an elite).
         novelty: what counts as nothing new (``NoveltySettings``; a mapping in the config).
         split_depth: how many times a crowded cell may split, each axis halved each time
-            (0: a fixed grid); see ``evolve.archive``.
+            (0: a fixed grid); see ``evolve.archive.grid``.
     """
 
     islands: int = 1
@@ -196,7 +196,7 @@ class ArchiveSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class EmitterSettings:
-    """How each proposal's operator is chosen (the ``emitter`` config group); see ``evolve.emitters``.
+    """How each proposal's operator is chosen (the ``emitter`` config group); see ``evolve.search.emitters``.
 
     Attributes:
         selection: ``bandit`` (discounted UCB whose prior is the operator weights) or
@@ -250,8 +250,98 @@ class BuiltinWeights:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NoiseSettings:
+    """The ``noise`` config group.
+
+    Attributes:
+        seeds: evaluations of the seed program at run start (calibration); 1 disables
+            noise-aware selection entirely (plain comparison, one evaluation each).
+        alpha: one-sided level: the largest accepted chance of promoting a challenger that
+            is no better than the incumbent, over all looks of one comparison.
+        close: a challenger whose p-value lies between its look's level and ``close`` is
+            re-evaluated with more seeds; at ``close`` or above it is refused at once.
+        schedule: a challenger's sample count at each look, strictly increasing from 1
+            (e.g. ``[1, 4]``: one evaluation, then up to three more when close).
+        level: confidence level of the stored intervals ``fitness_ci_low/high``.
+        new_cell_seeds: samples taken of a challenger that lands in an empty cell (1: just
+            the first). More make it a firmer incumbent: later challengers of its cell are
+            then judged against a better estimate, so real gains pass more often.
+        best_seeds: samples taken of a challenger whose first score would make it the run's
+            best (the re-evaluation of would-be bests): its verdict is their mean, and their
+            spread measures the noise of programs far from the seed (``Archive.noise_sd``).
+    """
+
+    seeds: int = 1
+    alpha: float = 0.005
+    close: float = 0.2
+    schedule: tuple[int, ...] = (1, 4)
+    level: float = 0.95
+    new_cell_seeds: int = 1
+    best_seeds: int = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "schedule", tuple(int(n) for n in self.schedule))
+        if not isinstance(self.seeds, int) or self.seeds < 1:
+            raise ValueError(
+                f"noise.seeds must be an integer >= 1 (1 disables), got {self.seeds!r}"
+            )
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"noise.alpha must lie in (0, 1), got {self.alpha}")
+        if not self.alpha <= self.close <= 1:
+            raise ValueError(
+                f"noise.close must lie in [noise.alpha, 1], got {self.close} (alpha {self.alpha})"
+            )
+        steps = self.schedule
+        if (
+            not steps
+            or steps[0] != 1
+            or any(b <= a for a, b in zip(steps, steps[1:], strict=False))
+        ):
+            raise ValueError(
+                f"noise.schedule must start at 1 and increase strictly, e.g. [1, 4]; got {list(steps)}"
+            )
+        if not 0 < self.level < 1:
+            raise ValueError(f"noise.level must lie in (0, 1), got {self.level}")
+        if not isinstance(self.new_cell_seeds, int) or self.new_cell_seeds < 1:
+            raise ValueError(
+                f"noise.new_cell_seeds must be an integer >= 1, got {self.new_cell_seeds!r}"
+            )
+        if not isinstance(self.best_seeds, int) or self.best_seeds < 1:
+            raise ValueError(f"noise.best_seeds must be an integer >= 1, got {self.best_seeds!r}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether noise-aware selection runs (two or more calibration seeds)."""
+        return self.seeds >= 2
+
+    def look_alpha(self, n: int) -> float:
+        """The level of the look made with ``n`` samples.
+
+        ``alpha`` is split over the looks in proportion to their sample counts (``[1, 4]``:
+        0.2 and 0.8 of it), so the levels sum to ``alpha`` (Bonferroni) and most of it goes to
+        the look that has the most evidence.
+        """
+        reached = max((c for c in self.schedule if c <= n), default=self.schedule[0])
+        return self.alpha * reached / sum(self.schedule)
+
+    @classmethod
+    def from_config(cls, node: Mapping[str, Any] | None) -> NoiseSettings:
+        """Settings from the ``noise`` config node (missing: disabled); unknown keys are errors."""
+        values = dict(node or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {unknown} in noise; valid keys: {', '.join(sorted(names))}"
+            )
+        if "schedule" in values:
+            values["schedule"] = tuple(values["schedule"])
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
 class AuditSettings:
-    """The auditor stage (the ``audit`` config group); see ``evolve.referee.Auditor``.
+    """The auditor stage (the ``audit`` config group); see ``evolve.archive.referee.Auditor``.
 
     Attributes:
         enabled: audit each candidate about to become the run's best with the static
@@ -260,7 +350,7 @@ class AuditSettings:
         strict_seeds: strict re-evaluations of a flagged candidate, each with another seed;
             their mean must still beat the best.
         review: when the run has a model (``llm.model``), it also reviews the candidate's
-            change against the task's rules (``evolve.operators.review``); a suspicious
+            change against the task's rules (``evolve.research.review``); a suspicious
             verdict counts like a static flag. No effect without a model.
     """
 

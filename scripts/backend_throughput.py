@@ -1,6 +1,6 @@
 """Candidates per minute of the Ray backend against the local backend, same machine, same search.
 
-Each run is a real search (``evolve.runner.run``, built-in operators, no LLM) on a fitness
+Each run is a real search (``evolve.launch.runner.run``, built-in operators, no LLM) on a fitness
 that sleeps ``--sleep`` seconds per candidate, with ``--workers`` slots, in its own Python
 process; the backends alternate (local, ray, local, ray, ...) so that drift of the machine
 hits both alike. Two figures per run, both from the archive's own timestamps:
@@ -36,9 +36,9 @@ def one_run(backend: str, candidates: int, workers: int, sleep_s: float, run_dir
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    from evolve import runner
-    from evolve.config import as_dict
-    from evolve.store import Store
+    from evolve.launch import runner
+    from evolve.launch.config import as_dict
+    from evolve.store.database import Store
 
     overrides = [
         f"backend={backend}",

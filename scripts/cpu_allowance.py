@@ -32,7 +32,7 @@ from evolve.benchmarks.nanochat import scales
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
 from evolve.backends import LocalBackend
-from evolve.cores import inherited, split
+from evolve.sandbox.cores import inherited, split
 from evolve.types import Evaluation, Job
 
 PROBE = """

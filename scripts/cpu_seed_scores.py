@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from evolve.backends.base import run_job
-from evolve.config import build_benchmark, compose
+from evolve.launch.config import build_benchmark, compose
 from evolve.types import Job
 
 SHOWN = {  # metrics worth a column, per benchmark

@@ -20,15 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.archive import Archive
+from evolve.archive.grid import Archive
 from evolve.backends import LocalBackend
-from evolve.driver import Driver
-from evolve.emitters import Emitter
-from evolve.engine import Engine
-from evolve.fitness import Benchmark, EvalContext
+from evolve.harness.fitness import Benchmark, EvalContext
 from evolve.operators.builtin import BlockCrossover, Tweak, literals
+from evolve.search.driver import Driver
+from evolve.search.emitters import Emitter
+from evolve.search.engine import Engine
 from evolve.settings import SearchSettings
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import (
     CandidateStatus,
     Descriptor,

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve import identity, pagecache
-from evolve.sandbox import isolation_report, run
+from evolve.sandbox import identity, pagecache
+from evolve.sandbox.process import isolation_report, run
 
 SEED = Path(__file__).resolve().parents[1] / "benchmarks" / "circle_packing" / "seed"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from evolve.llm import LLMClient, LLMSettings  # noqa: E402
-from evolve.store import Store  # noqa: E402
+from evolve.store.database import Store  # noqa: E402
 
 PROMPT = [
     {"role": "system", "content": "You improve programs. Answer with SEARCH/REPLACE blocks. " * 10},

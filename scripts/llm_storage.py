@@ -55,7 +55,7 @@ def measure(archive: Path, *, migrate: bool) -> str:
         source.close()
         target.close()
         if migrate:
-            from evolve.store import Store
+            from evolve.store.database import Store
 
             Store(copy).close()
         conn = sqlite3.connect(copy, isolation_level=None)

@@ -5,7 +5,7 @@ on, a fixed answer latency, answers that are real SEARCH/REPLACE edits of the pr
 program) is called through the real litellm path (``llm=local``, ``llm.api_base``); the
 fitness is the toy benchmark's, sleeping ``--eval`` seconds. Two measurements:
 
-``sweep``: one real search (``evolve.runner.run``) per value of
+``sweep``: one real search (``evolve.launch.runner.run``) per value of
 ``search.max_proposals_in_flight``, each proposing for ``--wall`` seconds; prints candidates
 per minute and the fraction of wall time the evaluation slots were busy (the fitness's own
 time over slots x the search's time, from the archive's timestamps), overall (from the seed
@@ -38,18 +38,18 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from evolve import runner  # noqa: E402
-from evolve.archive import Archive  # noqa: E402
+from evolve.archive.grid import Archive  # noqa: E402
 from evolve.backends import LocalBackend  # noqa: E402
-from evolve.config import as_dict  # noqa: E402
-from evolve.driver import Driver  # noqa: E402
-from evolve.emitters import Emitter  # noqa: E402
-from evolve.engine import Engine  # noqa: E402
-from evolve.fitness import Benchmark  # noqa: E402
+from evolve.harness.fitness import Benchmark  # noqa: E402
+from evolve.launch import runner  # noqa: E402
+from evolve.launch.config import as_dict  # noqa: E402
 from evolve.llm import LLMClient, LLMSettings  # noqa: E402
 from evolve.operators.mutate import Diff  # noqa: E402
+from evolve.search.driver import Driver  # noqa: E402
+from evolve.search.emitters import Emitter  # noqa: E402
+from evolve.search.engine import Engine  # noqa: E402
 from evolve.settings import SearchSettings  # noqa: E402
-from evolve.store import Store  # noqa: E402
+from evolve.store.database import Store  # noqa: E402
 from tests.fixtures.mock_openai import MockServer  # noqa: E402
 
 TOY = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "toy.yaml"

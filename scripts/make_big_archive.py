@@ -13,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the sample archive is a test fixture (tests/fixtures)
 
-from evolve.store import Store  # noqa: E402
+from evolve.store.database import Store  # noqa: E402
 from tests.fixtures.sample_archive import write_sample_archive  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 
 A noisy fitness returns ``true value + N(0, sigma^2)`` per evaluation seed. Each simulated run
 calibrates on the seed program (``noise.seeds`` draws), then offers challengers to the seed's
-cell through the same functions the search uses (``evolve.noise.pvalue`` and ``next_count``):
+cell through the same functions the search uses (``evolve.archive.noise.pvalue`` and ``next_count``):
 - no-op challengers (identical code, new seeds: the same true value) -> fraction wrongly
   promoted (the goal is under 1%);
 - real improvements of ``--gain`` sigmas -> fraction accepted (power);
@@ -23,8 +23,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from evolve.fitness import Samples
-from evolve.noise import NoiseSettings, make_calibration, next_count, pvalue
+from evolve.archive.noise import make_calibration, next_count, pvalue
+from evolve.archive.statistics import Samples
+from evolve.settings import NoiseSettings
 from evolve.types import EvalStatus, Evaluation, Objective
 
 OBJECTIVE = Objective(name="fitness")

@@ -71,7 +71,7 @@ def user_prompts(archive: Path) -> list[str]:
         rows = conn.execute(f"SELECT l.messages {linked}")
         return [json.loads(text)[-1]["content"] for (text,) in rows]
     sys.path.insert(0, str(REPO))
-    from evolve.callstore import prompt_messages
+    from evolve.store.calls import prompt_messages
 
     ids = [row[0] for row in conn.execute(f"SELECT MIN(l.id) {linked}")]
     return [prompt_messages(conn, call)[-1]["content"] for call in ids]

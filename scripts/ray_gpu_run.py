@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evolve.store import Store  # noqa: E402
+from evolve.store.database import Store  # noqa: E402
 from tests.backends.fitnesses import traces  # noqa: E402
 
 

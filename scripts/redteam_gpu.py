@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evolve.benchmarks.kernels.fitness import KernelFitness
 
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     scratch = Path(tempfile.mkdtemp(prefix="redteam-gpu-"))
     if args.tiny:

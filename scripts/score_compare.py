@@ -34,7 +34,7 @@ def scorer_seconds(metrics: dict) -> float:
 def nanochat(seed: int, scratch: Path) -> dict:
     from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     fitness = NanochatFitness(scale="cpu", layered={"local_check": False, "short_run_steps": 0})
     work = (
@@ -62,7 +62,7 @@ def same_checkpoint(repeats: int, scratch: Path) -> list[dict]:
     import torch
     from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
-    from evolve.fitness import EvalContext
+    from evolve.harness.fitness import EvalContext
     from evolve.harness.lm import perturb_
 
     fitness = NanochatFitness(scale="cpu", layered={"local_check": False, "short_run_steps": 0})
@@ -101,7 +101,7 @@ def same_checkpoint(repeats: int, scratch: Path) -> list[dict]:
 def speedrun(seeds: list[int], scratch: Path, steps: int | None) -> dict:
     from evolve.benchmarks.speedrun import fitness as speedrun_fitness
 
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     settings = dict(
         preset="cpu",

@@ -48,9 +48,9 @@ def measure(config: str, seed: int, scratch: Path, cache: Path | None, gpu: str 
     from evolve.benchmarks.speedrun.fitness import SEED_PROGRAM
 
     import evolve
-    from evolve.config import build_benchmark, compose
-    from evolve.fitness import EvalContext
     from evolve.harness import phases
+    from evolve.harness.fitness import EvalContext
+    from evolve.launch.config import build_benchmark, compose
 
     overrides = [f"benchmark={config}", "benchmark.fitness.n_seeds=1"]
     if cache is not None:

@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from evolve.config import as_dict
+from evolve.launch.config import as_dict
 
 REPO = Path(__file__).resolve().parents[1]
 TOY_BENCHMARK = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "toy.yaml"
@@ -23,7 +23,7 @@ TOY_BENCHMARK = REPO / "tests" / "fixtures" / "evolve_configs" / "benchmark" / "
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """As root, the session's temp folders live in a folder of its own: sandboxed commands run
-    as another uid (``evolve.identity``), which the sandbox lets reach the test folders they are
+    as another uid (``evolve.sandbox.identity``), which the sandbox lets reach the test folders they are
     given, and pytest takes every permission for others off ``/tmp/pytest-of-root`` at each
     session's start, cutting off those of a session running beside it."""
     if config.option.basetemp is None and os.geteuid() == 0:
@@ -76,8 +76,8 @@ def toy_cfg():
 @pytest.fixture(params=["cgroup", "affinity"])
 def mode(request, monkeypatch) -> str:
     """A CPU-allowance test runs with this machine's cpuset cgroups, and again as on a machine
-    without them (``evolve.cores``' affinity fallback)."""
-    from evolve import cores
+    without them (``evolve.sandbox.cores``' affinity fallback)."""
+    from evolve.sandbox import cores
 
     if request.param == "affinity":
         monkeypatch.setattr(cores, "CGROUP_MOUNTS", ())

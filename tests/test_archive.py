@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.store import Store
+from evolve.archive.grid import Archive
+from evolve.store.database import Store
 from evolve.types import (
     AddStatus,
     CandidateStatus,

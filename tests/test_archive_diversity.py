@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from evolve import runner
+from evolve.launch import runner
 from tests.conftest import REPO, composed
 
 SCRIPTED = f"{sys.executable} {REPO / 'tests' / 'fixtures' / 'scripted_model.py'} --seed 0"

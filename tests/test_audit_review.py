@@ -16,11 +16,11 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from evolve import runner
 from evolve.browse.cli import main as browse
-from evolve.callstore import prompt_messages
+from evolve.launch import runner
 from evolve.llm import LLMSettings
-from evolve.operators.review import parse_review
+from evolve.research.review import parse_review
+from evolve.store.calls import prompt_messages
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed
 from tests.test_audit_stage import TASK, audits, by_seq, search, stages

@@ -18,22 +18,22 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from evolve import noise
-from evolve.archive import Archive
+from evolve.archive import noise
+from evolve.archive.grid import Archive
+from evolve.archive.referee import INFRASTRUCTURE_RETRIES, ModelReview, ReviewDiff
 from evolve.backends import LocalBackend
 from evolve.browse.cli import main as browse
-from evolve.config import ConfigError, audit_settings
-from evolve.driver import Driver
-from evolve.emitters import Emitter
-from evolve.engine import Engine
-from evolve.fitness import Benchmark, EvalContext
-from evolve.jobs import eval_seed
+from evolve.harness.fitness import Benchmark, EvalContext
+from evolve.launch.config import ConfigError, audit_settings
 from evolve.llm import LLMClient, LLMSettings
 from evolve.operators.base import OperatorRequest
-from evolve.operators.review import Reviewer
-from evolve.referee import INFRASTRUCTURE_RETRIES, ModelReview, ReviewDiff
+from evolve.research.review import Reviewer
+from evolve.search.driver import Driver
+from evolve.search.emitters import Emitter
+from evolve.search.engine import Engine
+from evolve.search.jobs import eval_seed
 from evolve.settings import AuditSettings, SearchSettings
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.fixtures.toy import Toy
 
@@ -117,7 +117,7 @@ def search(
     """A run of the seed and the three scripted children on one evaluation slot; returns its
     store (open).
 
-    ``llm``: the run's model reviews each audited change (``evolve.operators.review``);
+    ``llm``: the run's model reviews each audited change (``evolve.research.review``);
     ``review_diff``: this function does instead.
     """
     seed_dir = tmp_path / "seed"

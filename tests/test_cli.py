@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from evolve import runlock
-from evolve.store import Store
+from evolve.store import runlock
+from evolve.store.database import Store
 from tests.conftest import REPO, evolve_cli
 
 FAST = ["search.max_candidates=6", "search.progress=false"]
@@ -136,7 +136,7 @@ def test_a_non_editable_install_runs_from_another_directory(tmp_path):
 
 
 def test_a_benchmarks_search_defaults_apply_unless_overridden():
-    from evolve.config import with_benchmark_search_defaults
+    from evolve.launch.config import with_benchmark_search_defaults
 
     cfg = {"benchmark": {"search": {"max_wall_s": 450}}, "search": {"max_wall_s": None, "max_candidates": 300}}
     assert with_benchmark_search_defaults(cfg, [])["search"]["max_wall_s"] == 450
@@ -181,7 +181,7 @@ def test_speedrun_without_gpus_names_the_cpu_scale_as_the_command_that_works(tmp
 
 
 def _settings(*overrides: str):
-    from evolve.config import build_settings
+    from evolve.launch.config import build_settings
     from tests.conftest import composed
 
     return build_settings(composed(list(overrides), toy=False))

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from evolve.config import build_settings
-from evolve.noise import NoiseSettings
+from evolve.launch.config import build_settings
 from evolve.settings import (
     ArchiveSettings,
     BuiltinWeights,
     ConfigError,
     EmitterSettings,
+    NoiseSettings,
     SearchSettings,
 )
 from tests.conftest import REPO, composed
@@ -139,8 +139,8 @@ def test_alternatives_must_have_their_three_keys():
 
 def test_the_config_layer_does_not_import_the_loop():
     code = (
-        "import sys, evolve.config, evolve.settings\n"
-        "loop = ('evolve.engine', 'evolve.driver', 'evolve.runner', 'evolve.backends')\n"
+        "import sys, evolve.launch.config, evolve.settings\n"
+        "loop = ('evolve.search.engine', 'evolve.search.driver', 'evolve.launch.runner', 'evolve.backends')\n"
         "print(sorted(m for m in sys.modules if m.startswith(loop)))\n"
     )
     result = subprocess.run(
@@ -150,7 +150,7 @@ def test_the_config_layer_does_not_import_the_loop():
 
 
 def test_a_resume_restating_the_runs_own_group_choice_is_accepted_and_another_refused():
-    from evolve.config import compose, merge_resumed
+    from evolve.launch.config import compose, merge_resumed
 
     stored = compose(["llm=local", "llm.model=openai/coder"])
     merged = merge_resumed(stored, ["llm=local", "llm.model=openai/coder"])

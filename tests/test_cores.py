@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve import cores, isolation, sandbox
-from evolve.channels import NOT
+from evolve.sandbox import cores, isolation
+from evolve.sandbox import process as sandbox
+from evolve.sandbox.channels import NOT
 
 MACHINE = tuple(sorted(os.sched_getaffinity(0)))
 needs_two = pytest.mark.skipif(len(MACHINE) < 2, reason="needs two cores to give one")

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.emitters import Ask, BanditState, Emitter, arm_key, reward
-from evolve.fitness import Benchmark
+from evolve.archive.grid import Archive
+from evolve.harness.fitness import Benchmark
 from evolve.operators.builtin import BlockCrossover, Tweak
-from evolve.store import Store
+from evolve.search.emitters import Ask, BanditState, Emitter, arm_key, reward
+from evolve.store.database import Store
 from evolve.types import AddResult, AddStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.fixtures.toy import Toy
 

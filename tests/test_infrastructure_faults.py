@@ -8,9 +8,9 @@ import tempfile
 
 import pytest
 
-from evolve import runner
 from evolve.backends.base import run_job
-from evolve.store import Store
+from evolve.launch import runner
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, InfrastructureFault, Job
 from tests.conftest import composed
 from tests.fixtures.toy import Toy

@@ -7,11 +7,11 @@ import json
 import networkx as nx
 import pytest
 
-from evolve.lineage import Lineage
-from evolve.plots import success_rates
 from evolve.query.edges import primary_path
 from evolve.query.run import best_candidate, objective_direction
-from evolve.store import Store
+from evolve.research.lineage import Lineage
+from evolve.research.plots import success_rates
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 
 M, X, INS = EdgeRole.MUTATION, EdgeRole.CROSSOVER, EdgeRole.INSPIRATION

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from evolve.callstore import prompt_messages
 from evolve.llm import (
     BudgetExceeded,
     LLMCallFailed,
@@ -17,7 +16,8 @@ from evolve.llm import (
     LLMStop,
     ReplayMiss,
 )
-from evolve.store import Store
+from evolve.store.calls import prompt_messages
+from evolve.store.database import Store
 from tests.fixtures import scripted_provider
 
 MESSAGES = [

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evolve.llm import BudgetExceeded, LLMClient, LLMSettings
-from evolve.store import Store
+from evolve.store.database import Store
 from tests.fixtures.mock_openai import MockServer
 
 PROMPT = [{"role": "user", "content": "improve this program\n" + "x = 1\n" * 1300}]

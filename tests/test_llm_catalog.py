@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from evolve.emitters import arm_key
 from evolve.llm import LLMClient, LLMSettings, PreflightError, preflight
 from evolve.operators.catalog import build_operators
 from evolve.operators.llm_catalog import llm_operators
+from evolve.search.emitters import arm_key
 from evolve.settings import BuiltinWeights
-from evolve.store import Store
+from evolve.store.database import Store
 
 
 def test_an_ensemble_gives_one_arm_per_model_and_operator(tmp_path) -> None:

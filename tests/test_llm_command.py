@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evolve.llm import LLMCallFailed, LLMClient, LLMConfigError, LLMSettings, LLMStop, prompt_text
-from evolve.store import Store
+from evolve.store.database import Store
 
 PY = sys.executable
 UPPER = [
@@ -163,7 +163,7 @@ def test_at_interpreter_exit_nothing_of_the_commands_group_survives(tmp_path) ->
     run_without_close = (
         "import asyncio, sys\n"
         "from evolve.llm import LLMClient, LLMSettings\n"
-        "from evolve.store import Store\n"
+        "from evolve.store.database import Store\n"
         f"cfg = LLMSettings.from_config({{'model': 'command/helper', 'commands': {{'helper': [sys.executable, '-c', {helper!r}]}}}})\n"
         f"llm = LLMClient(cfg, store=Store({str(tmp_path / 'a.db')!r}))\n"
         "print(asyncio.run(llm.complete('command/helper', [{'role': 'user', 'content': 'x'}], sample=0, prompt_hash='p')).text)\n"

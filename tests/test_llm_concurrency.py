@@ -15,7 +15,7 @@ import pytest
 
 from evolve.llm import BudgetExceeded, LLMClient, LLMSettings
 from evolve.llm._litellm import litellm
-from evolve.store import Store
+from evolve.store.database import Store
 from tests.fixtures import scripted_provider
 
 MESSAGES = [{"role": "user", "content": "make it faster"}]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
+from evolve.launch import runner
 from evolve.llm import LLMStop, PreflightError
-from evolve.store import Store
+from evolve.store.calls import prompt_messages
+from evolve.store.database import Store
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed, start_evolve
 from tests.fixtures.mock_openai import MockServer

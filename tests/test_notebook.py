@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
-from evolve.notebook import Notebook, cause, change_label, describe_cell
+from evolve.archive.grid import describe_cell
+from evolve.launch import runner
 from evolve.query.notebook import note_at, note_history
-from evolve.store import Store
+from evolve.research.notebook import Notebook, cause, change_label
+from evolve.store.calls import prompt_messages
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 from tests.conftest import REPO, composed, evolve_cli, start_evolve
 from tests.fixtures.sample_archive import write_sample_archive

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.circle_packing import fitness as circle_packing
 
-from evolve import runner
-from evolve.callstore import unpack_vector
-from evolve.engine import Rejection
+from evolve.launch import runner
 from evolve.llm import LLMClient, LLMSettings
 from evolve.llm.ledger import text_hash
-from evolve.novelty import Novelty, structure_hash
+from evolve.search.engine import Rejection
+from evolve.search.novelty import Novelty, structure_hash
 from evolve.settings import NoveltySettings
-from evolve.store import Store
+from evolve.store.calls import unpack_vector
+from evolve.store.database import Store
 from evolve.types import AddStatus, CandidateStatus, EdgeRole, Proposal
 from tests.conftest import composed
 from tests.fixtures.mock_openai import MockServer, trigram_vector

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve import identity, pagecache
 from evolve.backends.base import run_job
-from evolve.fitness import EvalContext
+from evolve.harness.fitness import EvalContext
+from evolve.sandbox import identity, pagecache
 from evolve.types import EvalStatus, Evaluation, Job, Objective
 
 PAGES = 64

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.plots import grid, write_plots
 from evolve.query.run import fitness_series
-from evolve.store import Store
+from evolve.research.plots import grid, write_plots
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EvalStatus, Evaluation, Proposal
 from tests.fixtures.sample_archive import write_sample_archive
 
@@ -88,7 +88,7 @@ def test_fitness_series_is_thinned_and_keeps_the_last_row(tmp_path, rows):
 
 
 def test_a_run_scoring_1e308_ends_with_its_plots_drawn(tmp_path) -> None:
-    from evolve import runner
+    from evolve.launch import runner
     from tests.conftest import composed
 
     cfg = composed(["search.max_candidates=6", "search.workers=1"])

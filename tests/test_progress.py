@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from evolve.backends.local import LocalBackend, Watch
-from evolve.fitness import EvalContext
 from evolve.harness import phases, protocol
+from evolve.harness.fitness import EvalContext
 from evolve.types import Descriptor, EvalStatus, Evaluation, Job, Objective
 from tests.conftest import REPO
 

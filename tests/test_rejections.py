@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from evolve.emitters import Ask
-from evolve.rejections import CONVERGED_AFTER, MAX_IN_A_ROW, Rejection, Streak
+from evolve.search.emitters import Ask
+from evolve.search.rejections import CONVERGED_AFTER, MAX_IN_A_ROW, Rejection, Streak
 
 ASK = Ask(seq=1, island=0, arm="diff@m", parents=(("p", None),))
 

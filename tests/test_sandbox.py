@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from evolve import identity, unreadable
-from evolve.fitness import sandbox_failure
-from evolve.isolation import NOT, changed, gaps, snapshot
-from evolve.sandbox import Limits, Policy, Result, isolation_report, run, scrub_env, start
+from evolve.harness.fitness import sandbox_failure
+from evolve.sandbox import identity, unreadable
+from evolve.sandbox.isolation import NOT, changed, gaps, snapshot
+from evolve.sandbox.process import Limits, Policy, Result, isolation_report, run, scrub_env, start
 from evolve.types import EvalStatus
 
 TIMEOUT = 2.0  # long enough for a loaded 2-core CI machine to start Python and fork
@@ -402,7 +402,7 @@ def python_for_nobody(package_copy: Path) -> str:
     for path in [package_copy, *package_copy.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     probe = (
-        f"import os, sys; sys.path.insert(0, {str(package_copy)!r}); import evolve.sandbox; "
+        f"import os, sys; sys.path.insert(0, {str(package_copy)!r}); import evolve.sandbox.process; "
         "assert os.access(sys.executable, os.X_OK), 'cannot run its own sys.executable'"
     )
     tried = {}
@@ -439,7 +439,7 @@ def test_unprivileged_user_gets_process_limit_and_isolation() -> None:
             import json, os, sys
             from pathlib import Path
             sys.path.insert(0, sys.argv[1])
-            from evolve.sandbox import Limits, run
+            from evolve.sandbox.process import Limits, run
             code = '''
             import os, time
             made = 0
@@ -720,7 +720,7 @@ def test_concurrent_sandboxes_never_sweep_each_other(tmp_path: Path) -> None:
     driver = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from evolve.sandbox import Limits, run
+        from evolve.sandbox.process import Limits, run
         r = run([sys.executable, '-c', {long_code!r}], cwd=Path(sys.argv[1]), limits=Limits(timeout_s=30))
         print(r.returncode, r.stdout.strip(), r.leftover)
     """)
@@ -742,7 +742,7 @@ def test_a_command_may_write_its_own_proc_entries_but_not_kernel_settings(tmp_pa
 
 
 def test_the_run_directory_is_hidden_unless_the_command_is_given_a_folder_in_it(tmp_path):
-    """``evolve.unreadable``'s paths join every policy's hidden ones; a run directory holding a
+    """``evolve.sandbox.unreadable``'s paths join every policy's hidden ones; a run directory holding a
     folder the policy gives the command (a compile cache, say) stays readable, not broken."""
     run_dir, work = tmp_path / "run", tmp_path / "work"
     (run_dir / "cache").mkdir(parents=True)
@@ -922,6 +922,6 @@ def test_a_caller_that_could_not_read_back_what_the_uid_writes_keeps_its_own(tmp
     setpriv = shutil.which("setpriv")
     if not setpriv:
         pytest.skip("needs setpriv")
-    code = "from evolve.sandbox import isolation_report; print(isolation_report()['uid'])"
+    code = "from evolve.sandbox.process import isolation_report; print(isolation_report()['uid'])"
     out = subprocess.run([setpriv, "--bounding-set=-dac_override", PY, "-c", code], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert out.stdout.startswith(NOT) and "CAP_DAC_OVERRIDE" in out.stdout, out.stderr

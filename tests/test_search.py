@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from evolve import cli, config, runlock, runner
-from evolve.config import new_run_dir
+from evolve import cli
+from evolve.launch import config, runner
+from evolve.launch.config import new_run_dir
 from evolve.settings import ConfigError
-from evolve.store import Store
+from evolve.store import runlock
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EvolveError
 from tests.conftest import REPO, composed
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
+from evolve.archive.referee import INFRASTRUCTURE_RETRIES
 from evolve.harness.audit import RULES
-from evolve.jobs import eval_seed
-from evolve.referee import INFRASTRUCTURE_RETRIES
+from evolve.launch import runner
+from evolve.search.jobs import eval_seed
+from evolve.store.calls import prompt_messages
 from tests.conftest import REPO, composed
 
 MODEL = REPO / "tests" / "fixtures" / "replay_model.py"

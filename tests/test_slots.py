@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from evolve.slots import Slots
+from evolve.search.slots import Slots
 
 
 async def _borrow(slots: Slots, name: str, order: list[str], release: asyncio.Event, **kw) -> None:

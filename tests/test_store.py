@@ -3,8 +3,8 @@ import sqlite3
 
 import pytest
 
-from evolve.schema import SCHEMA_VERSION
-from evolve.store import ArchiveFileError, Store
+from evolve.store.database import ArchiveFileError, Store
+from evolve.store.schema import SCHEMA_VERSION
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 
 
@@ -109,7 +109,7 @@ def _schema_2_archive(path, calls):
     """An archive as evolve wrote it before schema 3: prompts as JSON text, answers whole."""
     import sqlite_utils
 
-    from evolve.schema import APPLICATION_ID, MIGRATIONS
+    from evolve.store.schema import APPLICATION_ID, MIGRATIONS
 
     conn = sqlite3.connect(path, isolation_level=None)
     db = sqlite_utils.Database(conn)
@@ -127,7 +127,7 @@ def _schema_2_archive(path, calls):
 
 
 def test_an_old_archive_is_migrated_prompts_compressed_answers_capped(tmp_path):
-    from evolve.callstore import prompt_messages
+    from evolve.store.calls import prompt_messages
 
     huge = "start " + "y" * 2_000_000 + " end"
     prompts = [
@@ -204,7 +204,7 @@ def test_a_damaged_archive_is_one_error_naming_recover_and_is_never_written_to(t
 
 
 def test_review_and_summary_answers_are_capped_like_every_stored_answer(tmp_path):
-    from evolve.callstore import ANSWER_HEAD_CHARS, ANSWER_TAIL_CHARS
+    from evolve.store.calls import ANSWER_HEAD_CHARS, ANSWER_TAIL_CHARS
 
     store = Store(tmp_path / "archive.db")
     candidate = store.add_candidate(Proposal(files={"a.py": "x = 1\n"}, operator="seed"), seq=0)
@@ -296,7 +296,7 @@ def test_an_old_archive_s_notebook_is_migrated_to_packed_versions(tmp_path):
     import sqlite_utils
 
     from evolve.query.notebook import note_at, note_history
-    from evolve.schema import APPLICATION_ID, MIGRATIONS
+    from evolve.store.schema import APPLICATION_ID, MIGRATIONS
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)

@@ -27,11 +27,11 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-from evolve.benchmarks.circle_packing.shape import contacts, features
-
-from evolve.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
 from evolve.harness import orphans, phases
+from evolve.harness.fitness import EvalContext, Limits, read_output, run_sandboxed, sandbox_failure
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
+
+from .shape import contacts, features
 
 OUTPUT = "packing.json"
 

@@ -20,8 +20,8 @@ from evolve.types import EvolveError
 
 
 def _settings(args: argparse.Namespace):  # noqa: ANN202 - Settings, imported lazily
-    from evolve.benchmarks.kernels.fitness import resolve_device
-    from evolve.benchmarks.kernels.harness import Settings
+    from .fitness import resolve_device
+    from .harness import Settings
 
     return Settings(
         device=resolve_device(args.device), rounds=args.rounds, warmup=args.warmup, iters=args.iters,
@@ -40,8 +40,8 @@ def _write(out: str | None, name: str, text: str) -> None:
 
 
 def cmd_problems(args: argparse.Namespace) -> int:
-    from evolve.benchmarks.kernels.fitness import SUITE
-    from evolve.benchmarks.kernels.spec import load_problem, problem_dirs
+    from .fitness import SUITE
+    from .spec import load_problem, problem_dirs
 
     for name, path in problem_dirs(args.dataset or SUITE).items():
         problem = load_problem(path)
@@ -53,8 +53,9 @@ def cmd_problems(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
-    from evolve.benchmarks.kernels.calibrate import calibrate
-    from evolve.benchmarks.kernels.fitness import resolve_device
+
+    from .calibrate import calibrate
+    from .fitness import resolve_device
 
     result = calibrate(torch.device(resolve_device(args.device)), quick=args.quick)
     text = json.dumps(result, indent=2)
@@ -66,10 +67,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     import tempfile
 
-    from evolve.benchmarks.kernels.fitness import SUITE
-    from evolve.benchmarks.kernels.harness import Harness
-    from evolve.benchmarks.kernels.spec import find_problem
-    from evolve.benchmarks.kernels.suite import stage
+    from .fitness import SUITE
+    from .harness import Harness
+    from .spec import find_problem
+    from .suite import stage
 
     problem = find_problem(args.dataset or SUITE, args.problem)
     harness = Harness(problem, _settings(args), calibration=_calibration(args))
@@ -87,8 +88,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    from evolve.benchmarks.kernels.fitness import SUITE
-    from evolve.benchmarks.kernels.suite import markdown, run_suite
+    from .fitness import SUITE
+    from .suite import markdown, run_suite
 
     problems = [p for p in (args.problems or "").split(",") if p]
     result = run_suite(Path(args.solutions), Path(args.dataset or SUITE), _settings(args), problems=problems,
@@ -100,7 +101,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from evolve.benchmarks.kernels.solution import load_solution, stage
+    from .solution import load_solution, stage
 
     solution = load_solution(args.solution)
     stage(solution, Path(args.out))
@@ -111,7 +112,7 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_download(args: argparse.Namespace) -> int:
-    from evolve.benchmarks.kernels.download import download
+    from .download import download
 
     counts = download(Path(args.out), repo=args.repo, revision=args.revision, endpoint=args.endpoint,
                       include=args.include)  # fmt: skip

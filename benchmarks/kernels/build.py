@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.process import harness_json
-from evolve.benchmarks.kernels.solution import Solution
-
 from evolve.types import EvolveError
+
+from .process import harness_json
+from .solution import Solution
 
 BUILDER = "evolve.benchmarks.kernels.build_ext"
 DEFAULT_CUDA_FLAGS = ("-O3", "--use_fast_math")

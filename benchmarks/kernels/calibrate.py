@@ -15,7 +15,8 @@ import platform
 from typing import Any
 
 import torch
-from evolve.benchmarks.kernels.timing import measure, median
+
+from .timing import measure, median
 
 
 def _median_ms(fn: Any, args: tuple, device: torch.device, iters: int) -> float:

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from evolve.benchmarks.kernels.spec import Tolerance
+
+from .spec import Tolerance
 
 
 def error_stats(out: torch.Tensor, ref: torch.Tensor, tolerance: Tolerance) -> dict[str, Any]:

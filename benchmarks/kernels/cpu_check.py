@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks.kernels.harness import Harness, Settings
-from evolve.benchmarks.kernels.spec import load_problem
-from evolve.benchmarks.kernels.suite import stage
+from .harness import Harness, Settings
+from .spec import load_problem
+from .suite import stage
 
 HERE = Path(__file__).parent
 CALIBRATION = {"device": "cpu-check", "bandwidth_bytes_per_s": 2e10, "matrix_flops_per_s": {"bfloat16": 1e11}}

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.harness import Harness, Report, Settings
-from evolve.benchmarks.kernels.solution import read_candidate
-from evolve.benchmarks.kernels.spec import Problem, SpecError, find_problem
-
-from evolve.fitness import EvalContext
 from evolve.harness import phases
+from evolve.harness.fitness import EvalContext
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
+
+from .harness import Harness, Report, Settings
+from .solution import read_candidate
+from .spec import Problem, SpecError, find_problem
 
 SUITE = Path(__file__).parent / "problems"
 _STATUS = {"ok": EvalStatus.OK, "invalid": EvalStatus.INVALID, "incorrect": EvalStatus.INVALID, "error": EvalStatus.ERROR,

@@ -81,8 +81,8 @@ def _log(out: Path, lock: threading.Lock, text: str) -> None:
 
 def baseline_rows(base: dict[str, Any], calibration: dict) -> dict[str, Any]:
     """Per-workload reference, baseline and SOL times and the reference's score, from referee output."""
-    from evolve.benchmarks.kernels.roofline import sol_ms
-    from evolve.benchmarks.kernels.score import coefficient_of_variation, problem_score, sol_score
+    from .roofline import sol_ms
+    from .score import coefficient_of_variation, problem_score, sol_score
 
     rows = []
     for uuid, entry in base.items():
@@ -109,9 +109,9 @@ def run_seed(
     name: str, dataset: Path, settings: Any, calibration: dict, base: dict, env: dict
 ) -> dict[str, Any]:
     """Our Triton seed for ``name`` through the full sandboxed harness."""
-    from evolve.benchmarks.kernels.harness import Harness
-    from evolve.benchmarks.kernels.spec import find_problem
-    from evolve.benchmarks.kernels.suite import stage
+    from .harness import Harness
+    from .spec import find_problem
+    from .suite import stage
 
     problem = find_problem(dataset, name)
     harness = Harness(problem, settings, calibration=calibration, baselines=base)
@@ -131,7 +131,7 @@ def run_evolve(
     args: Any, out: Path, dataset: Path, gpus: list, device: str, log: Any
 ) -> dict[str, Any]:
     """An evolve run on rmsnorm from our Triton seed with the built-in operators; its seed and best scores."""
-    from evolve.benchmarks.kernels.gpu_upstream import archive_summary, run_bounded
+    from .gpu_upstream import archive_summary, run_bounded
 
     run_dir = out / "evolve_rmsnorm"
     command = [sys.executable, "-m", "evolve", "benchmark=kernels_rmsnorm", f"search.max_candidates={args.evolve}",
@@ -231,7 +231,7 @@ def markdown(results: dict[str, Any]) -> str:
 def time_references(roots: list[Path], caps: list[int], workloads: int, settings: Any, env: dict,
                     tmp: Path) -> list[dict[str, Any]]:  # fmt: skip
     """Events vs CUPTI rows for the problems under ``roots``, once per axis cap (0: unchanged)."""
-    from evolve.benchmarks.kernels.gpu_upstream import compare_timers
+    from .gpu_upstream import compare_timers
 
     shrunk = [root if cap == 0 else shrink_dataset(root, tmp / f"timers-cap{cap}" / f"{i}-{root.name}", cap)
               for cap in caps for i, root in enumerate(roots)]  # fmt: skip
@@ -240,8 +240,8 @@ def time_references(roots: list[Path], caps: list[int], workloads: int, settings
 
 def timers_only(args: Any, settings: Any, env: dict, out: Path, tmp: Path, log: Any) -> int:
     """``--timers``: the timer comparison alone; timers.json and timers.md in ``out``."""
-    from evolve.benchmarks.kernels.fitness import SUITE
-    from evolve.benchmarks.kernels.gpu_upstream import timer_table
+    from .fitness import SUITE
+    from .gpu_upstream import timer_table
 
     roots = [SUITE if r == "suite" else Path(r).resolve() for r in args.timers.split(",") if r]
     caps = [int(c) for c in args.timer_caps.split(",") if c]
@@ -263,7 +263,7 @@ def upstream_phase(args: Any, full: dict, settings: Any, calibration: dict, env:
     """Upstream's examples with their own solutions, events vs CUPTI, and a suite evolve run."""
     from dataclasses import replace
 
-    from evolve.benchmarks.kernels import gpu_upstream
+    from . import gpu_upstream
 
     if args.examples:
         examples = Path(args.examples).resolve()
@@ -368,9 +368,9 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         _log(out, lock, text)
 
-    from evolve.benchmarks.kernels.fitness import SUITE, resolve_device
-    from evolve.benchmarks.kernels.harness import Harness, Settings
-    from evolve.benchmarks.kernels.spec import problem_dirs
+    from .fitness import SUITE, resolve_device
+    from .harness import Harness, Settings
+    from .spec import problem_dirs
 
     device = resolve_device(args.device)
     started, clock = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), time.monotonic()
@@ -400,14 +400,14 @@ def main(argv: list[str] | None = None) -> int:
         f"device {device}, GPUs {gpus}, {len(names)} problems, budget {args.minutes} min, settings {settings}"
     )
     first_env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus[0] is not None else {}
-    from evolve.benchmarks.kernels.spec import find_problem
+    from .spec import find_problem
 
     calibration = Harness(find_problem(dataset, names[0]), settings).calibration(first_env)
     (out / "calibration.json").write_text(json.dumps(calibration, indent=2))
     log(f"calibration: {json.dumps(calibration)}")
     from dataclasses import replace
 
-    from evolve.benchmarks.kernels.harness import referee_call
+    from .harness import referee_call
 
     # Phase 1: one referee process per GPU measures the baselines of its share of the problems
     # (one torch import and one inductor warm-up per GPU, not per problem).

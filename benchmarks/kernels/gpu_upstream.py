@@ -24,12 +24,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from evolve.benchmarks.kernels.build import BuildError, build
-from evolve.benchmarks.kernels.harness import Harness, Settings, referee_call
-from evolve.benchmarks.kernels.solution import load_solution, stage
-from evolve.benchmarks.kernels.spec import load_problem
-
 from evolve.harness.reaper import kill_group
+
+from .build import BuildError, build
+from .harness import Harness, Settings, referee_call
+from .solution import load_solution, stage
+from .spec import load_problem
 
 
 def example_dirs(root: Path) -> list[Path]:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.build import BuildError, build
-from evolve.benchmarks.kernels.compare import verdict
-from evolve.benchmarks.kernels.process import (
+from .build import BuildError, build
+from .compare import verdict
+from .process import (
     PER_EVALUATION_ENV,
     REFEREE,
     TIMER,
@@ -32,16 +32,16 @@ from evolve.benchmarks.kernels.process import (
     special_files,
     take_timer,
 )
-from evolve.benchmarks.kernels.report import Report, WorkloadRow
-from evolve.benchmarks.kernels.roofline import sol_ms
-from evolve.benchmarks.kernels.score import (
+from .report import Report, WorkloadRow
+from .roofline import sol_ms
+from .score import (
     above_sol,
     coefficient_of_variation,
     problem_score,
     sol_score,
 )
-from evolve.benchmarks.kernels.solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
-from evolve.benchmarks.kernels.spec import Problem, SpecError
+from .solution import LANGUAGE_MODULES, LANGUAGE_PACKAGES, read_candidate
+from .spec import Problem, SpecError
 
 __all__ = ["Harness", "Report", "Settings", "WorkloadRow", "referee_call"]
 _CACHE: dict[str, Any] = {}  # per process: calibration and baselines, measured once

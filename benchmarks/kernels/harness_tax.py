@@ -37,13 +37,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evolve.benchmarks.kernels.time_report import seed_fitness
+from .time_report import seed_fitness
 
 
 def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[float, float]]:
     """Per workload uuid: (bare ms, ms after a profiled call), medians of the timed calls."""
     import torch
-    from evolve.benchmarks.kernels import guards, inputs, pool, timing
+
+    from . import guards, inputs, pool, timing
 
     settings, problem = fitness.settings, fitness.problem
     device = torch.device(settings.device)
@@ -75,10 +76,10 @@ def bare_times(fitness, kernel_file: Path, scratch: Path) -> dict[str, tuple[flo
 
 def unsandboxed_timer_times(fitness, workdir: Path, scratch: Path) -> dict[str, float]:
     """Per workload uuid: the median time the harness's timer measures when run without the sandbox."""
-    from evolve.benchmarks.kernels.harness import Harness
-    from evolve.benchmarks.kernels.process import TIMER
-
     from evolve.harness.protocol import SAFE_PATH, job_input
+
+    from .harness import Harness
+    from .process import TIMER
 
     harness = Harness(fitness.problem, fitness.settings, calibration=fitness.calibration)
     (scratch / "harness").mkdir()
@@ -99,7 +100,7 @@ def unsandboxed_timer_times(fitness, workdir: Path, scratch: Path) -> dict[str, 
 
 def measure(problem: str, device: str, tiny: bool, kernel: Path | None = None):
     """(the harness's Evaluation, one row per workload: uuid, bare_ms, profiled_ms, timer_ms, harness_ms)."""
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     with tempfile.TemporaryDirectory(prefix="evolve-kernels-harness-tax-") as tmp:
         fitness, seed = seed_fitness(problem, device, tiny, Path(tmp))

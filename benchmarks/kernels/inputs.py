@@ -20,8 +20,9 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from evolve.benchmarks.kernels import heuristics
-from evolve.benchmarks.kernels.spec import Definition, Problem, SpecError, TensorSpec, Workload
+
+from . import heuristics
+from .spec import Definition, Problem, SpecError, TensorSpec, Workload
 
 _MANUAL_SEED = torch.manual_seed  # captured before any candidate runs
 _INT_RANGES = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from evolve.fitness import Limits, Policy, Result, Started, start_sandboxed
+from evolve.harness.fitness import Limits, Policy, Result, Started, start_sandboxed
 from evolve.harness.protocol import SAFE_PATH, job_input, read_verdict
 
 TIMER = "evolve.benchmarks.kernels.timer"

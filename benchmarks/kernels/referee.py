@@ -20,9 +20,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.process import exit_now
-
 from evolve.harness.protocol import serve_job
+
+from .process import exit_now
 
 PREPARED_MODULES = (
     "torch",
@@ -42,7 +42,8 @@ def _measure_workload(job: dict[str, Any], problem: Any, workload: Any, referenc
                       sessions: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """Bytes, FLOPs, eager and compiled timings of the reference on one workload."""
     import torch
-    from evolve.benchmarks.kernels import inputs, roofline, timer
+
+    from . import inputs, roofline, timer
 
     device = torch.device(job["device"])
     maker = inputs.InputMaker(problem, workload, device, reference)
@@ -60,7 +61,7 @@ def _measure_workload(job: dict[str, Any], problem: Any, workload: Any, referenc
 def _sessions(job: dict[str, Any], problem: Any) -> dict[str, Any]:
     """Processes hosting the problem's reference (eager, and compiled for ``baseline=compile``),
     each timed from this process as a candidate's is."""
-    from evolve.benchmarks.kernels import timer
+    from . import timer
 
     sessions = {}
     for kind in ("eager", "compile") if job["baseline"] == "compile" else ("eager",):
@@ -77,7 +78,8 @@ def _baseline(job: dict[str, Any]) -> dict[str, Any]:
     import time
 
     import torch
-    from evolve.benchmarks.kernels import inputs, spec
+
+    from . import inputs, spec
 
     start = time.monotonic()
     wanted = job.get("problems") or [
@@ -127,7 +129,8 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
     ``problems`` are folders; ``workloads`` (optional) how many of each problem's workloads.
     """
     import torch
-    from evolve.benchmarks.kernels import inputs, pool, spec, timing
+
+    from . import inputs, pool, spec, timing
 
     device = torch.device(job["device"])
     calls = int(job["warmup"]) + int(job["iters"])
@@ -179,7 +182,8 @@ def _timers(job: dict[str, Any]) -> dict[str, Any]:
 
 def _calibrate(job: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from evolve.benchmarks.kernels.calibrate import calibrate
+
+    from .calibrate import calibrate
 
     return {"calibration": calibrate(torch.device(job["device"]), quick=bool(job.get("quick")))}
 

@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from evolve.benchmarks.kernels.inputs import InputMaker, torch_dtype
-from evolve.benchmarks.kernels.spec import Problem, evaluate_expression
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
+
+from .inputs import InputMaker, torch_dtype
+from .spec import Problem, evaluate_expression
 
 
 def rate_key(dtype: torch.dtype | str) -> str:

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.process import exit_now
+from .process import exit_now
 
 
 def _settle_lazy_imports(device: str) -> None:
@@ -49,7 +49,8 @@ def load_entry(entry: Mapping[str, Any], problem_dir: str, harness_dir: str) -> 
     built), or the problem's reference (``{"reference": "eager" | "compile"}``, for baselines)."""
     if "reference" in entry:
         import torch
-        from evolve.benchmarks.kernels import inputs, spec
+
+        from . import inputs, spec
 
         run = inputs.load_reference(spec.load_problem(problem_dir).definition, Path(harness_dir)).run
         return torch.compile(run, dynamic=False) if entry["reference"] == "compile" else run
@@ -83,7 +84,8 @@ class Runner:
 
     def __init__(self, end: socket.socket, device: str):
         import torch
-        from evolve.benchmarks.kernels import arena, guards
+
+        from . import arena, guards
 
         self.end, self.torch, self.arena_module, self.guards = end, torch, arena, guards
         self.device = torch.device(device)
@@ -146,7 +148,7 @@ class Runner:
 
     def serve(self) -> None:
         """Answer the timer's messages until ``end`` or until the timer is gone."""
-        from evolve.benchmarks.kernels import wire
+        from . import wire
 
         while True:
             try:
@@ -182,11 +184,12 @@ def main() -> int:
     end = socket.socket(fileno=fd)
     try:
         import torch  # noqa: F401
-        from evolve.benchmarks.kernels import arena, guards, inputs, spec, wire  # noqa: F401
+
+        from . import arena, guards, inputs, spec, wire  # noqa: F401
 
         _settle_lazy_imports(device)
     except Exception as exc:
-        from evolve.benchmarks.kernels import wire
+        from . import wire
 
         wire.send(end, {"fatal": f"the candidate's process failed to start: {type(exc).__name__}: {exc}"})
         return 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from evolve.benchmarks.kernels.spec import SpecError
+from .spec import SpecError
 
 PYTHON_LANGUAGES = ("pytorch", "triton", "cute_dsl", "cutile", "cudnn_frontend")
 CPP_LANGUAGES = ("cuda_cpp", "cutlass", "cudnn", "cublas")

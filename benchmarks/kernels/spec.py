@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.expressions import SpecError, evaluate_expression
-from evolve.benchmarks.kernels.published import load_published
+from .expressions import SpecError, evaluate_expression
+from .published import load_published
 
 __all__ = ["SpecError", "evaluate_expression"]
 

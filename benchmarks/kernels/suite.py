@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.harness import Harness, Report, Settings
-from evolve.benchmarks.kernels.score import suite_score
-from evolve.benchmarks.kernels.spec import load_problem, problem_dirs
+from .harness import Harness, Report, Settings
+from .score import suite_score
+from .spec import load_problem, problem_dirs
 
 
 def solution_files(solutions: Path, problem: str) -> Path | None:
@@ -38,8 +38,8 @@ def stage(solution: Path, workdir: Path, definition_json: str, reference: str) -
         and not (solution / "kernel.py").is_file()
         and list(solution.glob("solution*.json"))
     ):
-        from evolve.benchmarks.kernels.solution import load_solution
-        from evolve.benchmarks.kernels.solution import stage as stage_solution
+        from .solution import load_solution
+        from .solution import stage as stage_solution
 
         stage_solution(load_solution(solution), workdir)
     elif solution.is_dir():

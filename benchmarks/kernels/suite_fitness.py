@@ -27,15 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness, absolute, problem_statement
-from evolve.benchmarks.kernels.harness import Harness, Report
-from evolve.benchmarks.kernels.score import sol_score, suite_score
-from evolve.benchmarks.kernels.spec import SpecError, load_problem, problem_dirs
-
-from evolve.fitness import EvalContext
 from evolve.harness import phases
+from evolve.harness.fitness import EvalContext
 from evolve.harness.hashing import files_digest
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
+
+from .fitness import SUITE, KernelFitness, absolute, problem_statement
+from .harness import Harness, Report
+from .score import sol_score, suite_score
+from .spec import SpecError, load_problem, problem_dirs
 
 SEEDS = Path(__file__).parent / "seeds"
 TRITON_SEEDS = {

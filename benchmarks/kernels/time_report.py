@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evolve.benchmarks.kernels.gpu_run import HERE, SEEDS, shrink_dataset
+from .gpu_run import HERE, SEEDS, shrink_dataset
 
 
 def seed_fitness(problem: str, device: str, tiny: bool, tmp: Path, **settings: str):
@@ -32,7 +32,7 @@ def seed_fitness(problem: str, device: str, tiny: bool, tmp: Path, **settings: s
     ``tiny`` caps every axis at 64 (a copy of the suite under ``tmp``); on the CPU (Triton's
     interpreter, which the caller turns on before this import) rounds and calls are few.
     """
-    from evolve.benchmarks.kernels.fitness import SUITE, KernelFitness
+    from .fitness import SUITE, KernelFitness
 
     dataset = shrink_dataset(SUITE, tmp / "tiny") if tiny else SUITE
     cpu = device == "cpu"
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(item.split("=", 1) for item in args.set)
     if args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    from evolve.fitness import EvalContext, evaluate_safely
+    from evolve.harness.fitness import EvalContext, evaluate_safely
 
     tmp = Path(tempfile.mkdtemp(prefix="evolve-kernels-time-report-"))
     try:

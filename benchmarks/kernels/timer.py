@@ -44,9 +44,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.kernels.process import exit_now
-
 from evolve.harness.protocol import SAFE_PATH, make_undumpable, serve_job
+
+from .process import exit_now
 
 RUNNER = "evolve.benchmarks.kernels.runner"
 _NOW_NS = time.perf_counter_ns
@@ -63,7 +63,7 @@ class Session:
     """The candidate's process, started by this one, and the messages sent to it."""
 
     def __init__(self, device: str, cwd: Path | None = None):
-        from evolve.benchmarks.kernels import wire
+        from . import wire
 
         self.wire = wire
         mine, theirs = wire.pair()
@@ -131,7 +131,7 @@ class Batch:
     """Calls laid out in one arena: this process's copies of their inputs, and the outputs' places."""
 
     def __init__(self, calls: Sequence[Sequence[Any]], maker: Any, device: Any):
-        from evolve.benchmarks.kernels import arena
+        from . import arena
 
         self.arena_module = arena
         layout = arena.Layout()
@@ -223,7 +223,8 @@ class Measurer:
     def __init__(self, session: Session, job: Mapping[str, Any], problem: Any, workload: Any, reference: Any,
                  check: bool = True):  # fmt: skip
         import torch
-        from evolve.benchmarks.kernels import compare, inputs, pool
+
+        from . import compare, inputs, pool
 
         self.torch, self.compare, self.inputs, self.pool = torch, compare, inputs, pool
         self.session, self.job, self.workload, self.reference, self.check = session, job, workload, reference, check
@@ -393,7 +394,8 @@ def time_reference(session: Session, job: Mapping[str, Any], problem: Any, workl
 def run_job(job: dict[str, Any], session: Session) -> dict[str, Any]:
     """A candidate's whole evaluation: load it in its process, measure each workload."""
     import torch
-    from evolve.benchmarks.kernels import inputs, spec
+
+    from . import inputs, spec
 
     problem = spec.load_problem(job["problem_dir"])
     reference = inputs.load_reference(problem.definition, Path(job["harness_dir"]))
@@ -425,7 +427,8 @@ def main() -> int:
     session = None
     try:
         import torch  # noqa: F401
-        from evolve.benchmarks.kernels import arena, compare, inputs, pool, spec, wire  # noqa: F401
+
+        from . import arena, compare, inputs, pool, spec, wire  # noqa: F401
 
         session = Session(device)
     except Exception as exc:

@@ -44,7 +44,7 @@ def in_process(device: str, calls: int) -> float:
 
 def through_timer(device: str, calls: int, batch: int, root: Path) -> float:
     """Median per-call milliseconds of the batches the timer measured (``batch`` calls a batch)."""
-    from evolve.benchmarks.kernels import inputs, spec, timer
+    from . import inputs, spec, timer
 
     problem = spec.load_problem(root / "copy")
     reference = inputs.load_reference(problem.definition, root / "harness")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit
 from pathlib import Path
 
-from evolve.fitness import EvalContext, Started
+from evolve.harness.fitness import EvalContext, Started
 
 _KEPT: list[tuple[str, EvalContext, Started]] = []
 

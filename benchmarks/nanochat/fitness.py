@@ -22,15 +22,15 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import ahead, prepare, scales, stages, supervisor
-from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.scorer import SPARE_ROWS, eval_rows
-from evolve.benchmarks.nanochat.supervisor import checkpoint_digest, checkpoint_files
-from evolve.benchmarks.nanochat.tokens import Split
-
-from evolve.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
 from evolve.harness import compile_cache, exported, phases, profiling, protocol
+from evolve.harness.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
+
+from . import ahead, prepare, scales, stages, supervisor
+from .packing import pack_rows
+from .scorer import SPARE_ROWS, eval_rows
+from .supervisor import checkpoint_digest, checkpoint_files
+from .tokens import Split
 
 log = logging.getLogger(__name__)
 HARNESS_MODULES = {  # the harness processes, by role (their error messages name the role)
@@ -85,7 +85,7 @@ class NanochatFitness:
             (``evaluate``); ``evolve`` runs them in order and stops at the first that fails.
         benchmark_overrides: the seed folder of the chosen scale, the GPUs one evaluation
             needs (1 at a CUDA scale, else 0) and a bound on one evaluation's wall time;
-            ``evolve.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
+            ``evolve.launch.config`` uses them instead of the YAML's ``seed``, ``gpus``, ``timeout_s``.
     """
 
     def __init__(

@@ -35,15 +35,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks import gpu_clocks, gpu_script
-from evolve.benchmarks.nanochat import prepare, scales
-from evolve.benchmarks.nanochat.client import CONFIG_ENV
-from evolve.benchmarks.nanochat.fitness import NanochatFitness
-from evolve.benchmarks.nanochat.supervisor import Rows
-
-from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness import gpus as placement
 from evolve.harness.bare import run_bare
+from evolve.harness.fitness import EvalContext, evaluate_safely
+
+from .. import gpu_clocks, gpu_script
+from . import prepare, scales
+from .client import CONFIG_ENV
+from .fitness import NanochatFitness
+from .supervisor import Rows
 
 CHUNK_CHARS = (
     6000  # ~1500 tokens: Wikipedia articles are cut at paragraph ends so rows use whole articles

@@ -127,9 +127,9 @@ def prepare_and_wait() -> list[str]:
     for module in PREIMPORTED:
         with contextlib.suppress(ImportError):  # a program without torch meets that itself
             importlib.import_module(module)
-    from evolve.benchmarks.nanochat import client  # noqa: F401 - the program's API, imported too
-
     from evolve.harness.stream import wait_for_go
+
+    from . import client  # noqa: F401 - the program's API, imported too
 
     message = wait_for_go()
     if not message:  # the harness went away without a job

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import sources, tokens
-
 from evolve.harness import documents, download, tokenizer
+
+from . import sources, tokens
 
 # The original's tokenizer rules (autoresearch/nanochat): byte-level BPE, 4 reserved specials
 # of which <|reserved_0|> is BOS, the GPT-4 split pattern with numbers in groups of at most

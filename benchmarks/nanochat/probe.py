@@ -12,7 +12,7 @@ candidate code: it
 computes the loss, log-probabilities and the causality number from the logits itself and
 prints them as one JSON line carrying the job's nonce (the child's output goes to a log
 file, and this process is undumpable). The harness's fitness compares them with the seed's
-(``evolve.layered``).
+(``evolve.benchmarks.nanochat.layered``).
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.nanochat.client import CONFIG_KEYS
-from evolve.benchmarks.nanochat.probe_worker import OUTPUTS, PROBE_ENV
-from evolve.benchmarks.nanochat.supervisor import TRAIN_DIR_ENV, TREE_ENV, program_env
 
 from evolve.harness.clock import GO_FD_ENV, LEFTOVER_GRACE_S
 from evolve.harness.confine import hide_reads
 from evolve.harness.protocol import SAFE_PATH, EvalFailure, serve_job, tail
 from evolve.harness.reaper import kill_group, reap_tree
+
+from .client import CONFIG_KEYS
+from .probe_worker import OUTPUTS, PROBE_ENV
+from .supervisor import TRAIN_DIR_ENV, TREE_ENV, program_env
 
 LOG_FILE = "probe.log"
 ROWS = 4  # rows of each batch: the probe batch gives two of them another future
@@ -177,9 +178,10 @@ def run_model(job: dict, inputs: np.ndarray, worker: Worker) -> tuple[dict, np.n
 def probe(job: dict, worker: Worker) -> dict:
     """The named values of the candidate's fresh model on the fixed rows; raises EvalFailure."""
     import torch  # here, not at the top: this process imports it while its worker does
-    from evolve.benchmarks.nanochat.scorer import eval_rows
 
     from evolve.harness.lm import make_probes, probe_diffs
+
+    from .scorer import eval_rows
 
     seq = job["seq_len"]
     rows = eval_rows(Path(job["train_dir"]), seq, ROWS, spare=SPARE)

@@ -24,10 +24,10 @@ import os
 import runpy
 import sys
 
-from evolve.benchmarks.nanochat import guard
-from evolve.benchmarks.nanochat.client import CONFIG_ENV
-
 from evolve.harness.stream import wait_for_go
+
+from . import guard
+from .client import CONFIG_ENV
 
 PROBE_ENV = "NANOCHAT_PROBE"  # its pipes' and shared memory's fds; the spec comes on GO_FD_ENV
 OUTPUTS = 4  # logits written: base and probe batch, as built and perturbed

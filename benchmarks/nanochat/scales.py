@@ -43,7 +43,7 @@ class Scale:
         probe_batches: causality probes sent among the scored batches.
         memory_gb: address-space limit per sandboxed process (None: no limit, needed with CUDA).
         threads: CPU cores per evaluation: each sandboxed process runs on this many of its
-            slot's cores, held there by the kernel (``Limits.cores``, ``evolve.cores``), and
+            slot's cores, held there by the kernel (``Limits.cores``, ``evolve.sandbox.cores``), and
             OMP_NUM_THREADS follows; so a candidate gains nothing from more threads or
             processes, and evaluations side by side do not share a core. None: the slot's cores.
         seed_dir: the seed program for this scale.

@@ -23,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import torch  # imported before the job: a scorer started ahead has it ready
-from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.harness.exported import ExportRejected, Program, load_weights
 from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs
 from evolve.harness.protocol import EvalFailure, serve_job
+
+from .packing import pack_rows
+from .tokens import Split
 
 SPARE_ROWS = 4  # validation rows beyond the scored ones whose tokens make the probes' other futures
 

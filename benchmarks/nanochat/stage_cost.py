@@ -32,11 +32,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks.nanochat import stages
-from evolve.benchmarks.nanochat.fitness import PROFILE_STEPS, NanochatFitness
-
-from evolve.fitness import EvalContext, evaluate_safely, write_files
+from evolve.harness.fitness import EvalContext, evaluate_safely, write_files
 from evolve.types import Evaluation
+
+from . import stages
+from .fitness import PROFILE_STEPS, NanochatFitness
 
 
 def timed(what, *args) -> tuple[float, object]:

@@ -1,6 +1,6 @@
 """The nanochat fitness's quick stages before the full run: a local check and a short training run.
 
-``evolve.layered`` runs the comparisons in the harness's own process; the numbers come from
+``evolve.benchmarks.nanochat.layered`` runs the comparisons in the harness's own process; the numbers come from
 the same kind of sandboxed harness processes as the full run's, with the training data only:
 ``probe`` (with its child ``probe_worker``) for the local check, and the training
 ``supervisor`` with a step limit for the short run. Which stages run is the ``layered``
@@ -25,19 +25,19 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from evolve.benchmarks.nanochat import ahead
-from evolve.benchmarks.nanochat.scales import Scale
-
-from evolve.fitness import EvalContext, Stage, write_files
 from evolve.harness import once, phases
 from evolve.harness.as_found import as_found
+from evolve.harness.fitness import EvalContext, Stage, write_files
 from evolve.harness.hashing import files_digest, harness_modules
 from evolve.harness.protocol import failed
-from evolve.layered import LocalCheck, LossBand, ShortRun, cascade
 from evolve.types import EvalStatus, Evaluation, Files
 
+from . import ahead
+from .layered import LocalCheck, LossBand, ShortRun, cascade
+from .scales import Scale
+
 if TYPE_CHECKING:
-    from evolve.benchmarks.nanochat.fitness import NanochatFitness
+    from .fitness import NanochatFitness
 
 # The short run's steps when the config leaves them unset, from what a short run costs next
 # to a full run (README, "Quick stages"): on one GPU ~12%, checked past the seed's 20-step

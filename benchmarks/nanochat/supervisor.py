@@ -23,16 +23,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.nanochat.client import CHECKPOINT_FILES, CONFIG_ENV, CONFIG_KEYS
-from evolve.benchmarks.nanochat.guard import WAIT
-from evolve.benchmarks.nanochat.packing import pack_rows
-from evolve.benchmarks.nanochat.tokens import Split
 
 from evolve.harness.clock import UNTIMED_ENV, Program, Window, launch, run_timed
 from evolve.harness.confine import hide_reads
 from evolve.harness.hashing import files_digest
 from evolve.harness.profiling import PROFILE_ENV
 from evolve.harness.protocol import SAFE_PATH, say_progress, serve_job
+
+from .client import CHECKPOINT_FILES, CONFIG_ENV, CONFIG_KEYS
+from .guard import WAIT
+from .packing import pack_rows
+from .tokens import Split
 
 LOG_FILE = "train.log"
 AHEAD = "--ahead"  # launch the training program before the job arrives (``launch_ahead``)

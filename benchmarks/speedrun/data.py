@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.speedrun.shards import read_header, read_shard
 
 from evolve.harness.documents import stdlib_tests
+
+from .shards import read_header, read_shard
 
 STDLIB_VOCAB = 512
 STDLIB_CACHE = (
@@ -113,7 +114,7 @@ def ensure_stdlib_shards(folder: Path) -> Path:
     """
     if (folder / "prepared.json").is_file():
         return folder
-    from evolve.benchmarks.speedrun.prepare_text import prepare, stdlib_documents
+    from .prepare_text import prepare, stdlib_documents
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".stdlib-"))

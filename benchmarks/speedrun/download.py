@@ -17,10 +17,10 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from evolve.benchmarks.speedrun.shards import ShardError, read_header
-
 from evolve.harness.download import DownloadError
 from evolve.harness.download import download as fetch
+
+from .shards import ShardError, read_header
 
 BASE_URL = "https://huggingface.co/datasets/kjj0/fineweb10B-gpt2/resolve/main"
 MAX_TRAIN_SHARDS = 103

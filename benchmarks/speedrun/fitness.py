@@ -25,18 +25,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.speedrun.data import DataSpec
-from evolve.benchmarks.speedrun.runner import (
+from evolve.archive.statistics import one_sided_pvalue
+from evolve.harness import once, phases
+from evolve.harness.fitness import EvalContext, Stage
+from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
+
+from .data import DataSpec
+from .runner import (
     RunRecord,
     RunSettings,
     rescore,
     run_seed,
     warm_cache,
 )
-
-from evolve.fitness import EvalContext, Stage, one_sided_pvalue
-from evolve.harness import once, phases
-from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 ALPHA = 0.01  # the speedrun's significance level (BENCHMARKS.md section 2)
 SEED_PROGRAM = Path(__file__).resolve().parent / "seed"

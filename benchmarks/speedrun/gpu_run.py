@@ -37,16 +37,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from evolve.benchmarks import gpu_clocks, gpu_script
-from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
-from evolve.benchmarks.speedrun.fitness import ALPHA, SpeedrunFitness, verdict
-from evolve.benchmarks.speedrun.prepare_text import prepare
-from evolve.benchmarks.speedrun.runner import RunRecord
-
-from evolve.fitness import EvalContext
 from evolve.harness import phases
+from evolve.harness.fitness import EvalContext
 from evolve.harness.gpus import visible_gpus
 from evolve.types import EvalStatus
+
+from .. import gpu_clocks, gpu_script
+from .data import ensure_stdlib_shards
+from .fitness import ALPHA, SpeedrunFitness, verdict
+from .prepare_text import prepare
+from .runner import RunRecord
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
 # as configs/benchmark/speedrun_1gpu.yaml: the seed's measured loss after 820 steps + 5 sd

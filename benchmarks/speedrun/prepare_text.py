@@ -20,16 +20,17 @@ import sysconfig
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from evolve.benchmarks.speedrun.gpt2_tokenizer import (
+from tokenizers import Tokenizer
+
+from evolve.harness.documents import iter_texts, stdlib_tests
+
+from .gpt2_tokenizer import (
     encode_documents,
     eot_id,
     gpt2_tokenizer,
     train_bpe,
 )
-from evolve.benchmarks.speedrun.shards import TOKENS_PER_SHARD, ShardWriter
-from tokenizers import Tokenizer
-
-from evolve.harness.documents import iter_texts, stdlib_tests
+from .shards import TOKENS_PER_SHARD, ShardWriter
 
 
 def stdlib_documents(

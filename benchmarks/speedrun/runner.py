@@ -23,14 +23,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.speedrun.scoring import Export, evaluate_run, start_evaluation
-from evolve.benchmarks.speedrun.stream import TokenServer
-from evolve.benchmarks.speedrun.timer import ClockServer, ClockViolation, audit, init_sha256
 
-from evolve.fitness import Limits, Policy, run_sandboxed
 from evolve.harness import compile_cache, phases
+from evolve.harness.fitness import Limits, Policy, run_sandboxed
 from evolve.harness.hashing import sha256_file
 from evolve.types import EvalStatus
+
+from .scoring import Export, evaluate_run, start_evaluation
+from .stream import TokenServer
+from .timer import ClockServer, ClockViolation, audit, init_sha256
 
 HERE = Path(__file__).resolve().parent
 CLOCK_MODULE = HERE / "clock.py"

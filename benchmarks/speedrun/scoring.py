@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from evolve.fitness import Limits, Policy, Started, start_sandboxed
 from evolve.harness import compile_cache, exported, phases, protocol
+from evolve.harness.fitness import Limits, Policy, Started, start_sandboxed
 from evolve.harness.hashing import sha256_file
 from evolve.harness.lm import make_probes
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
 
 if TYPE_CHECKING:
-    from evolve.benchmarks.speedrun.runner import RunRecord, RunSettings
+    from .runner import RunRecord, RunSettings
 
 HERE = Path(__file__).resolve().parent
 EVALUATOR = "evolve.benchmarks.speedrun.evaluate"  # run with -m: in the harness hash

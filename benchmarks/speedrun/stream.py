@@ -19,8 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from evolve.benchmarks.speedrun.shards import read_shard
-from evolve.benchmarks.speedrun.timer import UnixServer
+
+from .shards import read_shard
+from .timer import UnixServer
 
 REQUEST = struct.Struct("<qq")
 REPLY = struct.Struct("<q")

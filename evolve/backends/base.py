@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from evolve import identity, pagecache
-from evolve.fitness import EvalContext, Fitness, evaluate_safely, write_files
+from evolve.harness.fitness import EvalContext, Fitness, evaluate_safely, write_files
+from evolve.sandbox import identity, pagecache
 from evolve.types import Evaluation, InfrastructureFault, Job
 
 log = logging.getLogger(__name__)
@@ -45,8 +45,8 @@ def hardware(gpu: str | None) -> str:
 
 def run_job(fitness: Fitness, job: Job, gpu: str | None) -> Evaluation:
     """Evaluate ``job`` with ``fitness`` in this process: fresh workdir and scratch, both removed
-    after; its sandboxed commands run as a fresh uid (``evolve.identity``), and a strict job
-    (the auditor's) after the page cache was dropped (``evolve.pagecache``).
+    after; its sandboxed commands run as a fresh uid (``evolve.sandbox.identity``), and a strict job
+    (the auditor's) after the page cache was dropped (``evolve.sandbox.pagecache``).
 
     Args:
         fitness: the benchmark's fitness.

@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 
-from evolve import lifetime
 from evolve.backends.base import HARNESS_GRACE_S, run_job
-from evolve.cores import inherited, split
-from evolve.fitness import Fitness
 from evolve.harness import phases
+from evolve.harness.fitness import Fitness
 from evolve.harness.gpus import gpu_groups
+from evolve.sandbox import lifetime
+from evolve.sandbox.cores import inherited, split
 from evolve.types import EvalStatus, Evaluation, InfrastructureFault, Job
 
 log = logging.getLogger("evolve")
@@ -194,7 +194,7 @@ class LocalBackend:
         workers: number of slots; None = one per GPU group, or one per CPU core.
 
     Attributes:
-        cores: each slot's CPU cores (``evolve.cores.split``): its worker and every sandboxed
+        cores: each slot's CPU cores (``evolve.sandbox.cores.split``): its worker and every sandboxed
             command it starts run on them, so evaluations side by side do not share a core
             (unless there are more slots than cores: then a warning says so).
     """

@@ -39,9 +39,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from evolve import unreadable
 from evolve.backends.base import HARNESS_GRACE_S, run_job
-from evolve.fitness import Fitness
+from evolve.harness.fitness import Fitness
+from evolve.sandbox import unreadable
 from evolve.types import EvalStatus, Evaluation, EvolveError, Job
 
 log = logging.getLogger("evolve")
@@ -115,7 +115,7 @@ def _evaluation_task(
     """The Ray task (a generator): where it runs and the harness it sees, then the evaluation.
 
     When the harness differs from ``expected`` (the driver's), it stops before evaluating.
-    ``unseen``: the driver's ``evolve.unreadable`` paths (the run's directory), hidden here too.
+    ``unseen``: the driver's ``evolve.sandbox.unreadable`` paths (the run's directory), hidden here too.
     """
     import ray
 

@@ -197,8 +197,8 @@ def lineage(
 ) -> None:
     """Ancestry of a candidate: the path from the seed, as text, Graphviz dot or JSON."""
     from evolve.browse import render
-    from evolve.lineage import Lineage, ancestry
     from evolve.query.edges import ALL_ROLES, PARENT_ROLES
+    from evolve.research.lineage import Lineage, ancestry
 
     conn = session.conn
     cid = resolve_id(conn, candidate_id)
@@ -227,7 +227,7 @@ def lineage(
 def cells(session: Session, as_json: bool, island: int | None) -> None:
     """The MAP-Elites grid as a heatmap of the best objective per cell."""
     from evolve.browse import render
-    from evolve.plots import grid
+    from evolve.research.plots import grid
 
     view = grid(session.conn, island=island).to_json()
     _emit(view) if as_json else _show(render.heatmap(view))
@@ -306,7 +306,7 @@ def export(
 )
 def plot(session: Session, as_json: bool, out: Path | None, last: int) -> None:
     """Draw fitness over time, the grid heatmap and success per operator and model as PNGs."""
-    from evolve.plots import write_plots
+    from evolve.research.plots import write_plots
 
     paths = write_plots(
         session.conn,
@@ -365,7 +365,7 @@ def serve(session: Session, as_json: bool, host: str, port: int, open_browser: b
 def migrate(session: Session, as_json: bool) -> None:
     """Upgrade an archive written by an older evolve to this version, in place (the old file is
     kept beside it as <name>.schema<N>.bak). The other commands only read; they ask for this."""
-    from evolve.store import migrate as migrate_archive
+    from evolve.store.database import migrate as migrate_archive
 
     path = archive_path(session.run)
     backup = migrate_archive(path)

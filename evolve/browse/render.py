@@ -100,7 +100,7 @@ def elites(rows: list[dict[str, Any]], *, metric_keys: int = 3) -> Table:
             for k, v in row["metrics"].items()
             if isinstance(v, int | float) and k not in keys and not phases.is_phase(k)
         ]
-    # noise-aware runs (evolve.noise) store a confidence interval and a sample count per verdict
+    # noise-aware runs (evolve.archive.noise) store a confidence interval and a sample count per verdict
     noisy = any("fitness_ci_low" in row["metrics"] for row in rows)
     keys = [k for k in keys if not (noisy and k.startswith("fitness_"))][:metric_keys]
     noise = ["CI", "n"] if noisy else []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from evolve.query.candidates import id_of_seq, ids_with_prefix
 from evolve.query.run import best_candidate, max_seq
-from evolve.store import ArchiveFileError, Store
+from evolve.store.database import ArchiveFileError, Store
 from evolve.types import EvolveError
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.plots import DEFAULT_WINDOW, success_rates
 from evolve.query import Source
 from evolve.query.run import cost, counts, fitness_series, run_info, time_breakdown
+from evolve.research.plots import DEFAULT_WINDOW, success_rates
 
 
 def stats(source: Source, *, points: int = 20, last: int | None = DEFAULT_WINDOW) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""The harness layer: what every benchmark's harness shares and candidate code never computes.
+"""The harness layer: the fitness contract, and what every benchmark's harness shares and candidates never compute.
 
+- ``fitness``: the contract a benchmark implements (``Fitness``, ``Stage``, ``Benchmark``,
+  ``EvalContext``) and how it is run safely.
 - ``protocol``: the job/verdict exchange with harness processes (nonce'd JSON lines, undumpable
   processes, ``python -P``).
 - ``clock`` (harness side) and ``stream`` (the training program's side): the harness's clock,
@@ -30,3 +32,30 @@
 - ``bare``: a training program run without the harness (rows in memory, the stream's rules
   and timing kept in-process), to measure what the harness costs its speed.
 """
+
+__all__ = [  # modules, each imported where it is used (``lm`` and ``exported`` load torch)
+    "as_found",
+    "audit",
+    "bare",
+    "bytecode",
+    "clock",
+    "compile_cache",
+    "confine",
+    "documents",
+    "download",
+    "exported",
+    "exporter",
+    "fitness",
+    "gpus",
+    "hashing",
+    "lm",
+    "once",
+    "orphans",
+    "phases",
+    "profiling",
+    "protocol",
+    "reaper",
+    "savetime",
+    "stream",
+    "tokenizer",
+]

@@ -27,9 +27,9 @@ import numpy as np
 
 from evolve.harness import stream
 from evolve.harness.protocol import SAFE_PATH
-from evolve.isolation import Policy
-from evolve.sandbox import Limits
-from evolve.sandbox import run as run_sandboxed
+from evolve.sandbox.isolation import Policy
+from evolve.sandbox.process import Limits
+from evolve.sandbox.process import run as run_sandboxed
 
 RESULT_TAG = "EVOLVE_BARE_RESULT "
 ROWS_FILE = "evolve-bare-rows.npy"

@@ -15,9 +15,9 @@ import ctypes
 import os
 from collections.abc import Callable, Sequence
 
-from evolve import landlock
-from evolve.channels import libc
-from evolve.isolation import PR_SET_NO_NEW_PRIVS
+from evolve.sandbox import landlock
+from evolve.sandbox.channels import libc
+from evolve.sandbox.isolation import PR_SET_NO_NEW_PRIVS
 
 
 def hide_reads(paths: Sequence[str]) -> Callable[[], None] | None:

@@ -1,6 +1,6 @@
 """Where an evaluation's wall time goes: one timeline of named phases, cut at their boundaries.
 
-``evolve.fitness.evaluate_safely`` opens a timeline for each evaluation (``timeline``) and the
+``evolve.harness.fitness.evaluate_safely`` opens a timeline for each evaluation (``timeline``) and the
 code it runs marks where a phase begins (``mark``): a benchmark's fitness, at each boundary
 it crosses or learns of afterwards (a harness process reports monotonic times of its own,
 e.g. when the candidate's clock started). Each mark ends the phase before it in time, so

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from evolve.sandbox import Result
+from evolve.sandbox.process import Result
 from evolve.types import EvalStatus, Evaluation
 
 PR_SET_DUMPABLE = 4

@@ -1,6 +1,6 @@
 """Ending the processes a harness process started: its child's group, then every marked descendant.
 
-The scan and the kill loop are the sandbox's (``evolve.sandbox``): a process belongs to a
+The scan and the kill loop are the sandbox's (``evolve.sandbox.process``): a process belongs to a
 tree when its environment carries the tree's marker (descendants inherit it). A harness
 process running inside the sandbox marks the candidate's tree with a marker of its own, so
 it can tell the candidate's leftovers from itself before it gives its verdict.
@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from evolve import sandbox
+from evolve.sandbox import process as sandbox
 
 NO_SESSION = (
     -1

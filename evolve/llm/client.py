@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from evolve.callstore import pack_vector, unpack_vector
 from evolve.llm._litellm import litellm, quiet
 from evolve.llm.command import end_command_processes, register_command_provider
 from evolve.llm.errors import LLMCallFailed, LLMStop, ReplayMiss
@@ -21,7 +20,8 @@ from evolve.llm.ledger import CallRecord, Ledger, Messages, Recorded, cache_key,
 from evolve.llm.limits import Budget, Lanes
 from evolve.llm.retry import MAX_RETRY_AFTER_S, classify, describe, fix_for, retry_after
 from evolve.llm.settings import LLMSettings
-from evolve.store import Store
+from evolve.store.calls import pack_vector, unpack_vector
+from evolve.store.database import Store
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class LLMClient:
         """The embedding of ``text`` by ``model`` (litellm ``aembedding``), as float32 values.
 
         Recorded, served again, budgeted, limited and retried like ``complete``: the row holds
-        the text's hash (``prompt_hash``) and the vector packed (``evolve.callstore``), never
+        the text's hash (``prompt_hash``) and the vector packed (``evolve.store.calls``), never
         the text; the vector returned is the stored one, so an offline replay computes the same
         similarities bit for bit.
 

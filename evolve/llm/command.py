@@ -10,7 +10,7 @@ session (process group) and is killed with it on timeout or cancellation; proces
 leaves behind are ended with their group when the client closes or the interpreter exits.
 The answer is what the program wrote to stdout by the time it exited (processes it left in its
 group, which might hold stdout open, are then ended), cut at ``max_tokens``; the program
-and its group die with the run, SIGKILL of the run included (``evolve.lifetime``).
+and its group die with the run, SIGKILL of the run included (``evolve.sandbox.lifetime``).
 A non-zero exit is a failed call whose stderr is recorded. It runs with the user's rights: it is the user's own program (a
 llama.cpp binary, an agent CLI, a script that asks a person), not candidate code.
 """
@@ -26,9 +26,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from evolve import lifetime
 from evolve.harness.reaper import kill_group
 from evolve.llm._litellm import litellm
+from evolve.sandbox import lifetime
 
 PROVIDER = "command"
 TOKENIZER = "gpt-4o"  # whose tokenizer counts a command model's tokens (it reports none itself)

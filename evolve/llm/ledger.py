@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evolve.callstore import PromptPacker, cap_answer
-from evolve.store import Store
+from evolve.store.calls import PromptPacker, cap_answer
+from evolve.store.database import Store
 
 Messages = Sequence[Mapping[str, Any]]
 
@@ -45,7 +45,7 @@ def request_part(model: str, params: Mapping[str, Any], sample: str | int) -> st
 @dataclass(frozen=True, kw_only=True)
 class CallRecord:
     """One row of ``llm_calls`` (an attempt: successful or not; an embedding's ``response`` is its
-    packed vector, see ``evolve.callstore.pack_vector``)."""
+    packed vector, see ``evolve.store.calls.pack_vector``)."""
 
     model: str
     prompt_hash: str

@@ -55,9 +55,9 @@ class LLMSettings:
         context_tokens: the model's context window, prompt and answer together, for models
             litellm does not know (commands, local servers) or to use less of it; None: as
             litellm knows it (``evolve.operators.prompting.prompt_limit``).
-        notebook_chars: the size of the research notebook each prompt shows (``evolve.notebook``).
+        notebook_chars: the size of the research notebook each prompt shows (``evolve.research.notebook``).
         notebook_summary_every: every N proposals the first model summarises the notebook
-            (``evolve.operators.summary``); 0: never.
+            (``evolve.research.summary``); 0: never.
         params: further litellm parameters passed through (top_p, reasoning_effort...).
     """
 

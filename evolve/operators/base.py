@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from evolve.fitness import Benchmark
+from evolve.harness.fitness import Benchmark
 from evolve.types import Files, Parent, Proposal
 
 
@@ -41,7 +41,7 @@ class OperatorRejected(Exception):
     """The operator could not make a valid child (no usable edit, edit outside EVOLVE-BLOCKs...).
 
     The attempt is recorded as a ``rejected`` candidate with ``reason``; it costs no evaluation.
-    Which arm and parents it came from is the engine's to know (``evolve.rejections.Rejection``).
+    Which arm and parents it came from is the engine's to know (``evolve.search.rejections.Rejection``).
 
     Args:
         reason: why, in words the model can act on (it is shown in later prompts).

@@ -22,12 +22,12 @@ from typing import Any
 
 import jinja2
 
-from evolve.fitness import Benchmark
+from evolve.archive.grid import describe_cell
+from evolve.harness.fitness import Benchmark
 from evolve.harness.phases import is_phase
 from evolve.llm import LLMSettings
 from evolve.llm._litellm import litellm
 from evolve.llm.command import PROVIDER, TOKENIZER
-from evolve.notebook import describe_cell
 from evolve.types import EvolveError, Files, Parent
 
 PROMPTS = Path(__file__).parent / "prompts"

@@ -13,7 +13,9 @@ import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
-from evolve.store import Store
+from evolve.store.database import Store
+
+__all__ = ["Source", "connection", "loads", "marks"]
 
 Source = sqlite3.Connection | Store
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.callstore import prompt_messages
 from evolve.query import Source, connection, loads
 from evolve.query.edges import PARENT_ROLES, children, primary_parent
 from evolve.query.run import objective_direction
+from evolve.store.calls import prompt_messages
 
 ELITE_SORTS = ("objective", "island", "cell", "seq", "operator", "model", "updated_at")
 

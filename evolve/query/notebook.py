@@ -6,9 +6,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from evolve.callstore import unpack_text
 from evolve.query import Source, connection, marks
 from evolve.query.edges import PARENT_ROLES
+from evolve.store.calls import unpack_text
 
 _VERDICT = (
     "(SELECT {column} FROM evaluations v WHERE v.candidate = c.id "

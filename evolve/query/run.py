@@ -8,13 +8,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from evolve import runlock
 from evolve.harness import phases
 from evolve.query import Source, connection
+from evolve.store import runlock
 
-REEVALUATION = (
-    "reevaluation"  # evolve.noise's stage of re-evaluation samples (browsing never loads it)
-)
+REEVALUATION = "reevaluation"  # evolve.archive.noise's stage of re-evaluation samples (browsing never loads it)
 SERIES_COLUMNS = ("evaluated", "best", "coverage", "qd_score", "cost", "failures", "created_at")
 
 

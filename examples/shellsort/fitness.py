@@ -8,7 +8,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
+from evolve.harness.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective
 
 

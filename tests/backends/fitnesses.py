@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
+from evolve.harness.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, Objective, content_hash
 
 TARGET = {"A": 3.0, "B": 12, "C": 0.25}

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from evolve import unreadable
 from evolve.backends import LocalBackend
 from evolve.backends.ray import (
     CONFIG_KEYS,
@@ -20,6 +19,7 @@ from evolve.backends.ray import (
     _check_reachable,
     import_ray,
 )
+from evolve.sandbox import unreadable
 from evolve.types import EvalStatus, Job, content_hash
 from tests.backends.fitnesses import Traced, traces
 
@@ -95,7 +95,7 @@ def test_an_evaluation_runs_in_a_ray_worker_and_scores_as_locally(ray_cluster, t
 
 
 def test_a_candidate_in_a_ray_task_cannot_read_the_runs_directory(ray_cluster, tmp_path):
-    """The run's directory (``evolve.unreadable``: its archive holds every earlier evaluation's
+    """The run's directory (``evolve.sandbox.unreadable``: its archive holds every earlier evaluation's
     output) is hidden from candidates on Ray workers as on local ones."""
     archive = tmp_path / "run" / "archive.db"
     archive.parent.mkdir()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.store import Store
+from evolve.store.database import Store
 from tests.backends.fitnesses import traces
 
 REPO = Path(__file__).resolve().parents[2]

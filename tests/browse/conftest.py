@@ -27,8 +27,8 @@ def run_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def notes_run(run_dir, tmp_path_factory) -> Path:
     """The sample run with a research notebook built from it (two versions: at #40 and at the end)."""
-    from evolve.notebook import Notebook
-    from evolve.store import Store
+    from evolve.research.notebook import Notebook
+    from evolve.store.database import Store
 
     run = tmp_path_factory.mktemp("notes_run")
     shutil.copy(run_dir / "archive.db", run / "archive.db")
@@ -65,7 +65,7 @@ def browse_json(browse):
 
 WRITER = textwrap.dedent("""
     import sys, time
-    from evolve.store import Store
+    from evolve.store.database import Store
     from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
     store = Store(sys.argv[1])
     parent = store.conn.execute("SELECT candidate FROM elites LIMIT 1").fetchone()[0]

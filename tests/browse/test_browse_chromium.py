@@ -19,7 +19,7 @@ import pytest
 
 from evolve.query.edges import primary_path
 from evolve.query.run import best_candidate
-from evolve.store import Store
+from evolve.store.database import Store
 
 CHROMIUM = os.environ.get("EVOLVE_CHROMIUM", "/usr/bin/chromium")
 FLAGS = [

@@ -13,7 +13,7 @@ import pytest
 
 from evolve.browse.cli import main
 from evolve.query.run import best_candidate
-from evolve.store import Store
+from evolve.store.database import Store
 
 COMMANDS = (
     "best", "show", "diff", "lineage", "cells", "stats", "notes", "export", "plot", "serve", "migrate",
@@ -220,9 +220,9 @@ def test_diff_of_a_seed_asks_for_a_second_id(browse, facts):
 
 def test_browse_imports_no_llm_sandbox_search_or_fitness():
     code = (
-        "import sys, evolve.browse.cli, evolve.browse.web.server, evolve.browse.web.views, evolve.plots, "
-        "evolve.lineage\n"
-        "bad = [m for m in ('evolve.llm', 'evolve.sandbox', 'evolve.driver', 'evolve.engine', 'evolve.fitness', 'litellm', 'torch') "
+        "import sys, evolve.browse.cli, evolve.browse.web.server, evolve.browse.web.views, evolve.research.plots, "
+        "evolve.research.lineage\n"
+        "bad = [m for m in ('evolve.llm', 'evolve.sandbox.process', 'evolve.search.driver', 'evolve.search.engine', 'evolve.harness.fitness', 'litellm', 'torch') "
         "if m in sys.modules]\n"
         "print(bad)"
     )
@@ -247,7 +247,7 @@ def test_an_archive_of_an_older_evolve_is_refused_with_the_command_that_upgrades
 ):
     import sqlite_utils
 
-    from evolve.schema import APPLICATION_ID, MIGRATIONS
+    from evolve.store.schema import APPLICATION_ID, MIGRATIONS
 
     old = tmp_path / "archive.db"
     with sqlite3.connect(old, isolation_level=None) as conn:  # as an evolve of schema 6 left it

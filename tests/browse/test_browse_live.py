@@ -33,7 +33,7 @@ def test_cli_sees_new_candidates_of_a_live_run(run_dir, tmp_path, browse, start_
 
 
 def test_reading_during_a_long_write_transaction_sees_the_last_commit(run_dir, tmp_path, browse):
-    from evolve.store import Store
+    from evolve.store.database import Store
 
     shutil.copy(run_dir / "archive.db", tmp_path / "archive.db")
     writer = Store(tmp_path / "archive.db")

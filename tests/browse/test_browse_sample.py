@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.store import Store
+from evolve.store.database import Store
 from tests.fixtures.sample_archive import write_sample_archive
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "make_big_archive.py"

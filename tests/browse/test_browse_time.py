@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 import evolve
-from evolve import noise
+from evolve.archive import noise
 from evolve.browse.cli import main
 from evolve.query import run as run_queries
 

@@ -10,7 +10,7 @@ import pytest
 
 from evolve.browse.web.server import make_app
 from evolve.query.run import best_candidate
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import CandidateStatus, EdgeRole, EvalStatus, Evaluation, Proposal
 
 

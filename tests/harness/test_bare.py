@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from evolve.harness.bare import ROWS_FILE, run_bare
-from evolve.isolation import Policy
-from evolve.sandbox import Limits
+from evolve.sandbox.isolation import Policy
+from evolve.sandbox.process import Limits
 
 PROGRAM = """
 import time

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolve import landlock
 from evolve.harness.clock import (
     BATCH_HEADER,
     MADE_AHEAD_BYTES,
@@ -25,6 +24,7 @@ from evolve.harness.clock import (
 )
 from evolve.harness.confine import hide_reads
 from evolve.harness.stream import tokens
+from evolve.sandbox import landlock
 
 WIDTH = 5
 

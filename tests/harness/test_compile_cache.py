@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from evolve.harness import bytecode, compile_cache
-from evolve.isolation import NOT
 from evolve.sandbox import Limits, Policy, isolation_report, run
+from evolve.sandbox.isolation import NOT
 
 WRITES = """
 import os, pathlib

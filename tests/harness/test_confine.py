@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve import landlock
 from evolve.harness.confine import hide_reads
+from evolve.sandbox import landlock
 
 pytestmark = pytest.mark.skipif(landlock.abi() < 2, reason="needs Landlock ABI >= 2 (refer)")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.circle_packing import fitness as circle_packing
 
-from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness import phases
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 
 

@@ -10,9 +10,15 @@ import pickle
 import re
 
 import pytest
+from evolve.benchmarks.nanochat.layered import (
+    LocalCheck,
+    LossBand,
+    ShortRun,
+    cascade,
+    compare_tensors,
+)
 
-from evolve.fitness import EvalContext, Stage, evaluate_safely, write_files
-from evolve.layered import LocalCheck, LossBand, ShortRun, cascade, compare_tensors
+from evolve.harness.fitness import EvalContext, Stage, evaluate_safely, write_files
 from evolve.types import EvalStatus, Evaluation
 from tests.layered.toy_trainer import SEED, local_probe, train_probe
 

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from evolve.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
+from evolve.harness.fitness import EvalContext, Limits, run_sandboxed, sandbox_failure
 from evolve.types import EvalStatus, Evaluation
 
 SCRIPT = Path(__file__).with_name("probe_script.py")

@@ -6,7 +6,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-from evolve.fitness import EvalContext
+from evolve.harness.fitness import EvalContext
 from evolve.types import Evaluation
 from tests.fixtures.toy import Toy
 

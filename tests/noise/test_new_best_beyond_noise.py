@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
+from evolve.launch import runner
 from evolve.query.notebook import note_at, note_history
+from evolve.store.calls import prompt_messages
 from tests.conftest import REPO, composed
 
 SEED = "A = 1.0\nB = 4\nC = 0.5\n# EVOLVE-BLOCK-START\nD = 10\n# EVOLVE-BLOCK-END\n"

@@ -4,10 +4,11 @@ import asyncio
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.noise import REEVALUATION, NoiseSettings, reevaluation_seed
-from evolve.referee import Referee
-from evolve.store import Store
+from evolve.archive.grid import Archive
+from evolve.archive.noise import REEVALUATION, reevaluation_seed
+from evolve.archive.referee import Referee
+from evolve.settings import NoiseSettings
+from evolve.store.database import Store
 from evolve.types import EvalStatus, Evaluation, Objective, Proposal
 
 

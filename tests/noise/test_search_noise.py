@@ -9,10 +9,16 @@ import time
 
 import pytest
 
-from evolve import runner
-from evolve.noise import REEVALUATION, STATE_KEY, Calibration, NoiseSettings, pvalue, stored_samples
-from evolve.settings import ConfigError
-from evolve.store import Store
+from evolve.archive.noise import (
+    REEVALUATION,
+    STATE_KEY,
+    Calibration,
+    pvalue,
+    stored_samples,
+)
+from evolve.launch import runner
+from evolve.settings import ConfigError, NoiseSettings
+from evolve.store.database import Store
 from tests.conftest import REPO, composed
 from tests.fixtures.toy import Toy
 

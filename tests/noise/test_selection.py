@@ -1,20 +1,20 @@
-"""evolve.noise: settings, the re-evaluation schedule, verdict rows and the archive's judge."""
+"""evolve.archive.noise: settings, the re-evaluation schedule, verdict rows and the archive's judge."""
 
 import pytest
 
-from evolve.archive import Archive
-from evolve.fitness import Samples
-from evolve.noise import (
+from evolve.archive.grid import Archive
+from evolve.archive.noise import (
     Calibration,
     NoiseJudge,
-    NoiseSettings,
     make_calibration,
     next_count,
     pvalue,
     reevaluation_seed,
     summarize,
 )
-from evolve.store import Store
+from evolve.archive.statistics import Samples
+from evolve.settings import NoiseSettings
+from evolve.store.database import Store
 from evolve.types import (
     AddStatus,
     CandidateStatus,

@@ -1,4 +1,4 @@
-"""The noise statistics of evolve.fitness agree with scipy and behave at the edges."""
+"""The noise statistics of evolve.harness.fitness agree with scipy and behave at the edges."""
 
 import math
 import random
@@ -6,7 +6,13 @@ import random
 import pytest
 from scipy import stats
 
-from evolve.fitness import Samples, calibrate, improvement_pvalue, mean_interval, pooled_sd
+from evolve.archive.statistics import (
+    Samples,
+    calibrate,
+    improvement_pvalue,
+    mean_interval,
+    pooled_sd,
+)
 from evolve.types import EvalStatus, Evaluation
 
 

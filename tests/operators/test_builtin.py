@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.fitness import Benchmark
+from evolve.harness.fitness import Benchmark
 from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.builtin import BlockCrossover, Tweak, constants, literals, perturb
 from evolve.operators.edits import block_bodies, check_edit

@@ -10,7 +10,7 @@ import pytest
 from evolve.llm import LLMClient, LLMSettings
 from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.crossover import Crossover
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import EdgeRole
 from tests.fixtures import scripted_provider
 from tests.operators.test_mutate import FILES, HARNESS, PROGRAM, benchmark, parent

@@ -9,12 +9,12 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from evolve.fitness import Benchmark, EvalContext
+from evolve.harness.fitness import Benchmark, EvalContext
 from evolve.llm import BudgetExceeded, LLMClient, LLMSettings
 from evolve.operators.base import OperatorRejected, OperatorRequest
 from evolve.operators.mutate import Diff, Rewrite
 from evolve.operators.prompting import render
-from evolve.store import Store
+from evolve.store.database import Store
 from evolve.types import Candidate, EdgeRole, EvalStatus, Evaluation, Objective, Parent
 from tests.fixtures import scripted_provider
 

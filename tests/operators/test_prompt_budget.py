@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve import runner
-from evolve.callstore import prompt_messages
+from evolve.launch import runner
 from evolve.llm import LLMSettings
 from evolve.operators.prompting import (
     Budget,
@@ -20,6 +19,7 @@ from evolve.operators.prompting import (
     prompt_limit,
     prompt_tokens,
 )
+from evolve.store.calls import prompt_messages
 from evolve.types import EvolveError
 from tests.conftest import REPO, composed
 from tests.operators.test_mutate import HARNESS, PROGRAM, benchmark, parent

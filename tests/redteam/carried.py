@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.sandbox import Limits, run
+from evolve.sandbox.process import Limits, run
 from evolve.types import Evaluation
 
 PRELUDE = "import ctypes as _c, os as _o, socket as _s\n_libc = _c.CDLL(None, use_errno=True)\n_libc.shmat.restype = _c.c_void_p\n"

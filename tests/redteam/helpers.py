@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from evolve.backends.base import run_job
-from evolve.fitness import Fitness
+from evolve.harness.fitness import Fitness
 from evolve.types import EvalStatus, Evaluation, Job
 
 

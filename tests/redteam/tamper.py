@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.fitness import EvalContext
+from evolve.harness.fitness import EvalContext
 from evolve.types import Evaluation
 from tests.fixtures.toy import Toy
 

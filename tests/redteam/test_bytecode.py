@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from evolve.harness import bytecode
-from evolve.isolation import NOT
-from evolve.sandbox import Limits, Policy, run
+from evolve.sandbox.isolation import NOT
+from evolve.sandbox.process import Limits, Policy, run
 
 LIBRARY = (
     "evolve_bytecode_probe_library"  # stands for torch: a library a harness process imports too

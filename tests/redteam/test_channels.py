@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve import pagecache
-from evolve.isolation import NOT
-from evolve.sandbox import Limits, Policy, Result, isolation_report, run
+from evolve.sandbox import pagecache
+from evolve.sandbox.isolation import NOT
+from evolve.sandbox.process import Limits, Policy, Result, isolation_report, run
 
 PRELUDE = """
 import ctypes, os, socket, sys

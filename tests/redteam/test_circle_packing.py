@@ -29,9 +29,9 @@ import pytest
 from evolve.benchmarks.circle_packing import fitness as harness
 from evolve.benchmarks.circle_packing.fitness import CirclePacking
 
-from evolve import runner
+from evolve.launch import runner
 from evolve.operators.edits import check_edit
-from evolve.sandbox import isolation_report
+from evolve.sandbox.process import isolation_report
 from evolve.types import EvalStatus
 from tests.conftest import composed
 from tests.redteam.helpers import Listener, assert_caught, digest, evaluate, reason
@@ -500,7 +500,7 @@ def test_a_file_read_keeps_its_access_time():
     if closed.startswith("NOT"):
         pytest.skip(f"this sandbox does not close it: atime: {closed}")
     with tempfile.TemporaryDirectory(dir=Path.home()) as folder:
-        Path(folder).chmod(0o755)  # readable by the program's own uid (``evolve.identity``)
+        Path(folder).chmod(0o755)  # readable by the program's own uid (``evolve.sandbox.identity``)
         unread = Path(folder) / "unread.txt"
         unread.write_text("a bit")
         os.utime(unread, (1, unread.stat().st_mtime))  # older than its change: a read updates it

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from evolve import sandbox
-from evolve.channels import NOT
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
+from evolve.sandbox import process as sandbox
+from evolve.sandbox.channels import NOT
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import nanochat_programs as programs
 

@@ -22,9 +22,9 @@ from evolve.benchmarks.nanochat.sources import chunk_text
 from evolve.benchmarks.speedrun.data import DataSpec, ensure_stdlib_shards
 from evolve.benchmarks.speedrun.fitness import SEED_PROGRAM
 
-from evolve import landlock
-from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness.documents import stdlib_tests
+from evolve.harness.fitness import EvalContext, evaluate_safely
+from evolve.sandbox import landlock
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.fixtures.speedrun_cpu import cpu_fitness

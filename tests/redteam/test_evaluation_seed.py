@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.jobs import eval_seed
-from evolve.noise import reevaluation_seed
+from evolve.archive.noise import reevaluation_seed
+from evolve.search.jobs import eval_seed
 
 
 def looks_like_a_first_evaluation(seed: int) -> bool:

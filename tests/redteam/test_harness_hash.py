@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evolve import runner
-from evolve.fitness import Benchmark
+from evolve.harness.fitness import Benchmark
 from evolve.harness.hashing import harness_modules
-from evolve.jobs import HarnessChanged
+from evolve.launch import runner
 from evolve.paths import resolve_path
-from evolve.store import Store
+from evolve.search.jobs import HarnessChanged
+from evolve.store.database import Store
 from evolve.types import CandidateStatus
 from tests.conftest import REPO, composed
 
@@ -124,7 +124,7 @@ def test_benchmark_configs_hash_every_harness_module(path):
     assert not unhashed, (
         f"{path.name}: the fitness imports or runs {unhashed}, which the harness hash misses"
     )
-    assert (REPO / "evolve" / "sandbox.py").resolve() in hashed
+    assert (REPO / "evolve" / "sandbox" / "process.py").resolve() in hashed
 
 
 # --- the hash is computed from the imports, not listed by hand -----------------------------------
@@ -170,6 +170,6 @@ def test_changing_any_module_the_fitness_imports_or_starts_changes_the_hash(tmp_
 def test_the_layered_checks_and_the_harness_layer_are_hashed_for_nanochat():
     hashed = set(harness_modules("evolve.benchmarks.nanochat.fitness"))
     layer = REPO / "evolve" / "harness"
-    assert (REPO / "evolve" / "layered.py").resolve() in hashed
+    assert (REPO / "benchmarks" / "nanochat" / "layered.py").resolve() in hashed
     for name in ("lm.py", "clock.py", "stream.py", "protocol.py", "reaper.py"):
         assert (layer / name).resolve() in hashed, name

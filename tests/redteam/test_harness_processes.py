@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from evolve.harness.protocol import SAFE_PATH
-from evolve.sandbox import Limits, run
+from evolve.sandbox.process import Limits, run
 
 
 @pytest.mark.parametrize("python", sorted({sys.executable, sys._base_executable}))

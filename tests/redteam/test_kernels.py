@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.kernels.fitness import KernelFitness
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.redteam.helpers import Listener, assert_caught, reason
 
@@ -171,7 +171,7 @@ SABOTEUR = (
 
 
 def test_the_driver_waiting_for_the_next_evaluation_cannot_be_reached(fitness, tmp_path):
-    from evolve.sandbox import isolation_report
+    from evolve.sandbox.process import isolation_report
 
     if "signals" not in isolation_report().get("landlock", ""):
         pytest.skip("needs Landlock's signal scoping (ABI 6+) to keep other processes unreachable")

@@ -31,8 +31,8 @@ from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import HARNESS_MODULES, STRICT_PROBES, NanochatFitness
 from evolve.benchmarks.nanochat.sources import chunk_text
 
-from evolve import landlock
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
+from evolve.sandbox import landlock
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.redteam import carried, stateful
@@ -297,7 +297,7 @@ def test_files_planted_where_the_scorer_will_read_the_checkpoint_never_get_there
     files["train.py"] = plant + files["train.py"]
     ev = run_files(data_dir, tmp_path, files)
     # it ran; it finds none where the scorer's folder (made 0700 by the harness) is out of its
-    # uid's reach (``evolve.identity``), and without that it found the folder and planted in vain
+    # uid's reach (``evolve.sandbox.identity``), and without that it found the folder and planted in vain
     assert re.search(r"FOLDERS FOUND \d", ev.artifacts.get("train_log", "")), dict(ev.artifacts)
     assert ev.ok, dict(ev.artifacts)  # scored as the honest seed: nothing planted was read
     assert not list(tmp_path.rglob("planted.py"))

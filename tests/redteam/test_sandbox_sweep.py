@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from evolve.sandbox import _hold_namespace
+from evolve.sandbox.process import _hold_namespace
 
 
 def namespace_of(pid: int) -> str:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from evolve.fitness import EvalContext
+from evolve.harness.fitness import EvalContext
 from evolve.types import EvalStatus
 from examples.shellsort.fitness import ShellSortGaps
 

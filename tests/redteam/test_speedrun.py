@@ -26,8 +26,8 @@ from evolve.benchmarks.speedrun import fitness as harness
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
 from evolve.benchmarks.speedrun.scoring import EVALUATOR, layout
 
-from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness import bytecode
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
 from tests.redteam import carried, stateful

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.fitness import one_sided_pvalue
+from evolve.archive.statistics import one_sided_pvalue
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location(

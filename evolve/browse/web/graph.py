@@ -8,7 +8,7 @@ from html import escape
 import networkx as nx
 
 from evolve.browse.web.svg import color
-from evolve.lineage import Lineage, oriented
+from evolve.research.lineage import Lineage, oriented
 
 COL, ROW, RADIUS = 46, 30, 10
 

@@ -19,11 +19,11 @@ from evolve.browse.render import when
 from evolve.browse.source import BrowseError, resolve_id
 from evolve.browse.web import svg
 from evolve.browse.web.graph import lineage_svg
-from evolve.lineage import Lineage
-from evolve.plots import DEFAULT_WINDOW, grid, success_rates
 from evolve.query import candidates as stored
 from evolve.query.edges import ALL_ROLES, PARENT_ROLES
 from evolve.query.run import cost, counts, fitness_series, islands, run_info, version
+from evolve.research.lineage import Lineage
+from evolve.research.plots import DEFAULT_WINDOW, grid, success_rates
 
 PREFIX = "/-/evolve"
 FORMATTER = HtmlFormatter(cssclass="highlight", linenos="inline", wrapcode=True)

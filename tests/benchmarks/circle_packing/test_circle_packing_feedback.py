@@ -8,7 +8,7 @@ from evolve.benchmarks.circle_packing import fitness as harness
 from evolve.benchmarks.circle_packing.fitness import CirclePacking
 from evolve.benchmarks.circle_packing.shape import contacts, features
 
-from evolve.fitness import Benchmark
+from evolve.harness.fitness import Benchmark
 from evolve.operators.prompting import Budget, context_values, messages_for, program_view
 from evolve.types import Candidate, Parent
 from tests.redteam.helpers import evaluate

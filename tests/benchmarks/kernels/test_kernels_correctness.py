@@ -24,7 +24,7 @@ from kernels_candidates import (
 )
 from kernels_fixtures import tiny_rmsnorm
 
-from evolve.fitness import EvalContext
+from evolve.harness.fitness import EvalContext
 from evolve.types import EvalStatus, EvolveError
 
 

@@ -13,7 +13,7 @@ from evolve.benchmarks.kernels.fitness import KernelFitness
 from kernels_candidates import CALIBRATION, GOOD
 from kernels_fixtures import tiny_rmsnorm
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_time_phases_add_up_to_the_wall_time_and_the_baseline_is_measured_once(
 
 
 def test_the_roofline_feedback_reaches_the_childs_prompt_whole(fitness, tmp_path):
-    from evolve.fitness import Benchmark
+    from evolve.harness.fitness import Benchmark
     from evolve.operators.prompting import Budget, context_values, messages_for, program_view
     from evolve.types import Candidate, Parent
 

@@ -344,7 +344,7 @@ def test_the_flop_fallback_is_said_in_the_report_and_the_metrics(tmp_path, monke
     import evolve.benchmarks.kernels.fitness as fitness_module
     from evolve.benchmarks.kernels.fitness import KernelFitness
 
-    from evolve.fitness import EvalContext
+    from evolve.harness.fitness import EvalContext
 
     folder = tiny_rmsnorm(tmp_path / "data", rows=(8,))
     definition = json.loads((folder / "definition.json").read_text())

@@ -16,7 +16,7 @@ from evolve.benchmarks.kernels.suite_fitness import KernelSuiteFitness, select_p
 from kernels_candidates import CALIBRATION, GOOD, INLINE_CPP
 from kernels_fixtures import tiny_rmsnorm
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus, EvolveError
 
 
@@ -101,7 +101,7 @@ def test_a_cheat_on_one_problem_rejects_the_candidate(fitness, tmp_path):
 def test_the_suite_config_builds(tmp_path, monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from evolve.config import build_benchmark
+    from evolve.launch.config import build_benchmark
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     configs = (suite_fitness.SUITE.parents[2] / "configs").resolve()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import ahead, prepare
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.harness.test_phases import assert_adds_up
 

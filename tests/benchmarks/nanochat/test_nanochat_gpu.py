@@ -6,7 +6,7 @@ import pytest
 from evolve.benchmarks.nanochat import scales
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 
 

@@ -10,7 +10,7 @@ import pytest
 from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import NanochatFitness
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus, EvolveError
 from tests.fixtures.nanochat_tiny import tiny_fitness
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from evolve.benchmarks.nanochat import scales, stages
 
-from evolve.fitness import EvalContext, evaluate_safely
 from evolve.harness.clock import Watch, Window
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.harness.hashing import harness_modules
 from evolve.types import EvalStatus
 from tests.fixtures.nanochat_tiny import tiny_fitness
@@ -230,6 +230,6 @@ def test_the_harness_hash_covers_every_harness_module_and_the_config_turns_the_l
     assert modules <= hashed
     layer = Path(harness_modules.__code__.co_filename).parent
     assert {layer / n for n in ("lm.py", "clock.py", "stream.py", "protocol.py")} <= hashed
-    assert layer.parent / "layered.py" in hashed
+    assert scales.HERE / "layered.py" in hashed
     config = yaml.safe_load(CONFIG.read_text())
     assert config["fitness"]["layered"] == {"local_check": True, "short_run_steps": None}

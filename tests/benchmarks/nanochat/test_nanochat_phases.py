@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.nanochat import prepare
 
-from evolve.fitness import Benchmark, EvalContext, evaluate_safely
+from evolve.harness.fitness import Benchmark, EvalContext, evaluate_safely
 from evolve.operators.mutate import Diff
 from evolve.operators.prompting import Budget, context_values, messages_for, program_view
 from evolve.types import Candidate, Parent

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from evolve.benchmarks.nanochat import scales
 
-from evolve.fitness import EvalContext
+from evolve.harness.fitness import EvalContext
 from tests.fixtures.nanochat_tiny import tiny_fitness
 
 SEED = scales.SCALES["cpu"].seed_dir

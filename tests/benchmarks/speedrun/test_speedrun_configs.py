@@ -6,7 +6,7 @@ import pytest
 from evolve.benchmarks.speedrun.fitness import SpeedrunFitness
 from hydra import compose, initialize_config_module
 
-from evolve.config import as_dict, build_benchmark
+from evolve.launch.config import as_dict, build_benchmark
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
 from evolve.benchmarks.speedrun.fitness import SpeedrunFitness
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.types import EvalStatus
 from tests.fixtures.speedrun_cpu import cpu_fitness
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from evolve.benchmarks.speedrun.data import ensure_stdlib_shards
 
-from evolve.fitness import EvalContext, evaluate_safely
+from evolve.harness.fitness import EvalContext, evaluate_safely
 from tests.fixtures.speedrun_cpu import cpu_fitness
 from tests.harness.test_phases import assert_adds_up
 

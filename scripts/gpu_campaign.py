@@ -132,12 +132,16 @@ SHARDS = {
 
 def keep(archive: str, name: str) -> tuple[str, ...]:
     """A command that copies a run's SQLite archive into $OUT through SQLite's backup (the rows a
-    killed run left in its write-ahead log come along; a plain file copy loses them)."""
+    killed run left in its write-ahead log come along; a plain file copy loses them), as one
+    self-contained file (rollback journal, no WAL beside it)."""
     return (
         PY,
         "-c",
-        "import os, sqlite3, sys; sqlite3.connect(sys.argv[1]).backup("
-        "sqlite3.connect(os.path.join(os.environ['CAMPAIGN_OUT'], sys.argv[2])))",
+        "import os, sqlite3, sys\n"
+        "copy = sqlite3.connect(os.path.join(os.environ['CAMPAIGN_OUT'], sys.argv[2]))\n"
+        "sqlite3.connect(sys.argv[1]).backup(copy)\n"
+        "copy.execute('PRAGMA journal_mode=delete')\n"
+        "copy.close()",
         archive,
         name,
     )

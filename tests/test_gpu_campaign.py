@@ -1,9 +1,13 @@
-"""scripts/gpu_campaign.py's GPU test shards: every GPU-marked test file in exactly one, each within its limit."""
+"""scripts/gpu_campaign.py: every GPU-marked test file in exactly one shard, each within its limit;
+a run's archive brought back whole."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import sqlite3
+import subprocess
 import sys
 
 from tests.conftest import REPO
@@ -61,3 +65,20 @@ def test_every_shard_entry_exists_holds_gpu_tests_and_fits_the_limit():
             )
         part = module.parts(0)[name]
         assert part.commands == (module.pytest(*shard.paths),)
+
+
+def test_a_killed_runs_archive_comes_back_with_the_rows_still_in_its_write_ahead_log(tmp_path):
+    run = sqlite3.connect(tmp_path / "archive.db")  # a writer still open: its rows are in the WAL
+    run.execute("PRAGMA journal_mode=wal")
+    run.execute("PRAGMA wal_autocheckpoint=0")
+    run.execute("CREATE TABLE candidates (id TEXT)")
+    run.executemany("INSERT INTO candidates VALUES (?)", [("a",), ("b",)])
+    run.commit()
+    out = tmp_path / "out"
+    out.mkdir()
+    command = campaign().keep(str(tmp_path / "archive.db"), "kept.db")
+    subprocess.run(command, check=True, env={**os.environ, "CAMPAIGN_OUT": str(out)})
+    assert sorted(p.name for p in out.iterdir()) == ["kept.db"]  # one file, no WAL beside it
+    kept = sqlite3.connect(out / "kept.db").execute("SELECT id FROM candidates").fetchall()
+    assert kept == [("a",), ("b",)]
+    run.close()

@@ -46,7 +46,8 @@ def noisy_run(tmp_path_factory):
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
     logger.addHandler(handler)
-    level, logger.level = logger.level, logging.INFO
+    level = logger.level
+    logger.setLevel(logging.INFO)  # not `.level =`: setLevel clears the loggers' isEnabledFor cache
     try:
         runner.run(cfg, root / "run")
     finally:

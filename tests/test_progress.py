@@ -128,7 +128,8 @@ def test_a_progress_line_tells_only_numbers_formatted_by_the_harness():
     assert protocol.progress_detail('{"progress": {"step": 3, "loss": NaN}}') == "step 3"
 
 
-def test_nanochat_on_the_cpu_says_what_it_does_within_15_s_of_an_evaluations_start(tmp_path):
+def nanochat_lines_until(tmp_path: Path, stop: str) -> list[str]:
+    """The lines of a one-candidate nanochat search on the CPU, until one matches ``stop``."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
     args = ["benchmark=nanochat", "search.max_candidates=1", "search.progress=false", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.Popen(
@@ -138,11 +139,16 @@ def test_nanochat_on_the_cpu_says_what_it_does_within_15_s_of_an_evaluations_sta
     try:
         for line in proc.stdout:
             lines.append(line)
-            if re.search(r"evaluating \w{8}: (local_check|sandbox_start) ", line):
+            if re.search(stop, line):
                 break
     finally:
         proc.terminate()
         proc.communicate(timeout=120)
+    return lines
+
+
+def test_nanochat_on_the_cpu_says_what_it_does_within_15_s_of_an_evaluations_start(tmp_path):
+    lines = nanochat_lines_until(tmp_path, r"evaluating \w{8}: (local_check|sandbox_start) ")
 
     def when(pattern: str) -> datetime.datetime:
         line = next(x for x in lines if re.search(pattern, x))
@@ -155,19 +161,6 @@ def test_nanochat_on_the_cpu_says_what_it_does_within_15_s_of_an_evaluations_sta
 
 
 def test_nanochat_on_the_cpu_says_its_training_step_while_it_trains(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HYDRA_FULL_ERROR": "0"}
-    args = ["benchmark=nanochat", "search.max_candidates=1", "search.progress=false", f"hydra.run.dir={tmp_path}"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evolve", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if re.search(r"evaluating \w{8}: training: step ", line) or "evaluated" in line:
-                break
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=120)
+    lines = nanochat_lines_until(tmp_path, r"evaluating \w{8}: training: step |evaluated")
     shown = "".join(lines[-20:])
     assert re.search(r"evaluating \w{8}: training: step \d+(, loss \d+\.\d\d)? \(\d+ s in\)", shown), shown

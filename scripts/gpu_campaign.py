@@ -26,7 +26,9 @@ The command of a call, whatever the part:
 
 Each part writes ``$OUT/PART.json`` (date, GPU, commit, each command's exit status, wall time,
 last lines and the result files its scripts wrote) and ``$OUT/PART.md`` (the same as a
-RESULTS.md section), and the whole output in ``$OUT/PART.log``.
+RESULTS.md section), the whole output in ``$OUT/PART.log`` (line by line as it comes, so a
+part killed from outside keeps what had finished) and its scripts' text logs under
+``$OUT/PART-logs/N/`` (N: the command's index).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +162,8 @@ def parts(seed: int) -> dict[str, Part]:
         "--no-scaling",
         "--compile-cache",  # as a search runs it: start-up from the cache, warmed once per call
         "data/speedrun-compile-cache",
+        "--probe-every",  # as a search runs it: no loss-curve probes (8 of them added 10 s of
+        "0",  # scoring and audit to the overhead on 2026-12-04, and 13 s of paused clock)
     )
     return {
         **{
@@ -202,6 +207,8 @@ def parts(seed: int) -> dict[str, Part]:
                     "--gpus",
                     "3,4,5,6,7",
                     "--no-scaling",
+                    "--probe-every",
+                    "0",
                     "--seeds",
                     "0,1,2,3,4",
                     "--steps",
@@ -289,7 +296,18 @@ def out_dir() -> Path:
     return Path(os.environ.get("OUT") or "campaign-out").resolve()
 
 
-def start(command: tuple[str, ...], scratch: Path, log) -> tuple[subprocess.Popen, float]:
+@dataclass
+class Running:
+    """A started command: its process, when it began, and its output lines so far (copied into
+    the part's log as they come, so a part killed from outside keeps what had finished)."""
+
+    proc: subprocess.Popen
+    began: float
+    lines: list[str]
+    copier: threading.Thread
+
+
+def start(command: tuple[str, ...], scratch: Path, log) -> Running:
     """Start one command with $OUT set to its own scratch folder (its scripts write there)."""
     scratch.mkdir(parents=True, exist_ok=True)
     env = {
@@ -304,26 +322,35 @@ def start(command: tuple[str, ...], scratch: Path, log) -> tuple[subprocess.Pope
     proc = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    return proc, time.monotonic()
+    lines: list[str] = []
+
+    def copy() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            log.write(line)
+            log.flush()
+
+    copier = threading.Thread(target=copy, daemon=True)
+    copier.start()
+    return Running(proc, time.monotonic(), lines, copier)
 
 
-def finish(proc: subprocess.Popen, began: float, deadline: float, log) -> dict:
-    """Wait for ``proc`` until ``deadline`` (then kill it); its status, wall time and last lines."""
+def finish(run: Running, deadline: float) -> dict:
+    """Wait for ``run`` until ``deadline`` (then kill it); its status, wall time and last lines."""
     try:
-        out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        run.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         timed_out = False
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
+        run.proc.kill()
+        run.proc.wait()
         timed_out = True
-    log.write(out)
-    log.flush()
-    lines = [line for line in out.splitlines() if line.strip()]
+    run.copier.join(timeout=10)  # the pipe's last lines (a leftover child may hold it open)
+    shown = [line.rstrip("\n") for line in run.lines if line.strip()]
     return {
-        "rc": proc.returncode,
+        "rc": run.proc.returncode,
         "timed_out": timed_out,
-        "wall_s": round(time.monotonic() - began, 1),
-        "tail": lines[-25:],
+        "wall_s": round(time.monotonic() - run.began, 1),
+        "tail": shown[-25:],
     }
 
 
@@ -338,6 +365,15 @@ def result_files(scratch: Path) -> dict[str, object]:
     return found
 
 
+def keep_logs(scratch: Path, target: Path) -> None:
+    """Copy the text logs a command's scripts wrote into its scratch folder (e.g. ``gpu_run``'s
+    per-seed training output, ``logs/seed-N.txt``) to ``target``, which comes back with $OUT."""
+    for path in sorted(scratch.rglob("*.txt")):
+        copy = target / path.relative_to(scratch)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, copy)
+
+
 def run_part(name: str, part: Part, out: Path) -> int:
     """Run one part's commands; write PART.json, PART.md and PART.log under ``out``."""
     deadline = time.monotonic() + PART_LIMIT_S
@@ -347,13 +383,16 @@ def run_part(name: str, part: Part, out: Path) -> int:
         scratches = [scratch_root / str(i) for i in range(len(part.commands))]
         if part.together:
             started = [start(c, s, log) for c, s in zip(part.commands, scratches, strict=True)]
-            runs = [finish(p, t, deadline, log) for p, t in started]
+            runs = [finish(running, deadline) for running in started]
         else:
             for command, scratch in zip(part.commands, scratches, strict=True):
-                runs.append(finish(*start(command, scratch, log), deadline, log))
-    for command, scratch, record in zip(part.commands, scratches, runs, strict=True):
+                runs.append(finish(start(command, scratch, log), deadline))
+    for index, (command, scratch, record) in enumerate(
+        zip(part.commands, scratches, runs, strict=True)
+    ):
         record["command"] = " ".join(Path(c).name if c == PY else c for c in command)
         record["results"] = result_files(scratch)
+        keep_logs(scratch, out / f"{name}-logs" / str(index))
     report = {
         "part": name,
         "benchmarks": list(part.benchmarks),
@@ -396,11 +435,13 @@ def merge(files: list[Path]) -> int:
     """Append each report's section to its benchmark's RESULTS.md and keep its JSON in results/."""
     for path in files:
         report = json.loads(path.read_text())
-        day = report["date"].split()[0]
+        day, hour = report["date"].split()[:2]  # a part run twice a day keeps both reports
         for home in [REPO / "benchmarks" / name for name in report["benchmarks"]] or [
             REPO / "benchmarks"
         ]:
-            keep = home / "results" / day / f"campaign-{report['part']}.json"
+            keep = (
+                home / "results" / day / f"campaign-{report['part']}-{hour.replace(':', '')}.json"
+            )
             keep.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, keep)
             with (home / "RESULTS.md").open("a") as handle:

@@ -1,14 +1,16 @@
 """scripts/gpu_campaign.py: every GPU-marked test file in exactly one shard, each within its limit;
-a run's archive brought back whole."""
+a run's archive brought back whole; a command's output logged as it comes."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import sqlite3
 import subprocess
 import sys
+import time
 
 from tests.conftest import REPO
 
@@ -82,3 +84,34 @@ def test_a_killed_runs_archive_comes_back_with_the_rows_still_in_its_write_ahead
     kept = sqlite3.connect(out / "kept.db").execute("SELECT id FROM candidates").fetchall()
     assert kept == [("a",), ("b",)]
     run.close()
+
+
+def test_a_commands_lines_reach_the_log_while_it_runs_and_a_cut_command_keeps_them(tmp_path):
+    module = campaign()
+    command = (sys.executable, "-c", "import time; print('first test passed'); time.sleep(600)")
+    log_path = tmp_path / "part.log"
+    with log_path.open("w") as log:
+        running = module.start(command, tmp_path / "scratch", log)
+        while "first test passed" not in log_path.read_text():  # written while it still runs
+            assert running.proc.poll() is None, "the command ended before its line was logged"
+            time.sleep(0.1)
+        record = module.finish(running, deadline=0.0)  # the part's limit has passed: cut
+    assert record["timed_out"] and record["tail"] == ["first test passed"]
+
+
+def test_a_part_reports_its_commands_json_and_brings_back_their_text_logs(tmp_path, monkeypatch):
+    module = campaign()
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("OUT", str(out))
+    writes = (
+        "import json, os, pathlib; here = pathlib.Path(os.environ['OUT']); "
+        "(here / 'logs').mkdir(); (here / 'logs' / 'seed-0.txt').write_text('step 0 loss 11'); "
+        "(here / 'result.json').write_text(json.dumps({'loss': 5.08})); print('ran')"
+    )
+    part = module.Part(("speedrun",), "a measurement", ((sys.executable, "-c", writes),))
+    assert module.run_part("measure", part, out) == 0
+    report = json.loads((out / "measure.json").read_text())
+    assert report["runs"][0]["results"] == {"result.json": {"loss": 5.08}}
+    assert report["runs"][0]["tail"] == ["ran"]
+    assert (out / "measure-logs" / "0" / "logs" / "seed-0.txt").read_text() == "step 0 loss 11"

@@ -90,7 +90,9 @@ class EarlyExport:
     def graph_for(self, checkpoint: Path) -> dict | None:
         """The early export's verdict when its graph serves ``checkpoint`` (a verified copy of the
         final one): it succeeded and the code files and config.json are the same; else None."""
-        self.close()
+        if self._thread is None:
+            return None
+        self._thread.join()
         verdict = self.verdict
         if not isinstance(verdict, dict) or verdict.get("status") != "ok":
             return None

@@ -489,7 +489,8 @@ class NanochatFitness:
         processes started ahead, by role. ``early``: the export begun during training, whose
         graph is taken when it serves this checkpoint (``EarlyExport.graph_for``); when the
         scorer then finds the checkpoint's tensors are not the graph's, the model is exported
-        again from this checkpoint and scored by a fresh scorer."""
+        again from this checkpoint and scored by a fresh scorer. An ok verdict says which graph
+        it scored (``graph_from_initial``)."""
         ready = ready or {}
         phases.mark("export")
         graph = early.graph_for(checkpoint) if early is not None else None
@@ -505,6 +506,8 @@ class NanochatFitness:
         phases.mark("scoring_start")
         score = self.score(checkpoint, ctx, ready.pop("scoring", None))
         if graph is None or not isinstance(score, dict) or not score.get("mismatch"):
+            if isinstance(score, dict):
+                score["graph_from_initial"] = graph is not None
             return score
         log.info(
             "nanochat: the final checkpoint's tensors are not the initial export's; exporting again"
@@ -613,6 +616,7 @@ class NanochatFitness:
                 "max_prefix_diff": score["max_prefix_diff"],
                 "max_row_diff": score["max_row_diff"],
                 "probe_batches": score["probe_batches"],
+                "graph_from_initial": float(score.get("graph_from_initial", False)),
             }
         )
         descriptors = {

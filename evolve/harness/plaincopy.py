@@ -21,10 +21,11 @@ def copy_plain(source: Path, target: Path, *, dir_fd: int | None = None) -> bool
         handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
         return False
+    info = os.fstat(handle)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(handle)
+        return False
     with os.fdopen(handle, "rb") as reader:
-        info = os.fstat(reader.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return False
         with open(target, "wb") as writer:
             shutil.copyfileobj(reader, writer)
     return True

@@ -25,9 +25,8 @@ def copy_plain(source: Path, target: Path, *, dir_fd: int | None = None) -> bool
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(handle)
         return False
-    with os.fdopen(handle, "rb") as reader:
-        with open(target, "wb") as writer:
-            shutil.copyfileobj(reader, writer)
+    with os.fdopen(handle, "rb") as reader, open(target, "wb") as writer:
+        shutil.copyfileobj(reader, writer)
     return True
 
 

@@ -181,7 +181,7 @@ def save_initial(model, config: dict, *, code_files: Sequence[str] = ("model.py"
     uses that graph only when the final checkpoint's code files and config.json are
     byte-identical to these and its tensors have the same names and shapes; otherwise it
     exports after the stop, as without this call. The write counts as start-up time; a call
-    once the clock runs is charged as training time and ignored, and so is a second call.
+    once the clock runs is charged as training time and ignored; a second call raises.
     """
     if _INITIAL_SAVED:
         raise RuntimeError(

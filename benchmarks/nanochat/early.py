@@ -66,11 +66,16 @@ class EarlyExport:
             self._thread.start()
 
     def _run(self, digest: str) -> None:
-        names = copy_folder(self.initial, self.folder, is_checkpoint_name)
-        if names is None or "model.py" not in names or checkpoint_digest(self.folder) != digest:
-            return  # not plain files, or changed since announced: exported after the stop
-        self.code = code_digests(self.folder)
-        self.verdict = self.export(self.folder, self.exporter)
+        try:
+            names = copy_folder(self.initial, self.folder, is_checkpoint_name)
+            if names is None or "model.py" not in names or checkpoint_digest(self.folder) != digest:
+                return  # not plain files, or changed since announced: exported after the stop
+            self.code = code_digests(self.folder)
+            self.verdict = self.export(self.folder, self.exporter)
+        except OSError:  # the program's folder went away meanwhile: exported after the stop
+            return
+        finally:
+            self.exporter.cancel()  # ends it when it got no job (a no-op once it had one)
 
     def spare(self) -> Started | None:
         """The exporter, once, when no early export began (for the export after the stop, in

@@ -118,7 +118,7 @@ def test_a_copy_that_is_not_what_the_harness_was_told_exports_nothing_early(data
     # the files changed between the program's report and the harness's copy
     fitness = tiny_fitness(data_dir)
     made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0), digest="0" * 64)
-    assert made.verdict is None
+    assert made.verdict is None and not made.exporter.alive()  # ended, not left waiting
     assert made.graph_for(save(tmp_path / "final", seed=1)) is None
 
 

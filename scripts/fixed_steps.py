@@ -107,7 +107,7 @@ def nanochat_child(args: argparse.Namespace, work: Path) -> dict:
     seq = NANOCHAT_SEQ[args.device]
     settings = dict(budget_s=1e9, untimed_steps=args.untimed, seq_len=seq, vocab_size=meta["vocab_size"],
                     bos_id=meta["bos_id"], device=args.device, seed=args.seed,
-                    checkpoint_dir=str(work / "checkpoint"), train_dir=str(data / "train"), forbidden=[])  # fmt: skip
+                    checkpoint_dir=str(work / "checkpoint"), initial_dir=str(work / "initial"), train_dir=str(data / "train"), forbidden=[])  # fmt: skip
     os.environ[client.CONFIG_ENV] = json.dumps(settings)
     steps = Steps(args.steps, args.untimed)
 
@@ -145,6 +145,9 @@ def nanochat_child(args: argparse.Namespace, work: Path) -> dict:
 
             def batch(self, count: int) -> np.ndarray:
                 return rows(count, steps.done >= args.untimed)
+
+            def saved_initial(self) -> None:
+                """Nor is the initial one."""
 
             def saved(self) -> None:
                 """The checkpoint is not scored here."""

@@ -6,9 +6,12 @@ training rows while the harness's clock runs, and none after the stop. It calls
 ``Clock.step()`` after every optimizer step: that tells the harness a step ended (the
 harness times steps with its own clock) and returns False once the budget is spent. Then
 it calls ``save_checkpoint`` at once (the harness fixes the checkpoint it scores within
-seconds of the stop) and exits. A sketch::
+seconds of the stop) and exits. Optionally, before its first step, it calls ``save_initial``
+with the same model, config and code files: on a GPU the harness then exports the model's
+graph while it trains instead of after the stop (the score is the same). A sketch::
 
     settings = client.settings()
+    client.save_initial(model, config, code_files=["model.py"])  # optional, before the loop
     batches = client.train_batches(batch_size=32, device=settings.device)
     clock = client.Clock()
     for x, y in batches:  # ends when the harness ends the data, which may come before step() says stop
@@ -32,7 +35,15 @@ from evolve.harness.stream import EndOfData, channel
 
 CONFIG_ENV = "NANOCHAT_CONFIG"
 CHECKPOINT_FILES = ("model.py", "config.json", "model.pt")
-__all__ = ["Clock", "EndOfData", "Settings", "save_checkpoint", "settings", "train_batches"]
+__all__ = [
+    "Clock",
+    "EndOfData",
+    "Settings",
+    "save_checkpoint",
+    "save_initial",
+    "settings",
+    "train_batches",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +59,7 @@ class Settings:
         device: "cuda" or "cpu".
         seed: random seed for this run.
         checkpoint_dir: where ``save_checkpoint`` writes.
+        initial_dir: where ``save_initial`` writes.
     """
 
     budget_s: float
@@ -58,6 +70,7 @@ class Settings:
     device: str
     seed: int
     checkpoint_dir: str
+    initial_dir: str
 
 
 CONFIG_KEYS = (*Settings.__dataclass_fields__, "forbidden")
@@ -150,14 +163,45 @@ def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.
     the others are copied next to it), loads ``model.pt`` into it and calls ``model(inputs)`` to
     get logits of shape (batch, seq_len, vocab_size).
     """
+    target = _write(Path(settings().checkpoint_dir), model, config, code_files)
+    channel().saved()
+    return target
+
+
+_INITIAL_SAVED: list[Path] = []
+
+
+def save_initial(model, config: dict, *, code_files: Sequence[str] = ("model.py",)) -> Path:
+    """Optional: write the model as built, before the first step, as ``save_checkpoint`` would.
+
+    Call it once, before the training loop, with the ``config`` and ``code_files`` that
+    ``save_checkpoint`` will get. On a GPU the harness then exports the model's graph from
+    these files while the program trains (the graph does not depend on the weights: the
+    scorer binds it to the final checkpoint's), which saves the export after the stop. It
+    uses that graph only when the final checkpoint's code files and config.json are
+    byte-identical to these and its tensors have the same names and shapes; otherwise it
+    exports after the stop, as without this call. The write counts as start-up time; a call
+    once the clock runs is charged as training time and ignored; a second call raises.
+    """
+    if _INITIAL_SAVED:
+        raise RuntimeError(
+            f"save_initial was already called (it wrote {_INITIAL_SAVED[0]}): call it once, "
+            "before the training loop"
+        )
+    target = _write(Path(settings().initial_dir), model, config, code_files)
+    _INITIAL_SAVED.append(target)
+    channel().saved_initial()
+    return target
+
+
+def _write(target: Path, model, config: dict, code_files: Sequence[str]) -> Path:
+    """model.py (the first of ``code_files``) and the others, config.json and model.pt in ``target``."""
     import torch
 
-    target = Path(settings().checkpoint_dir)
     target.mkdir(parents=True, exist_ok=True)
     for index, name in enumerate(code_files):
         shutil.copyfile(name, target / ("model.py" if index == 0 else Path(name).name))
     (target / "config.json").write_text(json.dumps(config))
     state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     torch.save(state, target / "model.pt")
-    channel().saved()
     return target

@@ -3,7 +3,9 @@
 Three sandboxed runs per evaluation. Training: the harness's supervisor runs the candidate's
 ``train.py`` with the training split only and times it with its own clock. Export: the
 candidate's ``model.py`` builds the model from the checkpoint saved at the stop, with no data
-in sight, and ``torch.export`` writes it out as a graph (``evolve.harness.exporter``).
+in sight, and ``torch.export`` writes it out as a graph (``evolve.harness.exporter``); on a
+GPU, from the initial checkpoint while the candidate trains, when it saved one and the
+model's code and config did not change (``early``).
 Scoring: the harness's scorer runs that graph, checked and bound to the checkpoint's own
 tensors, on the fixed validation rows and computes cross-entropy and bytes itself; no
 candidate code runs there. Lower val_bpb is better. Before
@@ -27,6 +29,7 @@ from evolve.harness.fitness import EvalContext, Limits, Policy, Started, start_s
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 from . import ahead, prepare, scales, stages, supervisor
+from .early import EarlyExport
 from .packing import pack_rows
 from .scorer import SPARE_ROWS, eval_rows
 from .supervisor import checkpoint_digest, checkpoint_files
@@ -274,6 +277,7 @@ class NanochatFitness:
             "seed": ctx.seed,
             "train_dir": str(parts["train"]),
             "checkpoint_dir": str(Path(workdir) / "checkpoint"),
+            "initial_dir": str(Path(workdir) / "initial"),
             "forbidden": self.forbidden(),
         }  # the harness process keeps train_dir from the program (it streams the rows itself)
 
@@ -354,10 +358,13 @@ class NanochatFitness:
         *,
         max_steps: int | None = None,
         warming: bool = False,
+        early: EarlyExport | None = None,
     ) -> dict | Evaluation:
-        """Run the candidate's ``train.py`` under the supervisor (until the budget, or ``max_steps`` steps)."""
+        """Run the candidate's ``train.py`` under the supervisor (until the budget, or ``max_steps``
+        steps); ``early`` hears its lines (the export from the initial checkpoint)."""
         scale = self.scale
-        shutil.rmtree(Path(workdir) / "checkpoint", ignore_errors=True)
+        for folder in ("checkpoint", "initial"):
+            shutil.rmtree(Path(workdir) / folder, ignore_errors=True)
         job = {
             **self.program_settings(workdir, ctx),
             "entry": "train.py",
@@ -371,9 +378,11 @@ class NanochatFitness:
         elif self.profile_steps:
             job["profile"] = [scale.untimed_steps + PROFILE_SKIP, self.profile_steps]
         started = None if warming else ahead.take(workdir, ctx)
+        progress = _TrainingProgress(full=max_steps is None)
+        heard = progress if early is None else lambda line: progress(line) or early.heard(line)
         return self.run_harness(
             "training", workdir, ctx, job, limit_s=scale.train_limit_s, warming=warming,
-            started=started, heard=_TrainingProgress(full=max_steps is None),
+            started=started, heard=heard,
         )  # fmt: skip
 
     def probe_batches(self, ctx: EvalContext) -> int:
@@ -419,14 +428,23 @@ class NanochatFitness:
         evaldir.mkdir()
         exportdir.mkdir()
         ready: dict[str, Started] = {}
+        early = None
         if self.starts_ahead:
             for role, folder in (("export", exportdir), ("scoring", evaldir)):
                 ready[role] = self.start_harness(role, folder, ctx, limit_s=self.scale.eval_limit_s)
+            early = EarlyExport(
+                workdir / "initial",
+                exportdir,
+                ready.pop("export"),
+                lambda folder, exporter: self.run_export(folder, ctx, exporter),
+            )
         try:
-            return self._train_and_score(workdir, ctx, evaldir, exportdir, ready)
+            return self._train_and_score(workdir, ctx, evaldir, exportdir, ready, early)
         finally:
             for started in ready.values():
                 started.cancel()  # a no-op once it had its job
+            if early is not None:
+                early.close()
 
     def export(
         self, checkpoint: Path, folder: Path, ctx: EvalContext, started: Started | None = None
@@ -434,10 +452,17 @@ class NanochatFitness:
         """Export the model of ``checkpoint`` (a harness-owned, digest-checked copy) as a graph, in a
         sandbox of its own that sees a copy of the checkpoint in ``folder`` and no data; the graph's
         files are then copied next to the checkpoint. The verdict, or the failed Evaluation."""
-        scale = self.scale
         folder.mkdir(parents=True, exist_ok=True)
         for path in checkpoint_files(checkpoint):
             shutil.copyfile(path, folder / path.name)
+        verdict = self.run_export(folder, ctx, started)
+        return take_graph(verdict, folder, checkpoint)
+
+    def run_export(
+        self, folder: Path, ctx: EvalContext, started: Started | None = None
+    ) -> dict | Evaluation:
+        """The exporter's verdict on the checkpoint files in ``folder`` (its graph written there)."""
+        scale = self.scale
         job = {
             "source": "model.py",
             "config": "config.json",
@@ -447,19 +472,9 @@ class NanochatFitness:
             "vocab": scale.vocab_size,
             "device": scale.device,
         }
-        verdict = self.run_harness(
+        return self.run_harness(
             "export", folder, ctx, job, limit_s=scale.eval_limit_s, started=started
         )
-        if isinstance(verdict, dict) and verdict["status"] == "ok":
-            for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
-                made = folder / name
-                if made.is_symlink() or not made.is_file():
-                    return {
-                        "status": "rejected",
-                        "reason": f"the export wrote no plain file {name}",
-                    }
-                shutil.copyfile(made, checkpoint / name)
-        return verdict
 
     def export_and_score(
         self,
@@ -467,17 +482,42 @@ class NanochatFitness:
         exportdir: Path,
         ctx: EvalContext,
         ready: dict[str, Started] | None = None,
+        early: EarlyExport | None = None,
     ) -> dict | Evaluation:
         """Export the model of ``checkpoint`` (``export``, in ``exportdir``), then score it
         (``score``): the scorer's verdict, or the failed export's. ``ready``: the harness
-        processes started ahead, by role."""
+        processes started ahead, by role. ``early``: the export begun during training, whose
+        graph is taken when it serves this checkpoint (``EarlyExport.graph_for``); when the
+        scorer then finds the checkpoint's tensors are not the graph's, the model is exported
+        again from this checkpoint and scored by a fresh scorer. An ok verdict says which graph
+        it scored (``graph_from_initial``)."""
         ready = ready or {}
         phases.mark("export")
-        made = self.export(checkpoint, exportdir, ctx, ready.get("export"))
+        graph = early.graph_for(checkpoint) if early is not None else None
+        if graph is not None:
+            made = take_graph(graph, early.folder, checkpoint)
+        elif early is not None and early.began:  # its folder holds the initial checkpoint
+            made = self.export(checkpoint, exportdir.with_name(exportdir.name + "-final"), ctx)
+        else:
+            exporter = early.spare() if early is not None else ready.pop("export", None)
+            made = self.export(checkpoint, exportdir, ctx, exporter)
         if isinstance(made, Evaluation) or made["status"] != "ok":
             return made
         phases.mark("scoring_start")
-        return self.score(checkpoint, ctx, ready.get("scoring"))
+        score = self.score(checkpoint, ctx, ready.pop("scoring", None))
+        if graph is None or not isinstance(score, dict) or not score.get("mismatch"):
+            if isinstance(score, dict):
+                score["graph_from_initial"] = graph is not None
+            return score
+        log.info(
+            "nanochat: the final checkpoint's tensors are not the initial export's; exporting again"
+        )
+        phases.mark("export")
+        made = self.export(checkpoint, exportdir.with_name(exportdir.name + "-final"), ctx)
+        if isinstance(made, Evaluation) or made["status"] != "ok":
+            return made
+        phases.mark("scoring_start")
+        return self.score(checkpoint, ctx)
 
     def _train_and_score(
         self,
@@ -486,10 +526,11 @@ class NanochatFitness:
         evaldir: Path,
         exportdir: Path,
         ready: dict[str, Started],
+        early: EarlyExport | None,
     ) -> Evaluation:
         checkpoint = workdir / "checkpoint"
         phases.mark("sandbox_start")
-        train = self.train(workdir, ctx)
+        train = self.train(workdir, ctx, early=early)
         if isinstance(train, Evaluation):
             return train
         marks = train.get("marks", {})
@@ -542,7 +583,7 @@ class NanochatFitness:
                     "scores the state saved at the stop)",
                 },
             )
-        score = self.export_and_score(evaldir, exportdir, ctx, ready)
+        score = self.export_and_score(evaldir, exportdir, ctx, ready, early)
         if isinstance(score, dict):
             phases.mark_each(
                 [
@@ -575,6 +616,7 @@ class NanochatFitness:
                 "max_prefix_diff": score["max_prefix_diff"],
                 "max_row_diff": score["max_row_diff"],
                 "probe_batches": score["probe_batches"],
+                "graph_from_initial": float(score.get("graph_from_initial", False)),
             }
         )
         descriptors = {
@@ -628,6 +670,18 @@ class NanochatFitness:
         for path in files:
             shutil.copyfile(path, target / path.name)
         return None
+
+
+def take_graph(verdict: dict | Evaluation, folder: Path, checkpoint: Path) -> dict | Evaluation:
+    """The export's ``verdict``, its graph files copied from ``folder`` next to ``checkpoint``
+    when it succeeded (a rejection when it wrote no plain files)."""
+    if isinstance(verdict, dict) and verdict["status"] == "ok":
+        for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
+            made = folder / name
+            if made.is_symlink() or not made.is_file():
+                return {"status": "rejected", "reason": f"the export wrote no plain file {name}"}
+            shutil.copyfile(made, checkpoint / name)
+    return verdict
 
 
 class _TrainingProgress:

@@ -119,7 +119,7 @@ def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu:
     program = options.get("program") or fitness.benchmark_overrides["seed"]
     work = root / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(program, work, ignore=shutil.ignore_patterns("__pycache__", "checkpoint"))
+    shutil.copytree(program, work, ignore=shutil.ignore_patterns("__pycache__", "checkpoint", "initial"))
     scratch = root / f"scratch{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
     ctx = EvalContext(
@@ -166,7 +166,7 @@ def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalCon
     harness gives it and the training rows the harness's feed makes for this seed, packed into
     memory beforehand (a quarter more than the harness run used; reused from the start after).
     ``sandboxed``: inside the training harness's sandbox (the sandbox's share of the tax)."""
-    shutil.copytree(program, folder, ignore=shutil.ignore_patterns("__pycache__", "checkpoint"))
+    shutil.copytree(program, folder, ignore=shutil.ignore_patterns("__pycache__", "checkpoint", "initial"))
     settings = fitness.program_settings(folder, ctx)
     scale = fitness.scale
     rows = Rows(settings)(int(metrics["tokens"] * 1.25 / scale.seq_len) + 64, True)
@@ -208,6 +208,7 @@ def summarize(runs: list[dict], peak: float, scale: scales.Scale, device_name: s
         m = run["metrics"]
         run.setdefault("peak_flops", peak)  # runs merged from several calls keep their own
         run["overhead_s"] = run["wall_s"] - scale.budget_s
+        run["overhead_per_eval_s"] = run["overhead_s"] - once_per_run_s(run)
         run["mfu"] = (
             m["tokens_per_s"] * flops_per_token(run["config"]) / run["peak_flops"]
             if run["config"]
@@ -232,6 +233,7 @@ def summarize(runs: list[dict], peak: float, scale: scales.Scale, device_name: s
         "tokens_per_s": stat("tokens_per_s", "m"),
         "mfu": stat("mfu"),
         "overhead_s": stat("overhead_s"),
+        "overhead_per_eval_s": stat("overhead_per_eval_s"),
         "peak_mem_gb": stat("reported_peak_mem_gb", "m"),
         "steps": stat("steps", "m"),
         "startup_s": stat("startup_s", "m"),
@@ -283,6 +285,8 @@ def markdown(
         lines += [
             f"Seed {r['seed']}: {phase_line(r)}",
             "",
+            f"Seed {r['seed']}: {overhead_line(r, s['budget_s'])}",
+            "",
             f"Seed {r['seed']}, GPU while busy: {gpu_clocks.describe(r.get('clocks') or {})}.",
             "",
             *bare_line(r),
@@ -318,6 +322,32 @@ def bare_line(run: dict) -> list[str]:
                 "",
             ]
     return lines
+
+
+ONCE_PER_RUN = ("cache_warmup",)
+"""Phases a run pays once, not per evaluation: the compile cache's warm-up with the seed."""
+
+
+def once_per_run_s(run: dict) -> float:
+    """The run's seconds in ``ONCE_PER_RUN`` phases."""
+    return sum(run["metrics"].get(f"time_{name}", 0.0) for name in ONCE_PER_RUN)
+
+
+def overhead_line(run: dict, budget_s: float) -> str:
+    """The harness's overhead per evaluation (wall − budget − the once-per-run phases), as a share
+    of the budget, with its phases (all but training and those), largest first."""
+    once, per_eval = once_per_run_s(run), run["wall_s"] - budget_s - once_per_run_s(run)
+    phases = {k[5:]: v for k, v in run["metrics"].items() if k.startswith("time_")}
+    parts = [
+        f"{name} {seconds:.1f}"
+        for name, seconds in sorted(phases.items(), key=lambda kv: -kv[1])
+        if name not in ("training", *ONCE_PER_RUN) and seconds >= 0.05
+    ]
+    return (
+        f"overhead per evaluation {per_eval:.1f} s = {per_eval / budget_s:.1%} of budget: "
+        + ", ".join(parts)
+        + f" s; once per run, apart: {' + '.join(ONCE_PER_RUN)} {once:.1f} s"
+    )
 
 
 def phase_line(run: dict) -> str:

@@ -16,6 +16,7 @@ line on stdout carrying the job's nonce.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch  # imported before the job: a scorer started ahead has it ready
 
-from evolve.harness.exported import ExportRejected, Program, load_weights
+from evolve.harness.exported import ExportRejected, Program, WeightsMismatch, load_weights
 from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs
 from evolve.harness.protocol import EvalFailure, serve_job
 
@@ -144,12 +145,19 @@ def evaluate(job: dict) -> dict:
 
 
 def answer(job: dict) -> dict:
-    """The scorer's verdict on ``job``: the sums, or the failure."""
+    """The scorer's verdict on ``job``: the sums, or the failure (``mismatch``: true when the
+    checkpoint's tensors are not the graph's, by name or shape)."""
     try:
         return {"status": "ok", **evaluate(job)}
     except EvalFailure as failure:
-        return {"status": failure.status, "reason": failure.reason}
+        verdict = {"status": failure.status, "reason": failure.reason}
+        if isinstance(failure.__cause__, WeightsMismatch):
+            verdict["mismatch"] = True
+        return verdict
 
 
 if __name__ == "__main__":
     serve_job(answer)
+    # the verdict is out (flushed) and nothing else is kept: the interpreter's and CUDA's
+    # teardown would only delay the evaluation that waits for this process's exit
+    os._exit(0)

@@ -7,7 +7,10 @@ stop. When the candidate reports its checkpoint, this process fixes the checkpoi
 (the fitness scores only those bytes), after checking that the report came no later than the
 step in flight and the write allow (``evolve.harness.savetime``). While the clock runs it
 writes the steps and loss its clock took in, at most once a second (``Progress``), for the
-log; the verdict is one JSON line on stdout carrying the job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
+log; when the program reports its initial checkpoint before the clock starts
+(``client.save_initial``), it writes that checkpoint's digest (``say_initial``), for the
+fitness to export the model while it trains; the verdict is one JSON line on stdout carrying
+the job's nonce. With ``--ahead`` it launches that child before reading its job: the guard
 imports torch, then waits for the go this process gives it with the job.
 """
 
@@ -40,19 +43,26 @@ AHEAD = "--ahead"  # launch the training program before the job arrives (``launc
 TRAIN_DIR_ENV = "NANOCHAT_TRAIN_DIR"  # the training split's folder, for a program launched ahead
 TREE_ENV = "NANOCHAT_TREE"  # marks every process the training program starts
 PROGRESS_EVERY_S = 1.0  # at most one progress line a second (600 s of training: ~30 KB of stdout)
+INITIAL = "initial"
+"""An initial-checkpoint line's key: ``{"initial": {"digest": SHA256}}``."""
 COMPILE_WORKERS = (
     "compile_worker",
 )  # torch.compile's pool may take a moment to exit: not held against
 
 
+def is_checkpoint_name(name: str) -> bool:
+    """Whether a checkpoint file of this name is read: model.py and other .py files, config.json, model.pt."""
+    return name.endswith(".py") or name in CHECKPOINT_FILES
+
+
 def checkpoint_files(folder: Path) -> list[Path]:
-    """The checkpoint's files that the scorer reads: model.py and other .py files, config.json, model.pt."""
+    """The checkpoint's files that the scorer reads (``is_checkpoint_name``)."""
     if not folder.is_dir():
         return []
     return sorted(
         p
         for p in folder.iterdir()
-        if p.is_file() and not p.is_symlink() and (p.suffix == ".py" or p.name in CHECKPOINT_FILES)
+        if p.is_file() and not p.is_symlink() and is_checkpoint_name(p.name)
     )
 
 
@@ -64,6 +74,23 @@ def checkpoint_bytes(folder: Path) -> int:
 def checkpoint_digest(folder: Path) -> str:
     """SHA-256 over the checkpoint's files (names and bytes)."""
     return files_digest(checkpoint_files(folder), root=folder)
+
+
+def say_initial(folder: Path) -> None:
+    """Write the initial checkpoint's line on stdout: the digest of the files in ``folder`` now."""
+    sys.stdout.write(json.dumps({INITIAL: {"digest": checkpoint_digest(folder)}}) + "\n")
+    sys.stdout.flush()
+
+
+def initial_digest(line: str) -> str | None:
+    """The digest an initial-checkpoint line (``say_initial``) carries, or None for any other line."""
+    if not line.startswith('{"' + INITIAL):
+        return None
+    try:
+        digest = json.loads(line)[INITIAL]["digest"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return digest if isinstance(digest, str) else None
 
 
 class Rows:
@@ -122,7 +149,7 @@ class Progress:
 def supervise(job: dict, ahead: Program | None = None) -> dict:
     """Run the candidate per ``job`` and return the verdict (without the nonce); ``ahead``: its
     program, launched before the job (``launch_ahead``)."""
-    folder = Path(job["checkpoint_dir"])
+    folder, initial = Path(job["checkpoint_dir"]), Path(job["initial_dir"])
     # The training split reaches the program only through the feed: its files are forbidden too.
     config = {k: job[k] for k in CONFIG_KEYS} | {"forbidden": [*job["forbidden"], job["train_dir"]]}
     variables = {CONFIG_ENV: json.dumps(config), UNTIMED_ENV: str(job["untimed_steps"])}
@@ -160,6 +187,7 @@ def supervise(job: dict, ahead: Program | None = None) -> dict:
         ignore_leftovers=COMPILE_WORKERS,
         write_dir=str(folder.parent),
         progress=Progress(),
+        on_initial=lambda: say_initial(initial),
     )
 
 

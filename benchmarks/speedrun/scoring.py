@@ -22,7 +22,6 @@ import math
 import os
 import secrets
 import shutil
-import stat
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from evolve.harness import compile_cache, exported, phases, protocol
 from evolve.harness.fitness import Limits, Policy, Started, start_sandboxed
 from evolve.harness.hashing import sha256_file
 from evolve.harness.lm import make_probes
+from evolve.harness.plaincopy import copy_plain
 from evolve.harness.protocol import SAFE_PATH
 from evolve.types import EvalStatus
 
@@ -284,16 +284,8 @@ class Export:
         digest is ``sha256`` (the clock's), export from it in a thread; else do nothing (the
         checks after the stop decide)."""
         target = self.given / "init.pt"
-        try:
-            handle = os.open(init, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+        if not copy_plain(init, target):
             return
-        with os.fdopen(handle, "rb") as source:
-            info = os.fstat(source.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-                return
-            with open(target, "wb") as copy:
-                shutil.copyfileobj(source, copy)
         if sha256_file(target) != sha256:  # changed while copied: the checks after the stop decide
             target.unlink()
             return

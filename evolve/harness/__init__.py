@@ -21,6 +21,8 @@
   computed from a fitness's imports.
 - ``gpus``: GPU placement (the backends' slots and the benchmarks' measurement scripts).
 - ``audit``: static detectors of reward hacking in the code a candidate added to its parent.
+- ``plaincopy``: copies of files a sandboxed program wrote, never through a link (symlink or
+  hard link to a file hidden from it).
 - ``phases``: where an evaluation's wall time goes (``time_<phase>`` seconds adding up to it).
 - ``profiling``: a torch.profiler summary of a few timed training steps, for feedback only.
 - ``once``: a value measured once per machine and key under a lock (the seed's references,
@@ -52,6 +54,7 @@ __all__ = [  # modules, each imported where it is used (``lm`` and ``exported`` 
     "once",
     "orphans",
     "phases",
+    "plaincopy",
     "profiling",
     "protocol",
     "reaper",

@@ -80,6 +80,9 @@ class MemoryChannel:
     def note(self, **values: float) -> None:
         """Notes go nowhere: there is no harness to show them."""
 
+    def saved_initial(self) -> None:
+        """The initial checkpoint too: nothing is exported here."""
+
     def saved(self) -> None:
         """The checkpoint is the program's own business here."""
 

@@ -2,7 +2,9 @@
 
 The training program runs as a child and talks to the harness over three inherited pipes
 (``evolve.harness.stream`` is its end): it reports step ends (``step N TOKENS [LOSS]``),
-asks for batches (``batch ROWS``), reports its checkpoint (``saved``); the harness answers
+asks for batches (``batch ROWS``), reports its checkpoint (``saved``) and, optionally, its
+initial checkpoint before the clock starts (``initial``: the harness may begin work that needs
+only the model's code, e.g. its export, while it trains); the harness answers
 batches on a data pipe and sends one stop byte on a control pipe. Every report is stamped
 with this process's clock, never the program's. A program launched before its job
 (``launch(waits=True)``: harness code that imports, then waits) gets a fourth pipe, on which
@@ -124,6 +126,7 @@ class Watch:
         self.stop_sent_at: float | None = None
         self.saved_at: float | None = None
         self.saves = 0
+        self.initial_before_clock: bool | None = None  # the first ``initial`` report, if any
         self.step_stamps: list[float] = []  # the timed steps' reports before the stop
         self.save_allowance: SaveAllowance | None = None  # judged at the report after the stop
         self.steps_after_stop = 0
@@ -187,6 +190,8 @@ class Watch:
         elif kind == "saved":  # the last one counts (a program may also save along the way)
             self.saved_at = now
             self.saves += 1
+        elif kind == "initial" and self.initial_before_clock is None:  # the first one counts
+            self.initial_before_clock = self.timed_from is None
         elif kind == "violation":
             try:
                 self.violations.append(json.loads(rest))
@@ -521,6 +526,7 @@ def run_timed(
     ignore_leftovers: tuple[str, ...] = (),
     write_dir: str = ".",
     progress: Callable[[int, float | None], None] | None = None,
+    on_initial: Callable[[], None] | None = None,
 ) -> dict:
     """Watch ``program`` (``launch``; a waiting one after its ``go``) as the timed training
     program; return the verdict (without the nonce).
@@ -538,6 +544,10 @@ def run_timed(
             (``savetime``): a folder on the checkpoint's filesystem.
         progress: called with the steps reported so far and the latest loss (or None) when
             steps arrive while the clock runs (e.g. to tell the log how training goes).
+        on_initial: called once, when the program's first ``initial`` report comes before
+            the clock starts (its initial checkpoint is written); a later report, or one
+            after the clock started, is ignored (work begun then would overlap nothing
+            the program was not already charged for).
     """
     if program.go_w is not None:
         raise RuntimeError("a program launched with waits=True runs once it had its go")
@@ -567,8 +577,10 @@ def run_timed(
         wait = 0.0 if pipes.to_make(watch) else max(0.0, min(quiet, watch.deadline() - now))
         ready, writable, _ = select.select([pipes.report_r], writers, [], wait)
         if ready:
-            saves, steps = watch.saves, watch.steps
+            saves, steps, initial = watch.saves, watch.steps, watch.initial_before_clock
             pipes.read_reports(watch, time.monotonic())
+            if on_initial is not None and initial is None and watch.initial_before_clock:
+                on_initial()
             if progress is not None and watch.steps != steps and watch.streaming:
                 progress(watch.steps, watch.loss)
             if watch.saves != saves:

@@ -18,6 +18,17 @@ buffers exactly the checkpoint's names and shapes. What remains is a function of
 tokens alone. Tensor constants and non-persistent buffers come from the export process: a
 function of what the candidate handed in (its code and the checkpoint), computed where no
 data is, so they carry nothing the checkpoint could not.
+
+The graph does not depend on the weights it was exported with, so a benchmark may export
+from the initial checkpoint, saved before its clock starts, while the candidate trains, and
+bind the graph to the final checkpoint after the stop (nanochat's ``client.save_initial``),
+when the model's code and config did not change. The constants are then those of the
+initial weights: a model whose load hook (``_load_from_state_dict``) derives a non-persistent
+buffer from its weights gets it from the initial ones. That can only cost the candidate:
+the initial weights were saved before any training data reached it, so such constants carry
+less than the final checkpoint could, never more. A checkpoint whose tensors are not the
+graph's, by name or shape, is refused with ``WeightsMismatch``, on which that benchmark
+exports again from the final checkpoint.
 """
 
 from __future__ import annotations
@@ -48,6 +59,10 @@ FIX = "a scored model must be a pure function of its input tokens"
 
 class ExportRejected(Exception):
     """The model cannot be scored as a pure function; the message names the fix."""
+
+
+class WeightsMismatch(ExportRejected):
+    """The checkpoint's tensors are not the graph's (a name missing, another shape)."""
 
 
 class Scored(nn.Module):
@@ -403,15 +418,15 @@ class Program:
             )
 
 
-def _lacks(name: str) -> ExportRejected:
-    return ExportRejected(
+def _lacks(name: str) -> WeightsMismatch:
+    return WeightsMismatch(
         f"the model uses {name!r}, which the checkpoint lacks: the scored weights are "
         "the checkpoint's, so save the model's whole state_dict()"
     )
 
 
-def _misshapen(name: str, got: tuple, want: tuple | None) -> ExportRejected:
-    return ExportRejected(
+def _misshapen(name: str, got: tuple, want: tuple | None) -> WeightsMismatch:
+    return WeightsMismatch(
         f"the checkpoint's {name!r} has shape {got}, the exported model's {want}: export the "
         "model the checkpoint was saved from"
     )

@@ -140,6 +140,10 @@ class Channel:
     def note(self, **values: float) -> None:
         self.send("note " + json.dumps({k: float(v) for k, v in values.items()}))
 
+    def saved_initial(self) -> None:
+        """Tell the harness the initial checkpoint is written (``clock.run_timed``'s ``on_initial``)."""
+        self.send("initial")
+
     def saved(self) -> None:
         """Tell the harness the checkpoint is written (it fixes its digest now); then, when a
         profile of the timed steps was asked for, send it (summarised only now; null when none
@@ -186,6 +190,7 @@ def wait_for_go() -> dict:
 
 def install(stand_in) -> None:
     """Use ``stand_in`` as this process's channel (``evolve.harness.bare``: a program run without
-    the harness); it answers ``batch``, ``step``, ``note`` and ``saved`` as a Channel does."""
+    the harness); it answers ``batch``, ``step``, ``note``, ``saved_initial`` and ``saved`` as a
+    Channel does."""
     global _channel
     _channel = stand_in

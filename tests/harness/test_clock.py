@@ -40,6 +40,7 @@ def run(
     hide: tuple[str, ...] = (),
     ask_ahead: bool = False,
     progress: Callable[[int, float | None], None] | None = None,
+    on_initial: Callable[[], None] | None = None,
     **window,
 ) -> tuple[dict, str]:
     """Run ``body`` as the timed program; ``ask_ahead``: its stream is told the untimed steps
@@ -71,7 +72,7 @@ def run(
     )
     verdict = run_timed(launched, window=Window(**settings), feed=feed,
                         on_saved=lambda: {"digest": "fixed"}, write_dir=str(tmp_path),
-                        progress=progress)  # fmt: skip
+                        progress=progress, on_initial=on_initial)  # fmt: skip
     return verdict, log.read_text()
 
 
@@ -119,6 +120,34 @@ def numbered_feed(made: list[int]):
         return np.arange(first, first + rows, dtype=np.int32)[:, None].repeat(WIDTH, axis=1)
 
     return numbered
+
+
+@pytest.mark.parametrize(
+    ("reports", "heard"),
+    [
+        ("c.saved_initial()\nc.saved_initial()\n", 1),  # before the clock: the first counts
+        ("", 0),  # never: a program without it runs as before
+    ],
+)
+def test_an_initial_checkpoint_reported_before_the_clock_is_heard_once(tmp_path, reports, heard):
+    calls = []
+    verdict, log = run(tmp_path, reports + HONEST, on_initial=lambda: calls.append(1))
+    assert verdict["status"] == "ok", verdict
+    assert len(calls) == heard
+
+
+def test_an_initial_checkpoint_reported_once_the_clock_runs_is_ignored(tmp_path):
+    # the clock starts at the last untimed step's report, which comes before this one: work
+    # the harness began on it would overlap time the program is charged for anyway
+    body = HONEST.replace(
+        "    if not c.step(tokens=8, loss=1.0):",
+        "    going = c.step(tokens=8, loss=1.0)\n    if c.steps == 3:\n        c.saved_initial()\n"
+        "    if not going:",
+    )
+    calls = []
+    verdict, _ = run(tmp_path, body, on_initial=lambda: calls.append(1))
+    assert verdict["status"] == "ok", verdict
+    assert calls == []
 
 
 @pytest.mark.parametrize("ask_ahead", [False, True])

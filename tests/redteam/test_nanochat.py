@@ -603,6 +603,157 @@ def test_the_strong_program_with_torch_compile_passes(data_dir, tmp_path):
     assert ev.ok and ev.stage == "full", dict(ev.artifacts)
 
 
+# --- the export from the initial checkpoint (client.save_initial), on the GPU path on this CPU -------
+
+SAVE_INITIAL = 'client.save_initial(model, config, code_files=["model.py"])\n'
+WRITE_AND_TAMPER = (
+    "from pathlib import Path as _Path\n"
+    "from evolve.harness.stream import channel as _channel\n"
+    "_init = _Path(client.settings().initial_dir)\n"
+    'client._write(_init, model, config, ["model.py"])\n'
+    "{tamper}\n"
+    "_channel().saved_initial()\n"
+)
+
+
+def run_early(data_dir, tmp_path, monkeypatch, edits: list[tuple[str, str, str]]):
+    """The seed with ``edits`` ((file, old, new), in order) through the harness on the GPU path
+    (harness processes started ahead, the export begun during training where it may be)."""
+    files = programs.seed_files()
+    for name, old, new in edits:
+        assert old in files[name], old
+        files[name] = files[name].replace(old, new)
+    work = tmp_path / "work"
+    work.mkdir(parents=True)
+    for name, text in files.items():
+        (work / name).write_text(text)
+    fitness = tiny_fitness(data_dir)
+    monkeypatch.setattr(type(fitness), "starts_ahead", property(lambda self: True))
+    return evaluate_safely(fitness, work, EvalContext(seed=0, scratch=tmp_path))
+
+
+def exported_after_the_stop(ev) -> None:
+    """The evaluation scored, with the graph exported from the final checkpoint."""
+    assert ev.ok, dict(ev.artifacts)
+    assert ev.metrics["graph_from_initial"] == 0.0
+
+
+def test_the_honest_seed_on_the_gpu_path_uses_the_early_graph(data_dir, tmp_path, monkeypatch):
+    ev = run_early(data_dir, tmp_path, monkeypatch, [])
+    assert ev.ok and ev.metrics["graph_from_initial"] == 1.0, dict(ev.artifacts)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        # a symlink (one to a validation file is refused by the guard: a name of its own here,
+        # which it could point elsewhere once the harness checked it)
+        "(_init / 'model.pt').rename('kept.pt'); (_init / 'model.pt').symlink_to(_Path('kept.pt').resolve())",
+        # a hard link of its own (a name the program keeps writing through)
+        "__import__('os').link(_init / 'model.pt', 'kept.pt')",
+        # the folder itself a symlink
+        "import shutil as _sh; _sh.move(_init, 'moved'); _init.symlink_to(_Path('moved').resolve())",
+    ],
+    ids=["symlink", "hard-link", "folder-symlink"],
+)
+def test_an_initial_checkpoint_that_is_not_plain_files_is_never_copied(
+    data_dir, tmp_path, monkeypatch, tamper
+):
+    code = WRITE_AND_TAMPER.format(tamper=tamper)
+    ev = run_early(data_dir, tmp_path, monkeypatch, [("train.py", SAVE_INITIAL, code)])
+    exported_after_the_stop(ev)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # the code changes after the initial save
+        (SAVE_INITIAL, SAVE_INITIAL + "open('model.py', 'a').write('\\n# edited\\n')\n"),
+        # the config differs (a value build_model takes)
+        (SAVE_INITIAL, SAVE_INITIAL.replace("config,", "{**config, 'init_std': 0.5},")),
+        # the initial save comes once the clock runs: charged as training time, and ignored
+        (SAVE_INITIAL, ""),
+    ],
+    ids=["code", "config", "after-the-clock"],
+)
+def test_an_initial_save_that_does_not_match_the_final_or_comes_late_is_exported_after_the_stop(
+    data_dir, tmp_path, monkeypatch, edit
+):
+    edits = [("train.py", *edit)]
+    if not edit[1]:  # after the first timed step instead
+        late = "    if not clock.step("
+        edits.append(
+            ("train.py", late, f"    if step == warmup + 1:\n        {SAVE_INITIAL}{late}")
+        )
+    exported_after_the_stop(run_early(data_dir, tmp_path, monkeypatch, edits))
+
+
+def test_a_second_initial_save_is_refused_by_the_client_and_ignored_by_the_harness(
+    data_dir, tmp_path, monkeypatch
+):
+    twice = (
+        SAVE_INITIAL
+        + "try:\n    "
+        + SAVE_INITIAL
+        + "except RuntimeError as _e:\n    print('REFUSED', _e, flush=True)\n"
+        + "import json as _j\n"
+        + "(_Path(client.settings().initial_dir) / 'config.json').write_text(_j.dumps({**config, 'init_std': 0.5}))\n"
+        + "from evolve.harness.stream import channel as _channel\n_channel().saved_initial()\n"
+    )
+    edits = [("train.py", SAVE_INITIAL, "from pathlib import Path as _Path\n" + twice)]
+    ev = run_early(data_dir, tmp_path, monkeypatch, edits)
+    assert ev.ok, dict(ev.artifacts)
+    assert "REFUSED save_initial was already called" in ev.artifacts["train_log"]
+    # the harness took the first report's files, or found them changed and exported after the
+    # stop: either way the graph is one of the final checkpoint's code and config
+
+
+def test_final_tensors_of_other_shapes_than_the_early_graphs_are_exported_after_the_stop(
+    data_dir, tmp_path, monkeypatch
+):
+    # same code and config, but the trained model's position table is longer than the one
+    # build_model makes: the scorer refuses the early graph's binding, and the export after the
+    # stop builds the model from the config and cannot load the checkpoint, as without the call
+    grow = (
+        "model.position_embedding = torch.nn.Embedding(settings.seq_len + 8, N_EMBD).to(device)\n"
+    )
+    ev = run_early(
+        data_dir, tmp_path, monkeypatch, [("train.py", SAVE_INITIAL, SAVE_INITIAL + grow)]
+    )
+    assert ev.status == EvalStatus.ERROR, dict(ev.artifacts)
+    assert "loading the checkpoint failed" in reason(ev)
+
+
+HOOKED = """
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.gain = 1.0 + state_dict[prefix + "lm_head.weight"].abs().mean()
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.gain * self.plain_forward(idx)
+
+    def plain_forward(self, idx: torch.Tensor) -> torch.Tensor:"""
+
+
+def test_a_constant_a_load_hook_derives_from_the_weights_comes_from_the_initial_ones(
+    data_dir, tmp_path, monkeypatch
+):
+    # with the early graph the hook ran on the initial weights: saved before any training data
+    # reached the program, they carry less than the final checkpoint could, never more
+    model_py = (
+        programs.seed_files()["model.py"]
+        .replace("    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        _, length", HOOKED + "\n        _, length")
+        .replace("        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
+                 "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
+                 "        self.register_buffer('gain', torch.ones(()), persistent=False)\n")
+    )  # fmt: skip
+    assert "plain_forward" in model_py and "'gain'" in model_py
+    ev = run_early(
+        data_dir, tmp_path, monkeypatch, [("model.py", programs.seed_files()["model.py"], model_py)]
+    )
+    assert ev.ok and ev.metrics["graph_from_initial"] == 1.0, dict(ev.artifacts)
+
+
 # --- the same on a GPU (bf16 autocast, float16 logits, torch.compile): pytest -m gpu ------------------
 
 

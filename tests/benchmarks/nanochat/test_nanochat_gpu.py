@@ -35,3 +35,5 @@ def test_gpu_seed_trains_and_is_scored(data_dir: Path, tmp_path: Path):
     assert ev.status == EvalStatus.OK, dict(ev.artifacts)
     assert ev.metrics["steps"] > 11 and ev.metrics["reported_peak_mem_gb"] > 0
     assert ev.metrics["max_prefix_diff"] <= fitness.scale.causal_atol
+    # the seed saves its initial checkpoint: the graph was exported from it while it trained
+    assert ev.metrics["graph_from_initial"] == 1.0

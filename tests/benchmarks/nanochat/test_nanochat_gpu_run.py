@@ -67,3 +67,19 @@ def test_gpu_run_tiny_on_cpu(tmp_path, monkeypatch):
         assert run["bare"]["returncode"] == 0 and run["bare"]["tokens_per_s"] > 0, run["bare"]
         assert run["bare"]["steps"] > 11  # past the untimed steps
     assert text.count("timed tokens/s: run bare") == 2
+
+
+def test_the_overhead_per_evaluation_leaves_the_once_per_run_warmup_apart():
+    # the H200 campaign of 2026-12-04 (code 07e2a5d): wall − budget 64.7 s, of which the
+    # compile cache's warm-up 42.1 s once per run; 22.6 s per evaluation
+    stored = Path(gpu_run.__file__).parent / "results/2026-12-04/campaign-nanochat-300.json"
+    made = json.loads(stored.read_text())["runs"][0]["results"]["results.json"]
+    [run] = made["runs"]
+    line = gpu_run.overhead_line(run, made["summary"]["budget_s"])
+    assert line.startswith(
+        "overhead per evaluation 22.6 s = 7.5% of budget: startup 6.0, export 5.3"
+    )
+    assert "training" not in line and line.endswith("once per run, apart: cache_warmup 42.1 s")
+    scale = gpu_run.scales.resolve("nanochat", budget_s=made["summary"]["budget_s"])
+    summary = gpu_run.summarize([run], made["summary"]["peak_flops"], scale, "H200")
+    assert round(summary["overhead_per_eval_s"], 1) == 22.6

@@ -1,0 +1,134 @@
+"""The export from the initial checkpoint (``client.save_initial``): on the GPU path it runs while the
+candidate trains and its graph scores the final checkpoint exactly as an export after the stop;
+on the CPU path, or without the call, the export runs after the stop as before."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from evolve.benchmarks.nanochat import early as early_module
+from evolve.benchmarks.nanochat import prepare
+from evolve.benchmarks.nanochat.early import EarlyExport
+from evolve.benchmarks.nanochat.supervisor import INITIAL, checkpoint_digest
+
+from evolve.harness.fitness import EvalContext, evaluate_safely
+from tests.fixtures.nanochat_tiny import tiny_fitness
+from tests.harness.test_phases import assert_adds_up
+
+SEED = Path(prepare.__file__).parent / "seed"
+SAVE_INITIAL = 'client.save_initial(model, config, code_files=["model.py"])\n'
+
+
+def workdir(folder: Path, train_edit: tuple[str, str] | None = None) -> Path:
+    folder.mkdir()
+    for path in SEED.glob("*.py"):
+        text = path.read_text()
+        if train_edit and path.name == "train.py":
+            assert train_edit[0] in text
+            text = text.replace(*train_edit)
+        (folder / path.name).write_text(text)
+    return folder
+
+
+@pytest.fixture
+def gpu_path(data_dir, monkeypatch):
+    """The fitness on the GPU path (harness processes started ahead), on this CPU."""
+    fitness = tiny_fitness(data_dir)
+    monkeypatch.setattr(type(fitness), "starts_ahead", property(lambda self: True))
+    return fitness
+
+
+def test_on_the_gpu_path_the_seed_is_scored_with_the_graph_exported_while_it_trained(
+    gpu_path, tmp_path
+):
+    assert SAVE_INITIAL in (SEED / "train.py").read_text()
+    ev = evaluate_safely(
+        gpu_path, workdir(tmp_path / "work"), EvalContext(seed=0, scratch=tmp_path)
+    )
+    assert ev.ok, dict(ev.artifacts)
+    assert ev.metrics["graph_from_initial"] == 1.0
+    assert_adds_up(ev)
+
+
+@pytest.mark.parametrize("on_gpu_path", [True, False])
+def test_without_save_initial_or_on_the_cpu_path_the_export_runs_after_the_stop(
+    data_dir, tmp_path, monkeypatch, on_gpu_path
+):
+    fitness = tiny_fitness(data_dir)
+    monkeypatch.setattr(type(fitness), "starts_ahead", property(lambda self: on_gpu_path))
+    edit = (SAVE_INITIAL, "") if on_gpu_path else None  # the CPU path ignores the call
+    ev = evaluate_safely(
+        fitness, workdir(tmp_path / "work", edit), EvalContext(seed=0, scratch=tmp_path)
+    )
+    assert ev.ok, dict(ev.artifacts)
+    assert ev.metrics["graph_from_initial"] == 0.0
+
+
+CONFIG = dict(
+    vocab_size=512, seq_len=64, n_layer=2, n_head=4, n_embd=128, mlp_ratio=4, init_std=0.02
+)
+
+
+def save(folder: Path, seed: int, model_py: str | None = None, config: dict | None = None) -> Path:
+    """A checkpoint of the seed's model built with torch seed ``seed``."""
+    import importlib.util
+    import uuid
+
+    folder.mkdir(parents=True)
+    (folder / "model.py").write_text(model_py or (SEED / "model.py").read_text())
+    (folder / "config.json").write_text(json.dumps(config or CONFIG))
+    spec = importlib.util.spec_from_file_location(f"early_{uuid.uuid4().hex}", folder / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(seed)
+    torch.save(module.build_model(config or CONFIG).state_dict(), folder / "model.pt")
+    return folder
+
+
+def early_export(fitness, tmp_path: Path, initial: Path, digest: str | None = None) -> EarlyExport:
+    """An EarlyExport of ``initial`` by an exporter started ahead, told the digest (the folder's own
+    unless given) as the training harness's line tells it, its export finished."""
+    ctx, folder = EvalContext(seed=0, scratch=tmp_path), tmp_path / "export"
+    folder.mkdir()
+    exporter = fitness.start_harness("export", folder, ctx, limit_s=fitness.scale.eval_limit_s)
+    made = EarlyExport(initial, folder, exporter, lambda f, e: fitness.run_export(f, ctx, e))
+    made.heard(json.dumps({INITIAL: {"digest": digest or checkpoint_digest(initial)}}))
+    assert made.began
+    made.close()
+    return made
+
+
+def test_the_early_graph_bound_to_the_final_weights_scores_as_an_export_after_the_stop(
+    data_dir, tmp_path
+):
+    fitness = tiny_fitness(data_dir)
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    final = save(tmp_path / "final", seed=1)
+    late = fitness.export_and_score(final, tmp_path / "late-export", ctx)
+    assert late["status"] == "ok", late
+    made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0))
+    again = save(tmp_path / "final-again", seed=1)
+    verdict = fitness.export_and_score(again, tmp_path / "unused", ctx, early=made)
+    assert verdict["status"] == "ok" and verdict["graph_from_initial"], verdict
+    assert verdict["val_bpb"] == late["val_bpb"]
+
+
+def test_a_copy_that_is_not_what_the_harness_was_told_exports_nothing_early(data_dir, tmp_path):
+    # the files changed between the program's report and the harness's copy
+    fitness = tiny_fitness(data_dir)
+    made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0), digest="0" * 64)
+    assert made.verdict is None and not made.exporter.alive()  # ended, not left waiting
+    assert made.graph_for(save(tmp_path / "final", seed=1)) is None
+
+
+def test_changed_code_or_config_sends_the_export_after_the_stop(data_dir, tmp_path, monkeypatch):
+    fitness = tiny_fitness(data_dir)
+    made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0))
+    assert made.verdict["status"] == "ok", made.verdict
+    assert made.graph_for(save(tmp_path / "same", seed=1)) is not None
+    model_py = (SEED / "model.py").read_text() + "\n# changed after the initial save\n"
+    assert made.graph_for(save(tmp_path / "code", seed=1, model_py=model_py)) is None
+    config = {**CONFIG, "init_std": 0.03}
+    assert made.graph_for(save(tmp_path / "config", seed=1, config=config)) is None
+    assert early_module.code_digests(tmp_path / "same") == made.code

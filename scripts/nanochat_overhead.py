@@ -20,14 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import sysconfig
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speedrun_overhead import baseline_tree  # noqa: E402
+from speedrun_overhead import baseline_tree, run_child  # noqa: E402
 
 SETTINGS = dict(  # the tests' tiny size (tests/fixtures/nanochat_tiny.py), a longer budget
     scale="cpu", dataset="tiny", vocab_size=512, seq_len=64, budget_s=5.0, eval_tokens=64 * 8 * 2,
@@ -78,16 +77,10 @@ def measure(data: Path, scratch: Path) -> dict:
 
 def child(arm: str, tree: Path, data: Path, index: int, work: Path) -> dict:
     """``measure`` in a fresh process importing ``tree`` (the baseline) or this one."""
-    env = dict(os.environ)
-    if arm == "baseline":
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     scratch = work / f"{arm}-{index}"
     scratch.mkdir()
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", str(data), str(scratch)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=work)
-    if done.returncode != 0:
-        raise SystemExit(f"the {arm} measurement failed:\n{done.stdout}\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    baseline = tree if arm == "baseline" else None
+    return run_child(Path(__file__), arm, [str(data), str(scratch)], baseline, work)
 
 
 def summary(name: str, runs: list[dict]) -> list[str]:

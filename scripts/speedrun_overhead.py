@@ -86,12 +86,18 @@ ARMS = {  # name -> (baseline tree?, compile cache?, the slot's GPU)
 def child(arm: str, tree: Path | None, args: argparse.Namespace, index: int, work: Path) -> dict:
     """``measure`` of ``arm`` in a fresh process importing ``tree`` (None: this one)."""
     _, cached, gpu = ARMS[arm]
+    cache = str(work / f"cache-{arm}") if cached else "-"
+    arguments = [args.config, str(args.seed), str(work / f"{arm}-{index}"), cache, gpu or "-"]
+    return run_child(Path(__file__), arm, arguments, tree, work)
+
+
+def run_child(script: Path, arm: str, arguments: list[str], tree: Path | None, work: Path) -> dict:
+    """The JSON line ``script --child ARGUMENTS`` prints last, run in ``work`` by a fresh process
+    that imports ``tree`` ahead of the installed package (None: the installed one)."""
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
-    cache = str(work / f"cache-{arm}") if cached else "-"
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", args.config,
-               str(args.seed), str(work / f"{arm}-{index}"), cache, gpu or "-"]  # fmt: skip
+    command = [sys.executable, str(script.resolve()), "--child", *arguments]
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=work)
     if done.returncode != 0:
         raise SystemExit(f"the {arm} measurement failed:\n{done.stdout}\n{done.stderr}")

@@ -11,7 +11,7 @@ with the same model, config and code files: on a GPU the harness then exports th
 graph while it trains instead of after the stop (the score is the same). A sketch::
 
     settings = client.settings()
-    client.save_initial(model, config, code_files=["model.py"])  # optional, before the loop
+    client.save_initial(config, code_files=["model.py"])  # optional, before the loop
     batches = client.train_batches(batch_size=32, device=settings.device)
     clock = client.Clock()
     for x, y in batches:  # ends when the harness ends the data, which may come before step() says stop
@@ -163,7 +163,11 @@ def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.
     the others are copied next to it), loads ``model.pt`` into it and calls ``model(inputs)`` to
     get logits of shape (batch, seq_len, vocab_size).
     """
-    target = _write(Path(settings().checkpoint_dir), model, config, code_files)
+    import torch
+
+    target = _write_source(Path(settings().checkpoint_dir), config, code_files)
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    torch.save(state, target / "model.pt")
     channel().saved()
     return target
 
@@ -171,37 +175,33 @@ def save_checkpoint(model, config: dict, *, code_files: Sequence[str] = ("model.
 _INITIAL_SAVED: list[Path] = []
 
 
-def save_initial(model, config: dict, *, code_files: Sequence[str] = ("model.py",)) -> Path:
-    """Optional: write the model as built, before the first step, as ``save_checkpoint`` would.
+def save_initial(config: dict, *, code_files: Sequence[str] = ("model.py",)) -> Path:
+    """Optional: declare the model's code and config before the first step.
 
     Call it once, before the training loop, with the ``config`` and ``code_files`` that
     ``save_checkpoint`` will get. On a GPU the harness then exports the model's graph from
-    these files while the program trains (the graph does not depend on the weights: the
-    scorer binds it to the final checkpoint's), which saves the export after the stop. It
-    uses that graph only when the final checkpoint's code files and config.json are
-    byte-identical to these and its tensors have the same names and shapes; otherwise it
-    exports after the stop, as without this call. The write counts as start-up time; a call
-    once the clock runs is charged as training time and ignored; a second call raises.
+    them while the program trains (the exporter builds ``build_model(config)`` itself and never
+    sees any weights; the scorer binds the graph to the final checkpoint's), which saves the
+    export after the stop. It uses that graph only when the final checkpoint's code files and
+    config.json are byte-identical to these; otherwise it exports after the stop, as without
+    this call. The write counts as start-up time; a call once the clock runs is charged as
+    training time and ignored; a second call raises.
     """
     if _INITIAL_SAVED:
         raise RuntimeError(
             f"save_initial was already called (it wrote {_INITIAL_SAVED[0]}): call it once, "
             "before the training loop"
         )
-    target = _write(Path(settings().initial_dir), model, config, code_files)
+    target = _write_source(Path(settings().initial_dir), config, code_files)
     _INITIAL_SAVED.append(target)
     channel().saved_initial()
     return target
 
 
-def _write(target: Path, model, config: dict, code_files: Sequence[str]) -> Path:
-    """model.py (the first of ``code_files``) and the others, config.json and model.pt in ``target``."""
-    import torch
-
+def _write_source(target: Path, config: dict, code_files: Sequence[str]) -> Path:
+    """model.py (the first of ``code_files``), the others and config.json in ``target``."""
     target.mkdir(parents=True, exist_ok=True)
     for index, name in enumerate(code_files):
         shutil.copyfile(name, target / ("model.py" if index == 0 else Path(name).name))
     (target / "config.json").write_text(json.dumps(config))
-    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
-    torch.save(state, target / "model.pt")
     return target

@@ -1,8 +1,8 @@
-"""The export begun while the candidate trains, from its initial checkpoint (``client.save_initial``); used after the stop only when the model's code and config are the final checkpoint's.
+"""The export begun while the candidate trains, from the code and config it declared before its clock (``client.save_initial``); used after the stop only when they are the final checkpoint's.
 
 On a GPU (``NanochatFitness.starts_ahead``) the exporter is started when training begins.
-When the training harness says the program wrote its initial checkpoint before the clock
-started (``supervisor.say_initial``: the digest of its files then), ``heard`` starts a thread
+When the training harness says the program wrote its initial checkpoint (code files and
+config.json) before the clock started (``supervisor.say_initial``: the digest of its files then), ``heard`` starts a thread
 that copies those files into the exporter's folder (``plaincopy``: plain files of their own,
 never through a link), checks the copy against that digest and gives the exporter its job;
 the graph it writes does not depend on the weights (``evolve.harness.exported``). After the

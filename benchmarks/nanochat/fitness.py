@@ -2,10 +2,10 @@
 
 Three sandboxed runs per evaluation. Training: the harness's supervisor runs the candidate's
 ``train.py`` with the training split only and times it with its own clock. Export: the
-candidate's ``model.py`` builds the model from the checkpoint saved at the stop, with no data
-in sight, and ``torch.export`` writes it out as a graph (``evolve.harness.exporter``); on a
-GPU, from the initial checkpoint while the candidate trains, when it saved one and the
-model's code and config did not change (``early``).
+candidate's ``model.py`` builds the model from its config, with no data and no trained weight
+in sight, and ``torch.export`` writes it out as a graph (``evolve.harness.exporter``): after the
+stop, or on a GPU while the candidate trains, from the code and config it declared before its
+clock (``client.save_initial``), when the final ones are the same bytes (``early``).
 Scoring: the harness's scorer runs that graph, checked and bound to the checkpoint's own
 tensors, on the fixed validation rows and computes cross-entropy and bytes itself; no
 candidate code runs there. Lower val_bpb is better. Before
@@ -43,6 +43,8 @@ HARNESS_MODULES = {  # the harness processes, by role (their error messages name
     "local check": "evolve.benchmarks.nanochat.probe",
 }
 MAX_CHECKPOINT_BYTES = 64 << 30
+MAX_MODEL_SOURCE_BYTES = 1 << 20
+"""The model's code files and config.json together, which the exporter runs (without weights)."""
 STRICT_PROBES = 4  # strict mode multiplies the causality probes by this (the model cannot tell)
 PROFILE_STEPS = 3  # timed steps profiled for feedback (cost measured in README "Profile feedback")
 PROFILE_SKIP = 2  # timed steps before the profiled ones (the first may still warm up)
@@ -450,10 +452,11 @@ class NanochatFitness:
         self, checkpoint: Path, folder: Path, ctx: EvalContext, started: Started | None = None
     ) -> dict | Evaluation:
         """Export the model of ``checkpoint`` (a harness-owned, digest-checked copy) as a graph, in a
-        sandbox of its own that sees a copy of the checkpoint in ``folder`` and no data; the graph's
-        files are then copied next to the checkpoint. The verdict, or the failed Evaluation."""
+        sandbox of its own that sees a copy of the model's code and config in ``folder`` (not its
+        weights) and no data; the graph's files are then copied next to the checkpoint. The
+        verdict, or the failed Evaluation."""
         folder.mkdir(parents=True, exist_ok=True)
-        for path in checkpoint_files(checkpoint):
+        for path in model_source(checkpoint):
             shutil.copyfile(path, folder / path.name)
         verdict = self.run_export(folder, ctx, started)
         return take_graph(verdict, folder, checkpoint)
@@ -461,12 +464,11 @@ class NanochatFitness:
     def run_export(
         self, folder: Path, ctx: EvalContext, started: Started | None = None
     ) -> dict | Evaluation:
-        """The exporter's verdict on the checkpoint files in ``folder`` (its graph written there)."""
+        """The exporter's verdict on the model's code and config in ``folder`` (its graph written there)."""
         scale = self.scale
         job = {
             "source": "model.py",
             "config": "config.json",
-            "weights": "model.pt",
             "rows": scale.eval_batch_rows,
             "seq": scale.seq_len,
             "vocab": scale.vocab_size,
@@ -487,16 +489,21 @@ class NanochatFitness:
         """Export the model of ``checkpoint`` (``export``, in ``exportdir``), then score it
         (``score``): the scorer's verdict, or the failed export's. ``ready``: the harness
         processes started ahead, by role. ``early``: the export begun during training, whose
-        graph is taken when it serves this checkpoint (``EarlyExport.graph_for``); when the
-        scorer then finds the checkpoint's tensors are not the graph's, the model is exported
-        again from this checkpoint and scored by a fresh scorer. An ok verdict says which graph
-        it scored (``graph_from_initial``)."""
+        graph is taken when it serves this checkpoint (``EarlyExport.graph_for``: the same code
+        and config, so the same graph). An ok verdict says which graph it scored
+        (``graph_from_initial``)."""
         ready = ready or {}
         phases.mark("export")
+        if sum(path.stat().st_size for path in model_source(checkpoint)) > MAX_MODEL_SOURCE_BYTES:
+            return rejected(
+                "the checkpoint's code files and config.json hold more than 1 MiB: the exporter "
+                "runs them with no clock, so they hold the model's code and its constructor "
+                "arguments only (weights belong in model.pt)"
+            )
         graph = early.graph_for(checkpoint) if early is not None else None
         if graph is not None:
             made = take_graph(graph, early.folder, checkpoint)
-        elif early is not None and early.began:  # its folder holds the initial checkpoint
+        elif early is not None and early.began:  # its folder holds the initial code and config
             made = self.export(checkpoint, exportdir.with_name(exportdir.name + "-final"), ctx)
         else:
             exporter = early.spare() if early is not None else ready.pop("export", None)
@@ -505,19 +512,9 @@ class NanochatFitness:
             return made
         phases.mark("scoring_start")
         score = self.score(checkpoint, ctx, ready.pop("scoring", None))
-        if graph is None or not isinstance(score, dict) or not score.get("mismatch"):
-            if isinstance(score, dict):
-                score["graph_from_initial"] = graph is not None
-            return score
-        log.info(
-            "nanochat: the final checkpoint's tensors are not the initial export's; exporting again"
-        )
-        phases.mark("export")
-        made = self.export(checkpoint, exportdir.with_name(exportdir.name + "-final"), ctx)
-        if isinstance(made, Evaluation) or made["status"] != "ok":
-            return made
-        phases.mark("scoring_start")
-        return self.score(checkpoint, ctx)
+        if isinstance(score, dict):
+            score["graph_from_initial"] = graph is not None
+        return score
 
     def _train_and_score(
         self,
@@ -679,7 +676,7 @@ def take_graph(verdict: dict | Evaluation, folder: Path, checkpoint: Path) -> di
         for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
             made = folder / name
             if made.is_symlink() or not made.is_file():
-                return {"status": "rejected", "reason": f"the export wrote no plain file {name}"}
+                return rejected(f"the export wrote no plain file {name}")
             shutil.copyfile(made, checkpoint / name)
     return verdict
 
@@ -700,3 +697,13 @@ class _TrainingProgress:
             self.enter = False
             phases.mark("training")
         phases.detail(text)
+
+
+def model_source(checkpoint: Path) -> list[Path]:
+    """The checkpoint's code files and config.json: what the exporter gets (never model.pt)."""
+    return [path for path in checkpoint_files(checkpoint) if path.name != "model.pt"]
+
+
+def rejected(reason: str) -> Evaluation:
+    """The evaluation refused by the harness itself (no sandboxed process's verdict), for ``reason``."""
+    return Evaluation(status=EvalStatus.REJECTED, artifacts={"error": reason})

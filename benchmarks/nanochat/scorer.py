@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch  # imported before the job: a scorer started ahead has it ready
 
-from evolve.harness.exported import ExportRejected, Program, WeightsMismatch, load_weights
+from evolve.harness.exported import ExportRejected, Program, load_weights
 from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs
 from evolve.harness.protocol import EvalFailure, serve_job
 
@@ -145,15 +145,11 @@ def evaluate(job: dict) -> dict:
 
 
 def answer(job: dict) -> dict:
-    """The scorer's verdict on ``job``: the sums, or the failure (``mismatch``: true when the
-    checkpoint's tensors are not the graph's, by name or shape)."""
+    """The scorer's verdict on ``job``: the sums, or the failure."""
     try:
         return {"status": "ok", **evaluate(job)}
     except EvalFailure as failure:
-        verdict = {"status": failure.status, "reason": failure.reason}
-        if isinstance(failure.__cause__, WeightsMismatch):
-            verdict["mismatch"] = True
-        return verdict
+        return {"status": failure.status, "reason": failure.reason}
 
 
 if __name__ == "__main__":

@@ -229,8 +229,8 @@ def start_evaluation(
 def export_run(
     scorers: Scorers, *, run_dir: Path, gpus: list[str] | None, settings: RunSettings, seed: int
 ) -> tuple[dict, str]:
-    """Have the export process write the graph of the model, built and loaded with the initial
-    checkpoint where ``Export.begin`` placed it (checked against ``torch.manual_seed(seed);
+    """Have the export process write the graph of the model as ``build_model()`` makes it (and
+    check the initial checkpoint where ``Export.begin`` placed it against ``torch.manual_seed(seed);
     build_model()`` on the way; the scorer binds the graph to each checkpoint's own weights), and
     copy the graph into the evaluation's input folder: (its verdict, "" or why it failed)."""
     code, given = run_dir / "eval" / "code", run_dir / "eval" / "in"
@@ -238,7 +238,6 @@ def export_run(
     job = {
         "source": "train.py",
         "config": None,
-        "weights": str(given / "init.pt"),
         "reference": {"weights": str(given / "init.pt"), "seed": seed},
         "rows": settings.eval_batch_size,
         "seq": settings.eval_seq_len,

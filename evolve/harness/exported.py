@@ -1,34 +1,31 @@
-"""A trained language model as a pure function: exported by the candidate's code after the stop, checked and run by harness code only.
+"""A trained language model as a pure function: exported by the candidate's code, checked and run by harness code only.
 
 Scoring a model by calling the candidate's Python lets that Python keep memory across
 batches (a model that remembers every prefix it was shown passes every probe). Here the
-candidate's code runs once, in an export process that sees only the checkpoint (no data
-of any split) and ends before scoring starts: it builds the model, loads the checkpoint
-and writes a ``torch.export`` graph of ``model(tokens)`` for the scored batch shape
-(``export_model``). The scorer never imports candidate code. It reads the graph's JSON
-itself (never ``torch.export.load``, which unpickles the weights and constants it is given
-with ``weights_only=False``), screens it before torch parses it (``screen``: ATen and prims
-operators only, no symbolic shapes, whose expressions torch parses with ``sympy.sympify``, an
-``eval``), rebuilds the program with the tensors of the checkpoint written at the stop
-(``torch.load(weights_only=True)``, every parameter and persistent buffer replaced, so the
-export process's weights are never scored) and checks the rebuilt graph (``check_graph``):
-no custom or higher-order operator, no Python callback, no mutation of a buffer or the
-input, no random operator (a generator's state is memory across calls), the parameters and
-buffers exactly the checkpoint's names and shapes. What remains is a function of the input
-tokens alone. Tensor constants and non-persistent buffers come from the export process: a
-function of what the candidate handed in (its code and the checkpoint), computed where no
-data is, so they carry nothing the checkpoint could not.
+candidate's code runs once, in an export process (``evolve.harness.exporter``) that sees the
+model's code and config only (no weights of the run, no data of any split) and ends before
+scoring starts: it builds the model and writes a ``torch.export`` graph of ``model(tokens)``
+for the scored batch shape (``export_model``). The scorer never imports candidate code. It
+reads the graph's JSON itself (never ``torch.export.load``, which unpickles the weights and
+constants it is given with ``weights_only=False``), screens it before torch parses it
+(``screen``: ATen and prims operators only, no symbolic shapes, whose expressions torch parses
+with ``sympy.sympify``, an ``eval``), rebuilds the program with the tensors of the checkpoint
+written at the stop (``torch.load(weights_only=True)``, every parameter and persistent buffer
+replaced, so the export process's weights are never scored) and checks the rebuilt graph
+(``check_graph``): no custom or higher-order operator, no Python callback, no mutation of a
+buffer or the input, no random operator (a generator's state is memory across calls), the
+parameters and buffers exactly the checkpoint's names and shapes. What remains is a function
+of the input tokens alone.
 
-The graph does not depend on the weights it was exported with, so a benchmark may export
-from the initial checkpoint, saved before its clock starts, while the candidate trains, and
-bind the graph to the final checkpoint after the stop (nanochat's ``client.save_initial``),
-when the model's code and config did not change. The constants are then those of the
-initial weights: a model whose load hook (``_load_from_state_dict``) derives a non-persistent
-buffer from its weights gets it from the initial ones. That can only cost the candidate:
-the initial weights were saved before any training data reached it, so such constants carry
-less than the final checkpoint could, never more. A checkpoint whose tensors are not the
-graph's, by name or shape, is refused with ``WeightsMismatch``, on which that benchmark
-exports again from the final checkpoint.
+Tensor constants and non-persistent buffers come from the export process: a function of the
+model's code and config alone, computed where no data and no trained weight is. An export
+that loaded the final checkpoint would let a load hook (``_load_from_state_dict``) or the model
+code turn rows smuggled into the checkpoint into constants trained after the stop, with no
+clock (the red team's ``test_an_exporter_never_sees_the_checkpoint_so_it_cannot_train_after_the_stop``).
+Since the graph does not depend on the weights, a benchmark may also export while the candidate
+trains, from the code and config it declares before its clock starts (nanochat's
+``client.save_initial``), and use that graph when the final checkpoint's code and config are the
+same bytes.
 """
 
 from __future__ import annotations
@@ -59,10 +56,6 @@ FIX = "a scored model must be a pure function of its input tokens"
 
 class ExportRejected(Exception):
     """The model cannot be scored as a pure function; the message names the fix."""
-
-
-class WeightsMismatch(ExportRejected):
-    """The checkpoint's tensors are not the graph's (a name missing, another shape)."""
 
 
 class Scored(nn.Module):
@@ -418,15 +411,15 @@ class Program:
             )
 
 
-def _lacks(name: str) -> WeightsMismatch:
-    return WeightsMismatch(
+def _lacks(name: str) -> ExportRejected:
+    return ExportRejected(
         f"the model uses {name!r}, which the checkpoint lacks: the scored weights are "
         "the checkpoint's, so save the model's whole state_dict()"
     )
 
 
-def _misshapen(name: str, got: tuple, want: tuple | None) -> WeightsMismatch:
-    return WeightsMismatch(
-        f"the checkpoint's {name!r} has shape {got}, the exported model's {want}: export the "
-        "model the checkpoint was saved from"
+def _misshapen(name: str, got: tuple, want: tuple | None) -> ExportRejected:
+    return ExportRejected(
+        f"the checkpoint's {name!r} has shape {got}, the exported model's {want}: "
+        "save the weights of the model build_model(config) makes"
     )

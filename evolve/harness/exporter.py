@@ -1,20 +1,24 @@
-"""The export process: the candidate's model code, run once after the stop in a sandbox of its own, written out as a graph.
+"""The export process: the candidate's model code, built in a sandbox of its own without any trained weights and written out as a graph.
 
 Started by the fitness as ``python -P -s -m evolve.harness.exporter`` in a folder holding
-only a copy of the checkpoint (the candidate's model code, its config and weights: no data
-of any split is visible to it) and given its job on stdin (``evolve.harness.protocol``):
+only the candidate's model code and config (no weights of the run, no data of any split) and
+given its job on stdin (``evolve.harness.protocol``):
 
 - ``source``: the file defining ``build_model`` (``model.py``, ``train.py``);
 - ``config``: a JSON file whose contents are ``build_model``'s argument, or null (no argument);
-- ``weights``: the checkpoint to load into the model before exporting;
 - ``reference``: optional ``{"weights": path, "seed": n}``: say where that checkpoint differs
   from ``torch.manual_seed(n); build_model()`` (the initial-weights check; candidate code
   runs in this process, so this answer is only as trustworthy as that code);
 - ``rows``, ``seq``, ``vocab``, ``device``: the scored batch shape, logits width, device.
 
-It writes ``evolve.harness.exported``'s graph and constants to its folder and answers one
-verdict line. It ends before scoring starts; the scorer trusts none of what it wrote
-until ``exported.Program`` has checked it and replaced its weights with the checkpoint's.
+It exports ``torch.manual_seed(0); build_model(config)`` as built: the graph takes its weights
+as inputs, so the scorer binds it to any checkpoint of that model (``exported.Program``), and
+the trained weights never enter this process. So the tensor constants and non-persistent
+buffers it writes (the only tensors of the scored model that do not come from the checkpoint)
+are a function of the code and config alone: code run here, with no clock, cannot turn what
+the training left in the checkpoint into more training. It writes the graph and constants to
+its folder and answers one verdict line; the scorer trusts none of it until
+``exported.Program`` has checked it.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def reference_diff(state: dict, reference: dict) -> str:
 
 
 def run(job: dict) -> dict:
-    """Build, load and export the model per ``job``; the verdict."""
+    """Build and export the model per ``job``; the verdict."""
     try:
         make = build(job["source"], job.get("config"))
         answer: dict = {"status": "ok"}
@@ -75,19 +79,18 @@ def run(job: dict) -> dict:
         # as the scorer does: CUDA where asked for and present (a GPU slot on a machine without
         # one takes the GPU path of the harness on the CPU)
         device = job["device"] if torch.cuda.is_available() else "cpu"
-        model = make()
-        model.load_state_dict(load_weights(Path(job["weights"])))
-        model = model.to(device)
+        torch.manual_seed(0)
+        model = make().to(device)
         answer["ops"] = export_model(
             model, Path.cwd(), rows=job["rows"], seq=job["seq"], vocab=job["vocab"], device=device
         )
         return answer
     except ExportRejected as exc:
         return {"status": "rejected", "reason": str(exc)}
-    except Exception as exc:  # the candidate's code failed to build or load
+    except Exception as exc:  # the candidate's code failed to build
         return {
             "status": "error",
-            "reason": f"building the model and loading the checkpoint failed: "
+            "reason": f"building the model with build_model(config) failed: "
             f"{type(exc).__name__}: {str(exc)[:1500]}",
         }
 

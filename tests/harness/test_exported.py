@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -229,3 +230,47 @@ def test_constants_that_do_not_match_the_graph_are_refused(tmp_path):
     torch.save({"model.keep": torch.ones(16), "extra": torch.ones(1)}, tmp_path / CONSTANTS_FILE)
     with pytest.raises(ExportRejected, match="constants"):
         load(tmp_path, document)
+
+
+BUILDS_FROM_ITS_CONFIG = """
+import torch
+from torch import nn
+
+
+class Lookup(nn.Module):
+    def __init__(self, vocab: int, gain: float) -> None:
+        super().__init__()
+        self.table = nn.Embedding(vocab, vocab)
+        self.register_buffer("gain", torch.full((), gain), persistent=False)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.gain.fill_(1000.0)  # a constant made from the checkpoint: never reached
+
+    def forward(self, idx):
+        return self.gain * self.table(idx)
+
+
+def build_model(config):
+    return Lookup(**config)
+"""
+
+
+def test_the_exporter_builds_the_model_from_code_and_config_and_never_loads_weights(
+    tmp_path, monkeypatch
+):
+    from evolve.harness import exporter
+
+    (tmp_path / "lookup_model.py").write_text(BUILDS_FROM_ITS_CONFIG)
+    (tmp_path / "config.json").write_text(json.dumps({"vocab": VOCAB, "gain": 2.0}))
+    (tmp_path / "model.pt").write_bytes(b"not a checkpoint: the exporter must not open it")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [*sys.path])  # the exporter puts its folder first
+    monkeypatch.setitem(sys.modules, "lookup_model", None)  # and its model module in
+    job = {"source": "lookup_model.py", "config": "config.json", "rows": ROWS, "seq": SEQ,
+           "vocab": VOCAB, "device": "cpu"}  # fmt: skip
+    assert exporter.run(job)["status"] == "ok"
+    program = Program(tmp_path, rows=ROWS, seq=SEQ, vocab=VOCAB, device="cpu")
+    weights = {"table.weight": torch.eye(VOCAB)}
+    logits = program.bind(weights)(tokens())
+    assert torch.equal(logits, 2.0 * torch.eye(VOCAB)[tokens()])  # the config's gain, not 1000

@@ -31,6 +31,7 @@ from evolve.benchmarks.nanochat import prepare
 from evolve.benchmarks.nanochat.fitness import HARNESS_MODULES, STRICT_PROBES, NanochatFitness
 from evolve.benchmarks.nanochat.sources import chunk_text
 
+from evolve.harness import exported
 from evolve.harness.fitness import EvalContext, evaluate_safely
 from evolve.sandbox import landlock
 from evolve.types import EvalStatus
@@ -341,14 +342,16 @@ def test_a_second_checkpoint_after_the_first_never_happens(data_dir, tmp_path):
     assert "SAVED AGAIN" not in ev.artifacts["train_log"]
 
 
-def test_a_model_training_itself_in_the_scorer_on_the_training_split_is_refused(data_dir, tmp_path):
+def test_a_model_training_itself_when_its_weights_are_loaded_after_the_stop_never_trains(
+    data_dir, tmp_path
+):
     # only the training supervisor may read the training split (streamed while its clock
-    # runs); a scorer's model worker that could read it would train after the budget
+    # runs); a model that trains on it once its weights are loaded would train after the
+    # budget: the exporter never loads weights and cannot read the split, the scorer runs no
+    # candidate code
     ev = run_files(data_dir, tmp_path, programs.trains_when_scored(seconds=3.0))
     assert "TRAINED WHILE SCORED" not in reason(ev), dict(ev.artifacts)
-    assert_caught(
-        ev, (EvalStatus.ERROR, EvalStatus.REJECTED), r"PermissionError|Permission denied|forbidden"
-    )
+    assert ev.ok, dict(ev.artifacts)  # scored as trained within the budget
 
 
 KEEP_WEIGHTS = (  # after its steps (the short run's real rows too): the weights, in its folder and HOME
@@ -427,9 +430,13 @@ def save_model(folder: Path, model_py: str, seq_len: int, armed: bool = False) -
         f"redteam_model_{uuid.uuid4().hex}", folder / "model.py"
     )
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
-    model = module.build_model(config)
+    harness = dict(vars(exported))  # an attack may patch the harness where it is imported
+    try:
+        spec.loader.exec_module(module)
+        torch.manual_seed(0)
+        model = module.build_model(config)
+    finally:  # here that is this test process: later tests get the harness back
+        vars(exported).update(harness)
     if armed:
         model.armed.fill_(1.0)
     torch.save(model.state_dict(), folder / "model.pt")
@@ -605,12 +612,12 @@ def test_the_strong_program_with_torch_compile_passes(data_dir, tmp_path):
 
 # --- the export from the initial checkpoint (client.save_initial), on the GPU path on this CPU -------
 
-SAVE_INITIAL = 'client.save_initial(model, config, code_files=["model.py"])\n'
+SAVE_INITIAL = 'client.save_initial(config, code_files=["model.py"])\n'
 WRITE_AND_TAMPER = (
     "from pathlib import Path as _Path\n"
     "from evolve.harness.stream import channel as _channel\n"
     "_init = _Path(client.settings().initial_dir)\n"
-    'client._write(_init, model, config, ["model.py"])\n'
+    'client._write_source(_init, config, ["model.py"])\n'
     "{tamper}\n"
     "_channel().saved_initial()\n"
 )
@@ -648,9 +655,9 @@ def test_the_honest_seed_on_the_gpu_path_uses_the_early_graph(data_dir, tmp_path
     [
         # a symlink (one to a validation file is refused by the guard: a name of its own here,
         # which it could point elsewhere once the harness checked it)
-        "(_init / 'model.pt').rename('kept.pt'); (_init / 'model.pt').symlink_to(_Path('kept.pt').resolve())",
+        "(_init / 'config.json').rename('kept.json'); (_init / 'config.json').symlink_to(_Path('kept.json').resolve())",
         # a hard link of its own (a name the program keeps writing through)
-        "__import__('os').link(_init / 'model.pt', 'kept.pt')",
+        "__import__('os').link(_init / 'config.json', 'kept.json')",
         # the folder itself a symlink
         "import shutil as _sh; _sh.move(_init, 'moved'); _init.symlink_to(_Path('moved').resolve())",
     ],
@@ -708,50 +715,59 @@ def test_a_second_initial_save_is_refused_by_the_client_and_ignored_by_the_harne
     # stop: either way the graph is one of the final checkpoint's code and config
 
 
-def test_final_tensors_of_other_shapes_than_the_early_graphs_are_exported_after_the_stop(
-    data_dir, tmp_path, monkeypatch
-):
+def test_final_tensors_that_build_model_does_not_make_are_rejected(data_dir, tmp_path, monkeypatch):
     # same code and config, but the trained model's position table is longer than the one
-    # build_model makes: the scorer refuses the early graph's binding, and the export after the
-    # stop builds the model from the config and cannot load the checkpoint, as without the call
+    # build_model makes: the graph (of build_model(config), early or after the stop alike)
+    # cannot take the checkpoint's tensors
     grow = (
         "model.position_embedding = torch.nn.Embedding(settings.seq_len + 8, N_EMBD).to(device)\n"
     )
     ev = run_early(
         data_dir, tmp_path, monkeypatch, [("train.py", SAVE_INITIAL, SAVE_INITIAL + grow)]
     )
-    assert ev.status == EvalStatus.ERROR, dict(ev.artifacts)
-    assert "loading the checkpoint failed" in reason(ev)
+    assert_caught(ev, EvalStatus.REJECTED, r"position_embedding.*build_model\(config\) makes")
 
 
-HOOKED = """
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self.gain = 1.0 + state_dict[prefix + "lm_head.weight"].abs().mean()
+SEES_THE_CHECKPOINT = """
+def build_model(config: dict) -> nn.Module:
+    \"\"\"The harness's entry point; where the trained weights lie beside this file (an exporter
+    handed the checkpoint), it turns them into a constant after the stop, with no clock.\"\"\"
+    import os
+    model = GPT(**config)
+    kept = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model.pt")
+    if os.path.exists(kept):
+        model.gain.fill_(1000.0)  # stands for: train more on rows the checkpoint carries
+    return model
+"""
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.gain * self.plain_forward(idx)
 
-    def plain_forward(self, idx: torch.Tensor) -> torch.Tensor:"""
-
-
-def test_a_constant_a_load_hook_derives_from_the_weights_comes_from_the_initial_ones(
-    data_dir, tmp_path, monkeypatch
+def test_an_exporter_never_sees_the_checkpoint_so_it_cannot_train_after_the_stop(
+    data_dir, tmp_path
 ):
-    # with the early graph the hook ran on the initial weights: saved before any training data
-    # reached the program, they carry less than the final checkpoint could, never more
+    # the exporter runs the candidate's code with no clock: handed the final checkpoint, that code
+    # could train on rows smuggled into it (or in a load hook) and leave the result in a
+    # non-persistent buffer, which the scored graph keeps as a constant; it gets code and config only
+    seed = programs.seed_files()
     model_py = (
-        programs.seed_files()["model.py"]
-        .replace("    def forward(self, idx: torch.Tensor) -> torch.Tensor:\n        _, length", HOOKED + "\n        _, length")
+        seed["model.py"]
         .replace("        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
                  "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
                  "        self.register_buffer('gain', torch.ones(()), persistent=False)\n")
+        .replace("        return self.lm_head(", "        return self.gain * self.lm_head(")
     )  # fmt: skip
-    assert "plain_forward" in model_py and "'gain'" in model_py
-    ev = run_early(
-        data_dir, tmp_path, monkeypatch, [("model.py", programs.seed_files()["model.py"], model_py)]
-    )
-    assert ev.ok and ev.metrics["graph_from_initial"] == 1.0, dict(ev.artifacts)
+    model_py = model_py[: model_py.index("def build_model(")] + SEES_THE_CHECKPOINT.lstrip()
+    assert "self.gain * self.lm_head(" in model_py and "'gain'" in model_py
+    ev = run_files(data_dir, tmp_path, {**seed, "model.py": model_py})
+    assert ev.ok, dict(ev.artifacts)
+    assert ev.metrics["val_bpb"] < 20, "the gain the checkpoint would have set was scored"
+
+
+def test_code_and_config_too_large_to_be_only_code_and_config_are_rejected(data_dir, tmp_path):
+    # rows smuggled into a code file would be the exporter's to train on after the stop
+    seed = programs.seed_files()
+    padded = seed["model.py"] + "ROWS = " + repr("x" * (1 << 20)) + "\n"
+    ev = run_files(data_dir, tmp_path, {**seed, "model.py": padded})
+    assert_caught(ev, EvalStatus.REJECTED, r"more than 1 MiB")
 
 
 # --- the same on a GPU (bf16 autocast, float16 logits, torch.compile): pytest -m gpu ------------------

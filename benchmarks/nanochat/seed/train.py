@@ -52,7 +52,7 @@ config = dict(
 model = build_model(config).to(device)
 # optional, before the first step and untimed: the harness exports the model's graph from this
 # while the program trains (the final checkpoint's weights are bound to it after the stop)
-client.save_initial(model, config, code_files=["model.py"])
+client.save_initial(config, code_files=["model.py"])
 betas = (min(BETA1, 0.999), min(BETA2, 0.9999))  # Adam needs betas below 1, whatever the block says
 
 

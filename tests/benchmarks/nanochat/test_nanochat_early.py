@@ -17,7 +17,7 @@ from tests.fixtures.nanochat_tiny import tiny_fitness
 from tests.harness.test_phases import assert_adds_up
 
 SEED = Path(prepare.__file__).parent / "seed"
-SAVE_INITIAL = 'client.save_initial(model, config, code_files=["model.py"])\n'
+SAVE_INITIAL = 'client.save_initial(config, code_files=["model.py"])\n'
 
 
 def workdir(folder: Path, train_edit: tuple[str, str] | None = None) -> Path:

@@ -295,6 +295,7 @@ class NanochatFitness:
         warming: bool = False,
         started: Started | None = None,
         heard: Callable[[str], None] | None = None,
+        hide: tuple[str, ...] = (),
     ) -> dict | Evaluation:
         """Run the harness process of ``role`` (``HARNESS_MODULES``) sandboxed in ``cwd`` with ``job``.
 
@@ -303,9 +304,12 @@ class NanochatFitness:
         ``warming``: the seed program filling the compile cache (it may write there).
         ``started``: the process, started ahead by ``start_harness`` with the same arguments.
         ``heard``: gets each line of its stdout as it arrives (``Started.finish``).
+        ``hide``: more paths it may not read (``start_harness``).
         """
         nonce, stdin = protocol.job_input(job, payload)
-        started = started or self.start_harness(role, cwd, ctx, limit_s=limit_s, warming=warming)
+        started = started or self.start_harness(
+            role, cwd, ctx, limit_s=limit_s, warming=warming, hide=hide
+        )
         result = started.finish(stdin, heard)
         verdict = protocol.read_verdict(result, nonce, role)
         if isinstance(verdict, dict):  # when the harness process began and ended, for the phases
@@ -321,12 +325,15 @@ class NanochatFitness:
         limit_s: float,
         warming: bool = False,
         launch_ahead: bool = False,
+        hide: tuple[str, ...] = (),
     ) -> Started:
         """The harness process of ``role`` started in ``cwd`` ahead of its job: it imports what it
         needs, then waits for the job ``run_harness`` sends (``cancel()`` it when unused).
         ``launch_ahead`` (training): it also launches the training program, which imports torch
         while it waits (``supervisor.launch_ahead``). The training split's folder is in its
-        environment (``TRAIN_DIR_ENV``), to hide it from children launched before the job."""
+        environment (``TRAIN_DIR_ENV``), to hide it from children launched before the job.
+        ``hide``: more paths it may not read (the export's: the candidate's folder, where its
+        training may leave anything)."""
         argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]]
         env = self.program_env(ctx, warming=warming)
         env[supervisor.TRAIN_DIR_ENV] = str(prepare.split_dirs(self.dataset_root)["train"])
@@ -337,7 +344,7 @@ class NanochatFitness:
             cwd=cwd,
             limits=self._limits(limit_s),
             env=env,
-            policy=self._policy(self.hidden_from(role), warming=warming),
+            policy=self._policy([*self.hidden_from(role), *hide], warming=warming),
         )
 
     def prepare_training(self, workdir: Path, ctx: EvalContext) -> Started:
@@ -431,9 +438,12 @@ class NanochatFitness:
         exportdir.mkdir()
         ready: dict[str, Started] = {}
         early = None
+        hide = (str(workdir),)  # what the training writes never reaches candidate code after it
         if self.starts_ahead:
             for role, folder in (("export", exportdir), ("scoring", evaldir)):
-                ready[role] = self.start_harness(role, folder, ctx, limit_s=self.scale.eval_limit_s)
+                ready[role] = self.start_harness(
+                    role, folder, ctx, limit_s=self.scale.eval_limit_s, hide=hide
+                )
             early = EarlyExport(
                 workdir / "initial",
                 exportdir,
@@ -441,7 +451,7 @@ class NanochatFitness:
                 lambda folder, exporter: self.run_export(folder, ctx, exporter),
             )
         try:
-            return self._train_and_score(workdir, ctx, evaldir, exportdir, ready, early)
+            return self._train_and_score(workdir, ctx, evaldir, exportdir, ready, early, hide)
         finally:
             for started in ready.values():
                 started.cancel()  # a no-op once it had its job
@@ -449,20 +459,29 @@ class NanochatFitness:
                 early.close()
 
     def export(
-        self, checkpoint: Path, folder: Path, ctx: EvalContext, started: Started | None = None
+        self,
+        checkpoint: Path,
+        folder: Path,
+        ctx: EvalContext,
+        started: Started | None = None,
+        hide: tuple[str, ...] = (),
     ) -> dict | Evaluation:
         """Export the model of ``checkpoint`` (a harness-owned, digest-checked copy) as a graph, in a
         sandbox of its own that sees a copy of the model's code and config in ``folder`` (not its
-        weights) and no data; the graph's files are then copied next to the checkpoint. The
-        verdict, or the failed Evaluation."""
+        weights) and no data (nor ``hide``); the graph's files are then copied next to the
+        checkpoint. The verdict, or the failed Evaluation."""
         folder.mkdir(parents=True, exist_ok=True)
         for path in model_source(checkpoint):
             shutil.copyfile(path, folder / path.name)
-        verdict = self.run_export(folder, ctx, started)
+        verdict = self.run_export(folder, ctx, started, hide)
         return take_graph(verdict, folder, checkpoint)
 
     def run_export(
-        self, folder: Path, ctx: EvalContext, started: Started | None = None
+        self,
+        folder: Path,
+        ctx: EvalContext,
+        started: Started | None = None,
+        hide: tuple[str, ...] = (),
     ) -> dict | Evaluation:
         """The exporter's verdict on the model's code and config in ``folder`` (its graph written there)."""
         scale = self.scale
@@ -475,7 +494,7 @@ class NanochatFitness:
             "device": scale.device,
         }
         return self.run_harness(
-            "export", folder, ctx, job, limit_s=scale.eval_limit_s, started=started
+            "export", folder, ctx, job, limit_s=scale.eval_limit_s, started=started, hide=hide
         )
 
     def export_and_score(
@@ -485,10 +504,12 @@ class NanochatFitness:
         ctx: EvalContext,
         ready: dict[str, Started] | None = None,
         early: EarlyExport | None = None,
+        hide: tuple[str, ...] = (),
     ) -> dict | Evaluation:
         """Export the model of ``checkpoint`` (``export``, in ``exportdir``), then score it
         (``score``): the scorer's verdict, or the failed export's. ``ready``: the harness
-        processes started ahead, by role. ``early``: the export begun during training, whose
+        processes started ahead, by role. ``hide``: paths an exporter started here may not read
+        (the candidate's folder). ``early``: the export begun during training, whose
         graph is taken when it serves this checkpoint (``EarlyExport.graph_for``: the same code
         and config, so the same graph). An ok verdict says which graph it scored
         (``graph_from_initial``)."""
@@ -504,10 +525,11 @@ class NanochatFitness:
         if graph is not None:
             made = take_graph(graph, early.folder, checkpoint)
         elif early is not None and early.began:  # its folder holds the initial code and config
-            made = self.export(checkpoint, exportdir.with_name(exportdir.name + "-final"), ctx)
+            final = exportdir.with_name(exportdir.name + "-final")
+            made = self.export(checkpoint, final, ctx, hide=hide)
         else:
             exporter = early.spare() if early is not None else ready.pop("export", None)
-            made = self.export(checkpoint, exportdir, ctx, exporter)
+            made = self.export(checkpoint, exportdir, ctx, exporter, hide)
         if isinstance(made, Evaluation) or made["status"] != "ok":
             return made
         phases.mark("scoring_start")
@@ -524,6 +546,7 @@ class NanochatFitness:
         exportdir: Path,
         ready: dict[str, Started],
         early: EarlyExport | None,
+        hide: tuple[str, ...],
     ) -> Evaluation:
         checkpoint = workdir / "checkpoint"
         phases.mark("sandbox_start")
@@ -580,7 +603,7 @@ class NanochatFitness:
                     "scores the state saved at the stop)",
                 },
             )
-        score = self.export_and_score(evaldir, exportdir, ctx, ready, early)
+        score = self.export_and_score(evaldir, exportdir, ctx, ready, early, hide)
         if isinstance(score, dict):
             phases.mark_each(
                 [

@@ -21,7 +21,8 @@ Tensor constants and non-persistent buffers come from the export process: a func
 model's code and config alone, computed where no data and no trained weight is. An export
 that loaded the final checkpoint would let a load hook (``_load_from_state_dict``) or the model
 code turn rows smuggled into the checkpoint into constants trained after the stop, with no
-clock (the red team's ``test_an_exporter_never_sees_the_checkpoint_so_it_cannot_train_after_the_stop``).
+clock (the red team's ``test_an_exporter_never_sees_the_checkpoint_so_it_cannot_train_after_the_stop``);
+the benchmark also hides from it whatever the training could write.
 Since the graph does not depend on the weights, a benchmark may also export while the candidate
 trains, from the code and config it declares before its clock starts (nanochat's
 ``client.save_initial``), and use that graph when the final checkpoint's code and config are the

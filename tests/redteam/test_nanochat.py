@@ -762,6 +762,48 @@ def test_an_exporter_never_sees_the_checkpoint_so_it_cannot_train_after_the_stop
     assert ev.metrics["val_bpb"] < 20, "the gain the checkpoint would have set was scored"
 
 
+READS_THE_WORKDIR = """
+def build_model(config: dict) -> nn.Module:
+    \"\"\"The harness's entry point; where a file the training left in its folder is readable (an
+    exporter that can read that folder), it turns it into a constant after the stop.\"\"\"
+    import os
+    config = dict(config)
+    kept = config.pop("kept", None)
+    model = GPT(**config)
+    if kept and os.path.exists(kept):
+        model.gain.fill_(1000.0)  # stands for: train more on the rows the training left there
+    return model
+"""
+LEAVES_ROWS = (
+    'client.save_checkpoint(model, config, code_files=["model.py"])',
+    "import os as _os\nopen('rows.txt', 'w').write('rows the training saw')\n"
+    "config['kept'] = _os.path.abspath('rows.txt')\n"
+    'client.save_checkpoint(model, config, code_files=["model.py"])',
+)
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["exported_after", "exporter_started_ahead"])
+def test_an_exporter_cannot_read_what_the_training_left_in_its_folder(
+    data_dir, tmp_path, monkeypatch, ahead
+):
+    seed = programs.seed_files()
+    model_py = (
+        seed["model.py"]
+        .replace("        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
+                 "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
+                 "        self.register_buffer('gain', torch.ones(()), persistent=False)\n")
+        .replace("        return self.lm_head(", "        return self.gain * self.lm_head(")
+    )  # fmt: skip
+    model_py = model_py[: model_py.index("def build_model(")] + READS_THE_WORKDIR.lstrip()
+    assert LEAVES_ROWS[0] in seed["train.py"]
+    files = {**seed, "model.py": model_py, "train.py": seed["train.py"].replace(*LEAVES_ROWS)}
+    if ahead:  # the GPU path: exporter and scorer started with the training
+        monkeypatch.setattr(NanochatFitness, "starts_ahead", property(lambda self: True))
+    ev = run_files(data_dir, tmp_path, files)
+    assert ev.ok, dict(ev.artifacts)
+    assert ev.metrics["val_bpb"] < 20, "the gain the training's file would have set was scored"
+
+
 def test_code_and_config_too_large_to_be_only_code_and_config_are_rejected(data_dir, tmp_path):
     # rows smuggled into a code file would be the exporter's to train on after the stop
     seed = programs.seed_files()

@@ -9,7 +9,10 @@ a campaign part's JSON holds its commands' results), keeps the runs of one confi
 - the mean, the seed-to-seed spread (the sd within a day, pooled), the day-to-day spread (the
   sd of the day means less what the seeds' spread explains) and the two combined;
 - speedrun: the target a one-sided t-test of ``--n-seeds`` runs passes at p < ``--alpha``
-  with probability >= ``--power`` when the seed's runs scatter with the combined spread;
+  with probability >= ``--power`` when the seed's runs scatter with the combined spread; and,
+  with no normal model, how often the fitness's own test passes when its seeds are drawn from
+  the stored runs themselves (every draw, so one run far out weighs as it came), and the
+  lowest target passing ``--power`` of those draws;
 - the smallest gain a candidate needs for p < alpha to be reachable against the seed with
   ``--n-seeds`` runs each (a one-sided two-sample t-test at the spread measured): in the
   score for nanochat, in seconds of training for speedrun (whose fitness is the time).
@@ -21,6 +24,7 @@ a campaign part's JSON holds its commands' results), keeps the runs of one confi
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -31,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve.benchmarks.speedrun.fitness import decide
 from scipy import optimize, stats
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -141,6 +146,30 @@ def smallest_gain(sd: float, n: int, alpha: float, power: float) -> float:
     return optimize.brentq(lambda d: stats.nct.sf(critical, df, d / scale) - power, 0.0, 100 * scale + 1)  # fmt: skip
 
 
+def draws(values: list[float], n: int) -> Iterator[tuple[float, ...]]:
+    """Every ordered draw of ``n`` runs from ``values`` with replacement, each as likely: the
+    runs' own distribution, its tails included (no normal model)."""
+    return itertools.product(values, repeat=n)
+
+
+def resampled_pass_rate(values: list[float], target: float, n: int, alpha: float) -> float:
+    """The share of the ``n``-run draws from ``values`` that the fitness's own test
+    (``speedrun.fitness.decide``: one-sided t-test, p < alpha) passes at ``target``."""
+    made = [decide(list(draw), target, alpha)[0] for draw in draws(values, n)]
+    return sum(made) / len(made)
+
+
+def resampled_target(values: list[float], n: int, alpha: float, power: float) -> float | None:
+    """The lowest target, in steps of 0.01 up to the largest run + 1, that passes at least
+    ``power`` of the draws (``resampled_pass_rate``); None when none does."""
+    target = math.ceil(statistics.fmean(values) * 100) / 100
+    while target <= max(values) + 1.0:
+        if resampled_pass_rate(values, target, n, alpha) >= power:
+            return target
+        target = round(target + 0.01, 2)
+    return None
+
+
 def report(runs: list[Run], benchmark: str, n: int, alpha: float, power: float) -> list[str]:
     """The reference of each data group, as lines."""
     lines, groups = [], defaultdict(list)
@@ -165,6 +194,12 @@ def report(runs: list[Run], benchmark: str, n: int, alpha: float, power: float) 
             target = target_for(s["mean"], s["sd"], n, alpha, power)
             lines.append(f"  target {target:.2f}: {n} seeds pass at p < {alpha} with probability "
                          f"{pass_probability((target - s['mean']) / s['sd'], n, alpha):.3f} (>= {power})")  # fmt: skip
+            values = [run.value for run in group]
+            found = resampled_target(values, n, alpha, power)
+            lines.append(f"  resampled ({n} of the {len(values)} runs, all {len(values) ** n} draws, the fitness's test): "
+                         f"target {target:.2f} passes {resampled_pass_rate(values, target, n, alpha):.3f}; "
+                         + (f"the lowest target passing >= {power} is {found:.2f}" if found is not None
+                            else f"no target up to the largest run + 1 passes >= {power}"))  # fmt: skip
             t = spreads(times)
             if not math.isnan(t["sd"]) and t["sd"] > 0:
                 typical, sure = (smallest_gain(t["sd"], n, alpha, p) for p in (0.5, power))

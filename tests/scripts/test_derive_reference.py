@@ -71,3 +71,20 @@ def test_the_target_lets_the_seed_pass_the_fitness_test_with_the_power_asked():
 def test_the_smallest_gain_grows_as_the_seeds_get_fewer():
     gains = [derive.smallest_gain(1.0, n, 0.01, 0.5) for n in (3, 5, 10)]
     assert gains[0] > gains[1] > gains[2] > 0
+
+
+def test_the_resampled_target_counts_a_run_far_out_as_often_as_it_came():
+    """Nine runs, one of them 0.2 above the rest: every draw of three is counted, so the draws
+    holding it (1 - (8/9)^3 = 30% of them) decide the target; the t-test on the other eight
+    alone passes a target just above them."""
+    bulk = [5.08, 5.09, 5.07, 5.10, 5.08, 5.09, 5.06, 5.09]
+    outlier = 5.28
+    tight = derive.resampled_target(bulk, 3, 0.01, 0.99)
+    assert tight is not None and tight < 5.2
+    assert derive.resampled_pass_rate(bulk, tight, 3, 0.01) >= 0.99
+    assert derive.resampled_pass_rate(bulk, round(tight - 0.01, 2), 3, 0.01) < 0.99
+    with_tail = [*bulk, outlier]
+    assert derive.resampled_pass_rate(with_tail, tight, 3, 0.01) < 0.75  # the draws with it fail
+    wide = derive.resampled_target(with_tail, 3, 0.01, 0.99)
+    assert wide is not None and wide > outlier
+    assert derive.resampled_pass_rate(with_tail, wide, 3, 0.01) >= 0.99

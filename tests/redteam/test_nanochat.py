@@ -728,6 +728,21 @@ def test_final_tensors_that_build_model_does_not_make_are_rejected(data_dir, tmp
     assert_caught(ev, EvalStatus.REJECTED, r"position_embedding.*build_model\(config\) makes")
 
 
+def with_gain(model_py: str, build_model: str) -> str:
+    """The seed's model.py with a non-persistent ``gain`` on its logits (1 as built) and
+    ``build_model`` in place of its own: an attack that sets the gain where it can see
+    something it should not."""
+    made = (
+        model_py
+        .replace("        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
+                 "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
+                 "        self.register_buffer('gain', torch.ones(()), persistent=False)\n")
+        .replace("        return self.lm_head(", "        return self.gain * self.lm_head(")
+    )  # fmt: skip
+    assert "self.gain * self.lm_head(" in made and "'gain'" in made
+    return made[: made.index("def build_model(")] + build_model.lstrip()
+
+
 SEES_THE_CHECKPOINT = """
 def build_model(config: dict) -> nn.Module:
     \"\"\"The harness's entry point; where the trained weights lie beside this file (an exporter
@@ -748,15 +763,7 @@ def test_an_exporter_never_sees_the_checkpoint_so_it_cannot_train_after_the_stop
     # could train on rows smuggled into it (or in a load hook) and leave the result in a
     # non-persistent buffer, which the scored graph keeps as a constant; it gets code and config only
     seed = programs.seed_files()
-    model_py = (
-        seed["model.py"]
-        .replace("        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
-                 "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
-                 "        self.register_buffer('gain', torch.ones(()), persistent=False)\n")
-        .replace("        return self.lm_head(", "        return self.gain * self.lm_head(")
-    )  # fmt: skip
-    model_py = model_py[: model_py.index("def build_model(")] + SEES_THE_CHECKPOINT.lstrip()
-    assert "self.gain * self.lm_head(" in model_py and "'gain'" in model_py
+    model_py = with_gain(seed["model.py"], SEES_THE_CHECKPOINT)
     ev = run_files(data_dir, tmp_path, {**seed, "model.py": model_py})
     assert ev.ok, dict(ev.artifacts)
     assert ev.metrics["val_bpb"] < 20, "the gain the checkpoint would have set was scored"
@@ -787,14 +794,7 @@ def test_an_exporter_cannot_read_what_the_training_left_in_its_folder(
     data_dir, tmp_path, monkeypatch, ahead
 ):
     seed = programs.seed_files()
-    model_py = (
-        seed["model.py"]
-        .replace("        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n",
-                 "        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)\n"
-                 "        self.register_buffer('gain', torch.ones(()), persistent=False)\n")
-        .replace("        return self.lm_head(", "        return self.gain * self.lm_head(")
-    )  # fmt: skip
-    model_py = model_py[: model_py.index("def build_model(")] + READS_THE_WORKDIR.lstrip()
+    model_py = with_gain(seed["model.py"], READS_THE_WORKDIR)
     assert LEAVES_ROWS[0] in seed["train.py"]
     files = {**seed, "model.py": model_py, "train.py": seed["train.py"].replace(*LEAVES_ROWS)}
     if ahead:  # the GPU path: exporter and scorer started with the training

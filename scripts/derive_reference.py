@@ -30,7 +30,7 @@ import math
 import re
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,17 +146,20 @@ def smallest_gain(sd: float, n: int, alpha: float, power: float) -> float:
     return optimize.brentq(lambda d: stats.nct.sf(critical, df, d / scale) - power, 0.0, 100 * scale + 1)  # fmt: skip
 
 
-def draws(values: list[float], n: int) -> Iterator[tuple[float, ...]]:
-    """Every ordered draw of ``n`` runs from ``values`` with replacement, each as likely: the
-    runs' own distribution, its tails included (no normal model)."""
-    return itertools.product(values, repeat=n)
+def draws(values: list[float], n: int) -> Iterator[tuple[tuple[float, ...], int]]:
+    """Every draw of ``n`` runs from ``values`` with replacement, each ordered draw as likely
+    (the runs' own distribution, its tails included: no normal model): each set of runs once,
+    with the number of ordered draws it stands for (the test does not depend on the order)."""
+    for picked in itertools.combinations_with_replacement(range(len(values)), n):
+        orders = math.factorial(n) // math.prod(map(math.factorial, Counter(picked).values()))
+        yield tuple(values[i] for i in picked), orders
 
 
 def resampled_pass_rate(values: list[float], target: float, n: int, alpha: float) -> float:
     """The share of the ``n``-run draws from ``values`` that the fitness's own test
     (``speedrun.fitness.decide``: one-sided t-test, p < alpha) passes at ``target``."""
-    made = [decide(list(draw), target, alpha)[0] for draw in draws(values, n)]
-    return sum(made) / len(made)
+    passed = sum(orders for draw, orders in draws(values, n) if decide(list(draw), target, alpha)[0])  # fmt: skip
+    return passed / len(values) ** n
 
 
 def resampled_target(values: list[float], n: int, alpha: float, power: float) -> float | None:

@@ -8,8 +8,9 @@
 3. Runs the one-GPU scale's seed with ``--seeds`` (one GPU each, in waves when GPUs are
    fewer) through the full harness, with probe checkpoints every ``--probe-every`` seconds
    for the loss curve; reports each seed's time and loss, the p-value against ``--target``,
-   the harness overhead, and a target suggested from the measured curve. ``--steps`` fixes
-   the step count instead of step 2; ``--merge`` judges the runs of several calls together.
+   the harness overhead (the target is ``speedrun_1gpu``'s, derived from the stored runs by
+   ``scripts/derive_reference.py``). ``--steps`` fixes the step count instead of step 2;
+   ``--merge`` judges the runs of several calls together.
 4. Scaling (issue 10): the seed's ``full`` preset on 4, 8, ... N GPUs as well, while the
    ``--budget-minutes`` last; tokens/s and efficiency relative to linear.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.resources
 import json
 import math
 import re
@@ -36,6 +38,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 from evolve.harness import phases
 from evolve.harness.fitness import EvalContext
@@ -49,10 +53,14 @@ from .prepare_text import prepare
 from .runner import RunRecord
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
-# as configs/benchmark/speedrun_1gpu.yaml: the seed's measured loss after 820 steps + 5 sd
-ONE_GPU_TARGET = 5.18
 CPU_TARGET = 5.6  # the tiny preset on stdlib text reaches ~5.42 (measured on this repo's CPU tests)
 GPU1_BATCH = 131072  # the gpu1 preset's tokens per step
+
+
+def configured_target(config: str = "speedrun_1gpu") -> float:
+    """The target of ``configs/benchmark/<config>.yaml``, the one place it is set."""
+    path = importlib.resources.files("evolve.configs") / "benchmark" / f"{config}.yaml"
+    return float(OmegaConf.load(str(path)).fitness.target)
 
 
 def log(message: str) -> None:
@@ -291,10 +299,6 @@ def seeds_report(records: list[RunRecord], steps: int, target: float, alpha: flo
         "runs": [record_dict(r) | {"time_to_target_s": time_to(target, r)} for r in records],
     }
     if ok:
-        losses = [r.loss for r in ok]
-        spread = statistics.stdev(losses) if len(losses) > 1 else 0.0
-        suggested = math.ceil((statistics.fmean(losses) + max(0.01, 5 * spread)) * 100) / 100
-        seeds["suggested_target"] = suggested
         seeds["curve_mean"] = [
             (
                 statistics.fmean(p[i][0] for p in (r.probes for r in ok)),
@@ -347,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "--target",
         type=float,
         default=None,
-        help=f"one-GPU target to test (default {ONE_GPU_TARGET})",
+        help="target to test (default: speedrun_1gpu's; --cpu: 5.6)",
     )
     parser.add_argument(
         "--data", type=Path, default=Path("data/wikipedia"), help="folder of Wikipedia jsonl.xz"
@@ -390,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.target is None:
-        args.target = CPU_TARGET if args.cpu else ONE_GPU_TARGET
+        args.target = CPU_TARGET if args.cpu else configured_target()
     # smoke: a 2-layer model (quick to compile) trained for 15 s, probes every 5 s
     args.model_overrides = {"n_layer": 2} if args.smoke and not args.cpu else {}
     if args.smoke:
@@ -534,8 +538,7 @@ def print_seeds(seeds: dict) -> None:
             f"mean loss {m['loss_mean']:.4f} (sd {m['loss_std']:.4f}), p = {m['pvalue']:.3g}, "
             f"mean time {m['time_mean_s']:.1f} s, mean overhead {m['overhead_mean_s']:.1f} s"
         )
-    if "suggested_target" in seeds:
-        print(f"suggested one-GPU target (mean + max(0.01, 5 sd)): {seeds['suggested_target']}")
+    if "curve_mean" in seeds:
         print(
             "loss curve (mean over seeds): "
             + ", ".join(f"{t:.0f}s:{loss:.3f}" for t, loss in seeds["curve_mean"])

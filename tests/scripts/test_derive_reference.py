@@ -88,3 +88,23 @@ def test_the_resampled_target_counts_a_run_far_out_as_often_as_it_came():
     wide = derive.resampled_target(with_tail, 3, 0.01, 0.99)
     assert wide is not None and wide > outlier
     assert derive.resampled_pass_rate(with_tail, wide, 3, 0.01) >= 0.99
+
+
+def test_the_configured_one_gpu_target_is_the_one_the_stored_runs_give():
+    """configs/benchmark/speedrun_1gpu.yaml's target and n_seeds against the runs in
+    benchmarks/speedrun/results: at least 5 seeds, and the target the lowest (to 0.01) that its
+    n_seeds pass with probability >= 0.99, by the normal model and by resampling the runs."""
+    from evolve.benchmarks.speedrun.gpu_run import configured_target
+    from omegaconf import OmegaConf
+
+    fitness = OmegaConf.load(REPO / "configs/benchmark/speedrun_1gpu.yaml").fitness
+    runs = [r for r in derive.load([REPO / "benchmarks/speedrun/results"], "speedrun", 820) if r.shards == 8]  # fmt: skip
+    assert len({r.seed for r in runs}) >= 5 and configured_target() == fitness.target
+    by_day: dict[str, list[float]] = {}
+    for run in runs:
+        by_day.setdefault(run.day, []).append(run.value)
+    s = derive.spreads(by_day)
+    normal = derive.target_for(s["mean"], s["sd"], fitness.n_seeds, fitness.alpha, 0.99)
+    values = [r.value for r in runs]
+    resampled = derive.resampled_target(values, fitness.n_seeds, fitness.alpha, 0.99)
+    assert fitness.target == max(normal, resampled)

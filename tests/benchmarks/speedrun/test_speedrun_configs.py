@@ -11,7 +11,7 @@ from evolve.launch.config import as_dict, build_benchmark
 
 @pytest.mark.parametrize(
     ("name", "target", "gpus"),
-    [("speedrun", 3.28, 8), ("speedrun_1gpu", 5.18, 1), ("speedrun_cpu", 5.9, 0)],
+    [("speedrun", 3.28, 8), ("speedrun_1gpu", 5.46, 1), ("speedrun_cpu", 5.9, 0)],
 )
 def test_config_builds(name, target, gpus):
     with initialize_config_module(config_module="evolve.configs", version_base=None):

@@ -27,8 +27,8 @@ The command of a call, whatever the part:
 Each part writes ``$OUT/PART.json`` (date, GPU, commit, each command's exit status, wall time,
 last lines and the result files its scripts wrote) and ``$OUT/PART.md`` (the same as a
 RESULTS.md section), the whole output in ``$OUT/PART.log`` (line by line as it comes, so a
-part killed from outside keeps what had finished) and its scripts' text logs under
-``$OUT/PART-logs/N/`` (N: the command's index).
+part killed from outside keeps what had finished) and its scripts' text logs in
+``$OUT/PART-logs.txt``.
 """
 
 from __future__ import annotations
@@ -365,13 +365,18 @@ def result_files(scratch: Path) -> dict[str, object]:
     return found
 
 
-def keep_logs(scratch: Path, target: Path) -> None:
-    """Copy the text logs a command's scripts wrote into its scratch folder (e.g. ``gpu_run``'s
-    per-seed training output, ``logs/seed-N.txt``) to ``target``, which comes back with $OUT."""
-    for path in sorted(scratch.rglob("*.txt")):
-        copy = target / path.relative_to(scratch)
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, copy)
+def keep_logs(scratches: list[Path], target: Path) -> None:
+    """Gather the text logs the commands' scripts wrote into their scratch folders (e.g.
+    ``gpu_run``'s per-seed training output, ``logs/seed-N.txt``) into the one file ``target``,
+    each under a header naming its command and path: the device brings back at most 8 files,
+    none more than 2 folders down."""
+    sections = [
+        f"==> command {index}: {path.relative_to(scratch)} <==\n{path.read_text(errors='replace')}"
+        for index, scratch in enumerate(scratches)
+        for path in sorted(scratch.rglob("*.txt"))
+    ]
+    if sections:
+        target.write_text("\n".join(sections))
 
 
 def run_part(name: str, part: Part, out: Path) -> int:
@@ -387,12 +392,10 @@ def run_part(name: str, part: Part, out: Path) -> int:
         else:
             for command, scratch in zip(part.commands, scratches, strict=True):
                 runs.append(finish(start(command, scratch, log), deadline))
-    for index, (command, scratch, record) in enumerate(
-        zip(part.commands, scratches, runs, strict=True)
-    ):
+    for command, scratch, record in zip(part.commands, scratches, runs, strict=True):
         record["command"] = " ".join(Path(c).name if c == PY else c for c in command)
         record["results"] = result_files(scratch)
-        keep_logs(scratch, out / f"{name}-logs" / str(index))
+    keep_logs(scratches, out / f"{name}-logs.txt")
     report = {
         "part": name,
         "benchmarks": list(part.benchmarks),

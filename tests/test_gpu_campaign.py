@@ -114,4 +114,7 @@ def test_a_part_reports_its_commands_json_and_brings_back_their_text_logs(tmp_pa
     report = json.loads((out / "measure.json").read_text())
     assert report["runs"][0]["results"] == {"result.json": {"loss": 5.08}}
     assert report["runs"][0]["tail"] == ["ran"]
-    assert (out / "measure-logs" / "0" / "logs" / "seed-0.txt").read_text() == "step 0 loss 11"
+    logs = (out / "measure-logs.txt").read_text()
+    assert logs == "==> command 0: logs/seed-0.txt <==\nstep 0 loss 11"
+    assert sorted(p.name for p in out.iterdir()) == [  # flat: what the device brings back
+        "measure-logs.txt", "measure.json", "measure.log", "measure.md"]  # fmt: skip

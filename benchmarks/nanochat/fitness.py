@@ -26,13 +26,14 @@ from pathlib import Path
 
 from evolve.harness import compile_cache, exported, phases, profiling, protocol
 from evolve.harness.fitness import EvalContext, Limits, Policy, Started, start_sandboxed
+from evolve.harness.plaincopy import copy_folder, copy_plain
 from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveError, Objective
 
 from . import ahead, prepare, scales, stages, supervisor
 from .early import EarlyExport
 from .packing import pack_rows
 from .scorer import SPARE_ROWS, eval_rows
-from .supervisor import checkpoint_digest, checkpoint_files
+from .supervisor import checkpoint_digest, checkpoint_files, is_checkpoint_name
 from .tokens import Split
 
 log = logging.getLogger(__name__)
@@ -676,7 +677,8 @@ class NanochatFitness:
 
     @staticmethod
     def _copy_checkpoint(source: Path, target: Path) -> str | None:
-        """Copy model.py, other .py files, config.json and model.pt; return a problem or None."""
+        """Copy model.py, other .py files, config.json and model.pt, each a plain file of its own
+        (``plaincopy``: never through a link the training left); return a problem or None."""
         missing = [n for n in ("model.py", "config.json", "model.pt") if not (source / n).is_file()]
         if missing:
             return (
@@ -686,9 +688,11 @@ class NanochatFitness:
         files = checkpoint_files(source)
         if sum(p.stat().st_size for p in files) > MAX_CHECKPOINT_BYTES:
             return "checkpoint is larger than 64 GiB"
-        target.mkdir(parents=True, exist_ok=True)
-        for path in files:
-            shutil.copyfile(path, target / path.name)
+        if copy_folder(source, target, is_checkpoint_name) is None:
+            return (
+                "checkpoint/ and its files must be plain files of the training's own, not links "
+                "(symbolic or hard) nor folders: write them with client.save_checkpoint"
+            )
         return None
 
 
@@ -697,10 +701,8 @@ def take_graph(verdict: dict | Evaluation, folder: Path, checkpoint: Path) -> di
     when it succeeded (a rejection when it wrote no plain files)."""
     if isinstance(verdict, dict) and verdict["status"] == "ok":
         for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
-            made = folder / name
-            if made.is_symlink() or not made.is_file():
+            if not copy_plain(folder / name, checkpoint / name):
                 return rejected(f"the export wrote no plain file {name}")
-            shutil.copyfile(made, checkpoint / name)
     return verdict
 
 

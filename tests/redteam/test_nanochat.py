@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import sysconfig
 import time
@@ -28,7 +29,12 @@ import pytest
 import torch
 from evolve.benchmarks.nanochat import ahead as ahead_module
 from evolve.benchmarks.nanochat import prepare
-from evolve.benchmarks.nanochat.fitness import HARNESS_MODULES, STRICT_PROBES, NanochatFitness
+from evolve.benchmarks.nanochat.fitness import (
+    HARNESS_MODULES,
+    STRICT_PROBES,
+    NanochatFitness,
+    take_graph,
+)
 from evolve.benchmarks.nanochat.sources import chunk_text
 
 from evolve.harness import exported
@@ -925,3 +931,44 @@ def test_gpu_zero_initialised_look_ahead_stops_at_the_local_check(data_dir, tmp_
     work = programs.write(programs.edited(edits, fitness.scale.seed_dir), tmp_path / "work")
     ev = fitness.stages[0].run(work, EvalContext(seed=0, gpu="0", scratch=tmp_path))
     assert_caught(ev, EvalStatus.INVALID, r"local check: causality")
+
+
+@pytest.mark.parametrize("link", ["symlink", "hard link", "linked folder"])
+def test_the_harness_follows_no_link_the_training_left_in_its_checkpoint(tmp_path, link):
+    """The harness copies the checkpoint folder the training wrote for the exporter and the
+    scorer, reading as itself: a link there to a file the sandbox could not read (here
+    ``hidden.py``, named like the model's code) is refused, not followed; a plain one is copied."""
+    hidden = tmp_path / "hidden.py"
+    hidden.write_text("VALIDATION = 'the hidden text'\n")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    for name in ("model.py", "config.json", "model.pt"):
+        (checkpoint / name).write_text(name)
+    assert NanochatFitness._copy_checkpoint(checkpoint, tmp_path / "plain") is None
+    assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == ["config.json", "model.pt", "model.py"]  # fmt: skip
+    source = checkpoint
+    if link == "symlink":
+        (checkpoint / "extra.py").symlink_to(hidden)
+    elif link == "hard link":
+        os.link(hidden, checkpoint / "extra.py")
+    else:
+        source = tmp_path / "linked"
+        source.symlink_to(checkpoint)
+    problem = NanochatFitness._copy_checkpoint(source, tmp_path / "copy")
+    assert problem and "plain files" in problem
+    assert not any("hidden text" in p.read_text() for p in (tmp_path / "copy").glob("*"))
+
+
+def test_the_harness_copies_the_exporters_graph_only_as_a_plain_file(tmp_path):
+    """The exporter runs the model's code: a graph file it leaves as a hard link to another file
+    is refused, and nothing of that file reaches the scorer's folder."""
+    folder, checkpoint = tmp_path / "export", tmp_path / "checkpoint"
+    folder.mkdir()
+    checkpoint.mkdir()
+    hidden = tmp_path / "hidden"
+    hidden.write_text("the hidden text")
+    os.link(hidden, folder / exported.GRAPH_FILE)
+    (folder / exported.CONSTANTS_FILE).write_bytes(b"constants")
+    verdict = take_graph({"status": "ok"}, folder, checkpoint)
+    assert_caught(verdict, EvalStatus.REJECTED, "no plain file")
+    assert not (checkpoint / exported.GRAPH_FILE).exists()

@@ -104,6 +104,14 @@ def load(
     return sorted(found.values(), key=lambda r: (r.day, r.seed))
 
 
+def per_day(runs: list[Run], field: str) -> dict[str, list[float]]:
+    """The runs' ``field`` (``value`` or ``time_s``) grouped by day, for ``spreads``."""
+    grouped = defaultdict(list)
+    for run in runs:
+        grouped[run.day].append(getattr(run, field))
+    return dict(grouped)
+
+
 def spreads(values_by_day: dict[str, list[float]]) -> dict[str, float]:
     """Mean; seed-to-seed sd (within days, pooled); day-to-day sd (between the day means, less
     the seeds' share: a one-way random-effects estimate, 0 when the days agree); the total."""
@@ -179,10 +187,7 @@ def report(runs: list[Run], benchmark: str, n: int, alpha: float, power: float) 
     for run in runs:
         groups[run.shards].append(run)
     for shards, group in sorted(groups.items(), key=lambda kv: -(kv[0] or 0)):
-        by_day, times = defaultdict(list), defaultdict(list)
-        for run in group:
-            by_day[run.day].append(run.value)
-            times[run.day].append(run.time_s)
+        by_day, times = per_day(group, "value"), per_day(group, "time_s")
         s = spreads(by_day)
         name = "val_bpb" if benchmark == "nanochat" else "loss"
         lines.append(f"== {benchmark}, {shards or '?'} training shards: {len(group)} runs over {len(by_day)} days ==")  # fmt: skip

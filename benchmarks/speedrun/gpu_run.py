@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "--target",
         type=float,
         default=None,
-        help="target to test (default: speedrun_1gpu's; --cpu: 5.6)",
+        help=f"target to test (default: speedrun_1gpu's; --cpu: {CPU_TARGET})",
     )
     parser.add_argument(
         "--data", type=Path, default=Path("data/wikipedia"), help="folder of Wikipedia jsonl.xz"

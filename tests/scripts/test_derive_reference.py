@@ -100,10 +100,7 @@ def test_the_configured_one_gpu_target_is_the_one_the_stored_runs_give():
     fitness = OmegaConf.load(REPO / "configs/benchmark/speedrun_1gpu.yaml").fitness
     runs = [r for r in derive.load([REPO / "benchmarks/speedrun/results"], "speedrun", 820) if r.shards == 8]  # fmt: skip
     assert len({r.seed for r in runs}) >= 5 and configured_target() == fitness.target
-    by_day: dict[str, list[float]] = {}
-    for run in runs:
-        by_day.setdefault(run.day, []).append(run.value)
-    s = derive.spreads(by_day)
+    s = derive.spreads(derive.per_day(runs, "value"))
     normal = derive.target_for(s["mean"], s["sd"], fitness.n_seeds, fitness.alpha, 0.99)
     values = [r.value for r in runs]
     resampled = derive.resampled_target(values, fitness.n_seeds, fitness.alpha, 0.99)

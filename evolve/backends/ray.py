@@ -11,7 +11,9 @@ How it works:
   fitness is pickled by reference, so ``evolve`` (and the benchmark's module) must be
   importable on every node: install the same version there, or pass a ``runtime_env``.
   Each task hashes the benchmark's harness files where it runs; a node whose files differ
-  from the driver's (another version, or none) stops the run before it scores anything.
+  from the driver's (another version, or none) stops the run before it scores anything:
+  its task returns without evaluating, and the driver waits for that rather than cancelling it
+  (a forced cancel that meets a task's own return crashes Ray's driver).
 - Ray assigns the GPUs: a task sees its own through ``CUDA_VISIBLE_DEVICES`` (which
   becomes ``EvalContext.gpu``), and a GPU worker serves one evaluation, then exits.
 - The task first reports that it started; the timeout (the job's plus ``grace_s``) counts
@@ -348,7 +350,7 @@ class RayBackend:
         try:
             where = await (await self._started(generator, job))
             if where["harness"] != self._harness_digest:
-                ray.cancel(generator, force=True)
+                await self._ended(generator)
                 raise RayBackendError(
                     f"the benchmark's harness files on Ray node {where['host']} differ from this "
                     f"machine's ({', '.join(self.harness)}), so its scores would not be comparable; "
@@ -384,6 +386,15 @@ class RayBackend:
             ) from exc
         finally:
             self._running.discard(generator)
+
+    @staticmethod
+    async def _ended(generator: Any) -> None:
+        """Wait for a task that returns by itself (one on a node whose harness differs) to end.
+
+        Not ``ray.cancel``: a forced cancel that meets the task's own return crashes Ray's
+        driver (Ray 2.60: "Tried to complete task that was not pending", about once in 250)."""
+        async for _ in generator:
+            pass
 
     async def _started(self, generator: Any, job: Job) -> Any:
         """The reference to the task's first item (where it runs), waiting while it queues."""

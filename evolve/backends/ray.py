@@ -13,7 +13,8 @@ How it works:
   Each task hashes the benchmark's harness files where it runs; a node whose files differ
   from the driver's (another version, or none) stops the run before it scores anything:
   its task returns without evaluating, and the driver waits for that rather than cancelling it
-  (a forced cancel that meets a task's own return crashes Ray's driver).
+  at once (a forced cancel that meets a task's own return crashes Ray's driver); one still
+  running after ``MISMATCH_END_S`` (a node running other code) is cancelled.
 - Ray assigns the GPUs: a task sees its own through ``CUDA_VISIBLE_DEVICES`` (which
   becomes ``EvalContext.gpu``), and a GPU worker serves one evaluation, then exits.
 - The task first reports that it started; the timeout (the job's plus ``grace_s``) counts
@@ -51,6 +52,8 @@ log = logging.getLogger("evolve")
 INSTALL = "pip install 'evolve[ray]'"
 RETRYABLE = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError")
 PENDING_WARNING_S = 120.0
+# A task on a node whose harness differs returns at once; one still running after this is cancelled.
+MISMATCH_END_S = 10.0
 CONFIG_KEYS = (
     "address",
     "num_cpus",
@@ -387,14 +390,21 @@ class RayBackend:
         finally:
             self._running.discard(generator)
 
-    @staticmethod
-    async def _ended(generator: Any) -> None:
-        """Wait for a task that returns by itself (one on a node whose harness differs) to end.
+    async def _ended(self, generator: Any) -> None:
+        """Let a task that returns by itself (one on a node whose harness differs) end, and
+        cancel it only if it has not within ``MISMATCH_END_S`` (a node running other code).
 
-        Not ``ray.cancel``: a forced cancel that meets the task's own return crashes Ray's
+        Not a cancel at once: a forced cancel that meets the task's own return crashes Ray's
         driver (Ray 2.60: "Tried to complete task that was not pending", about once in 250)."""
-        async for _ in generator:
-            pass
+
+        async def drained() -> None:
+            async for _ in generator:
+                pass
+
+        try:
+            await asyncio.wait_for(drained(), timeout=MISMATCH_END_S)
+        except TimeoutError:
+            self._ray.cancel(generator, force=True)
 
     async def _started(self, generator: Any, job: Job) -> Any:
         """The reference to the task's first item (where it runs), waiting while it queues."""

@@ -132,6 +132,15 @@ class Traced:
         )
 
 
+def other_version_task(fitness, job, harness, expected, unseen):
+    """A Ray task as a node running other code might run it: it reports other harness files,
+    then evaluates anyway (here: hangs); its pid goes to ``fitness.trace_dir/pid``."""
+    (fitness.trace_dir / "pid").write_text(str(os.getpid()))
+    yield {"host": "elsewhere", "pid": os.getpid(), "gpu": None, "harness": "other"}
+    time.sleep(600)
+    yield None
+
+
 CHILD_GPU = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'))"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from evolve.backends import LocalBackend
+from evolve.backends import ray as ray_backend
 from evolve.backends.ray import (
     CONFIG_KEYS,
     RayBackend,
@@ -21,7 +22,7 @@ from evolve.backends.ray import (
 )
 from evolve.sandbox import unreadable
 from evolve.types import EvalStatus, Job, content_hash
-from tests.backends.fitnesses import Traced, traces
+from tests.backends.fitnesses import Traced, other_version_task, traces
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = {"params.py": (REPO / "tests/backends/seed/params.py").read_text()}
@@ -235,6 +236,24 @@ def test_a_worker_seeing_other_harness_files_stops_the_run_before_scoring(
     # Its task returns by itself; a forced cancel meeting that return crashed Ray's driver (and
     # with it CI's pytest) about once in 250 (Ray 2.60, "Tried to complete task that was not pending").
     assert cancelled == [], "the mismatched node's task was cancelled instead of left to end"
+
+
+def test_a_node_running_other_code_is_cancelled_when_its_task_goes_on(
+    ray_cluster, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(ray_backend, "MISMATCH_END_S", 1.0)
+    backend = RayBackend(fitness=Traced(trace_dir=str(tmp_path)), harness=[str(tmp_path / "h.py")])
+    backend._task = ray_cluster.remote(num_cpus=1, max_retries=0, num_returns="streaming")(
+        other_version_task
+    )
+    start = time.monotonic()
+    try:
+        with pytest.raises(RayBackendError, match=r"harness files on Ray node elsewhere differ"):
+            evaluate(backend, job())
+    finally:
+        backend.close()
+    assert time.monotonic() - start < 30
+    assert gone_soon(int((tmp_path / "pid").read_text())), "the task that went on was not killed"
 
 
 def test_a_candidate_that_breaks_the_job_fails_alone(ray_cluster):

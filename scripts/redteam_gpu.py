@@ -4,7 +4,7 @@ Each candidate (honest or cheating) is evaluated with the kernels fitness on a p
 suite; the table says whether each was caught with the expected reason. Results (JSON) and
 the full artifacts go to ``$OUT`` (default ./redteam-gpu).
 
-    python scripts/redteam_gpu.py                      # GPU: rmsnorm and softmax, ~5-10 min
+    python scripts/redteam_gpu.py                      # GPU: rmsnorm, full rounds, ~2.5 min
     python scripts/redteam_gpu.py --smoke              # GPU: rmsnorm only, fewer rounds, ~2 min
     python scripts/redteam_gpu.py --device cpu --tiny  # CPU check of the script (Triton interpreter)
 

@@ -5,7 +5,9 @@ When the training harness says the program wrote its initial checkpoint (code fi
 config.json) before the clock started (``supervisor.say_initial``: the digest of its files then), ``heard`` starts a thread
 that copies those files into the exporter's folder (``plaincopy``: plain files of their own,
 never through a link), checks the copy against that digest and gives the exporter its job;
-the graph it writes does not depend on the weights (``evolve.harness.exported``). After the
+the graph it writes does not depend on the weights (``evolve.harness.exported``); once it
+is written, a scorer is started with it (``scorer.PRELOAD``), to build and run it before the
+stop. After the
 stop, ``graph_for`` hands that graph to the verified final checkpoint when the early export
 succeeded and the final checkpoint's code files and config.json are byte-identical to the
 ones copied; otherwise (no initial save, a copy that failed its checks, changed code or
@@ -39,16 +41,22 @@ def code_digests(folder: Path) -> dict[str, str]:
 Export = Callable[[Path, Started], dict | Evaluation]
 """Runs the export job on the checkpoint files in a folder with an exporter started there
 (the fitness's ``run_export``): its verdict."""
+Preload = Callable[[Path], Started | None]
+"""Starts a scorer with the graph written in a folder (the fitness's ``preloaded_scorer``)."""
 
 
 class EarlyExport:
     """One evaluation's export from the initial checkpoint ``initial`` (the program's folder),
-    by ``exporter`` (started ahead in ``folder``) through ``export``. Its methods are called
-    from one thread (the fitness's); the export runs in a thread of its own."""
+    by ``exporter`` (started ahead in ``folder``) through ``export``, then a scorer started
+    with its graph through ``preload``. Its methods are called from one thread (the
+    fitness's); the export runs in a thread of its own."""
 
-    def __init__(self, initial: Path, folder: Path, exporter: Started, export: Export) -> None:
-        self.initial, self.folder, self.export = initial, folder, export
+    def __init__(
+        self, initial: Path, folder: Path, exporter: Started, export: Export, preload: Preload
+    ) -> None:
+        self.initial, self.folder, self.export, self.preload = initial, folder, export, preload
         self.exporter: Started | None = exporter
+        self.scorer: Started | None = None  # started with the graph once it is written
         self.code: dict[str, str] = {}  # the copied code and config, as given to the exporter
         self.verdict: dict | Evaluation | None = None
         self._thread: threading.Thread | None = None
@@ -72,6 +80,8 @@ class EarlyExport:
                 return  # not plain files, or changed since announced: exported after the stop
             self.code = code_digests(self.folder)
             self.verdict = self.export(self.folder, self.exporter)
+            if isinstance(self.verdict, dict) and self.verdict.get("status") == "ok":
+                self.scorer = self.preload(self.folder)
         except OSError:  # the program's folder went away meanwhile: exported after the stop
             return
         finally:
@@ -85,19 +95,35 @@ class EarlyExport:
         exporter, self.exporter = self.exporter, None
         return exporter
 
-    def close(self) -> None:
-        """End the exporter unused, or wait for the export begun (bounded by its wall limit)."""
-        if self._thread is None and self.exporter is not None:
-            self.exporter.cancel()
+    def take_scorer(self) -> Started | None:
+        """The scorer started with the early graph, once, while it waits (else None): at its job
+        it uses the graph it built only if its folder's graph files are still those bytes."""
+        self.join()
+        scorer, self.scorer = self.scorer, None
+        if scorer is not None and not scorer.alive():
+            scorer.cancel()  # ended before its job (a crash): the fitness uses another
+            return None
+        return scorer
+
+    def join(self) -> None:
+        """Wait for the export begun, if any (bounded by its wall limit)."""
         if self._thread is not None:
             self._thread.join()
+
+    def close(self) -> None:
+        """End the exporter unused, or wait for the export begun; end the scorer not taken."""
+        if self._thread is None and self.exporter is not None:
+            self.exporter.cancel()
+        self.join()
+        if self.scorer is not None:
+            self.scorer.cancel()
 
     def graph_for(self, checkpoint: Path) -> dict | None:
         """The early export's verdict when its graph serves ``checkpoint`` (a verified copy of the
         final one): it succeeded and the code files and config.json are the same; else None."""
         if self._thread is None:
             return None
-        self._thread.join()
+        self.join()
         verdict = self.verdict
         if not isinstance(verdict, dict) or verdict.get("status") != "ok":
             return None

@@ -32,7 +32,7 @@ from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveEr
 from . import ahead, prepare, scales, stages, supervisor
 from .early import EarlyExport
 from .packing import pack_rows
-from .scorer import SPARE_ROWS, eval_rows
+from .scorer import PRELOAD, SPARE_ROWS, eval_rows
 from .supervisor import checkpoint_digest, checkpoint_files, is_checkpoint_name
 from .tokens import Split
 
@@ -325,21 +325,20 @@ class NanochatFitness:
         *,
         limit_s: float,
         warming: bool = False,
-        launch_ahead: bool = False,
+        args: tuple[str, ...] = (),
         hide: tuple[str, ...] = (),
     ) -> Started:
         """The harness process of ``role`` started in ``cwd`` ahead of its job: it imports what it
         needs, then waits for the job ``run_harness`` sends (``cancel()`` it when unused).
-        ``launch_ahead`` (training): it also launches the training program, which imports torch
-        while it waits (``supervisor.launch_ahead``). The training split's folder is in its
+        ``args``: the module's own (``supervisor.AHEAD``: the training harness also launches the
+        training program, which imports torch while it waits; ``scorer.PRELOAD``: the scorer
+        builds the graph in its folder before the job). The training split's folder is in its
         environment (``TRAIN_DIR_ENV``), to hide it from children launched before the job.
         ``hide``: more paths it may not read (the export's: the candidate's folder, where its
         training may leave anything)."""
-        argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role]]
+        argv = [sys.executable, *protocol.SAFE_PATH, "-m", HARNESS_MODULES[role], *args]
         env = self.program_env(ctx, warming=warming)
         env[supervisor.TRAIN_DIR_ENV] = str(prepare.split_dirs(self.dataset_root)["train"])
-        if launch_ahead:
-            argv.append(supervisor.AHEAD)
         return start_sandboxed(
             argv,
             cwd=cwd,
@@ -356,7 +355,7 @@ class NanochatFitness:
         this process's exit."""
         ahead.drop()  # one at a time: the new one is the next to be taken
         started = self.start_harness(
-            "training", workdir, ctx, limit_s=self.scale.train_limit_s, launch_ahead=True
+            "training", workdir, ctx, limit_s=self.scale.train_limit_s, args=(supervisor.AHEAD,)
         )
         ahead.keep(workdir, ctx, started)
         return started
@@ -404,6 +403,29 @@ class NanochatFitness:
         scored = scale.eval_tokens // (scale.seq_len * scale.eval_batch_rows)
         return max(STRICT_PROBES * scale.probe_batches, scored)
 
+    def scoring_shape(self) -> dict:
+        """What the scorer builds the graph for (``scorer.SHAPE``): batch shape, logits, device."""
+        scale = self.scale
+        return {
+            "batch_rows": scale.eval_batch_rows,
+            "seq_len": scale.seq_len,
+            "vocab_size": scale.vocab_size,
+            "device": scale.device,
+        }
+
+    def preloaded_scorer(
+        self, graph: Path, evaldir: Path, ctx: EvalContext, hide: tuple[str, ...]
+    ) -> Started | None:
+        """A scorer started in ``evaldir`` with the graph exported in ``graph`` copied there
+        first, building and running it before its job (``scorer.PRELOAD``); None when the graph
+        is not plain files. ``hide``: as for the scorer started ahead."""
+        if not copy_graph(graph, evaldir):
+            return None
+        return self.start_harness(
+            "scoring", evaldir, ctx, limit_s=self.scale.eval_limit_s,
+            args=(PRELOAD, json.dumps(self.scoring_shape())), hide=hide,
+        )  # fmt: skip
+
     def score(
         self, checkpoint: Path, ctx: EvalContext, started: Started | None = None
     ) -> dict | Evaluation:
@@ -411,12 +433,9 @@ class NanochatFitness:
         or the failed Evaluation. ``started``: a scorer started ahead in ``checkpoint``."""
         scale, parts = self.scale, prepare.split_dirs(self.dataset_root)
         job = {
+            **self.scoring_shape(),
             "token_bytes": str(parts["tokenizer"] / "token_bytes.npy"),
-            "seq_len": scale.seq_len,
             "eval_tokens": scale.eval_tokens,
-            "batch_rows": scale.eval_batch_rows,
-            "vocab_size": scale.vocab_size,
-            "device": scale.device,
             "causal_atol": scale.causal_atol,
             "probe_batches": self.probe_batches(ctx),
             "forbidden": self.hidden_from("scoring"),
@@ -450,6 +469,7 @@ class NanochatFitness:
                 exportdir,
                 ready.pop("export"),
                 lambda folder, exporter: self.run_export(folder, ctx, exporter),
+                lambda graph: self.preloaded_scorer(graph, evaldir, ctx, hide),
             )
         try:
             return self._train_and_score(workdir, ctx, evaldir, exportdir, ready, early, hide)
@@ -534,7 +554,8 @@ class NanochatFitness:
         if isinstance(made, Evaluation) or made["status"] != "ok":
             return made
         phases.mark("scoring_start")
-        score = self.score(checkpoint, ctx, ready.pop("scoring", None))
+        scorer = early.take_scorer() if early is not None else None
+        score = self.score(checkpoint, ctx, scorer or ready.pop("scoring", None))
         if isinstance(score, dict):
             score["graph_from_initial"] = graph is not None
         return score
@@ -638,6 +659,7 @@ class NanochatFitness:
                 "max_row_diff": score["max_row_diff"],
                 "probe_batches": score["probe_batches"],
                 "graph_from_initial": float(score.get("graph_from_initial", False)),
+                "graph_built_ahead": float(score["graph_built_ahead"]),
             }
         )
         descriptors = {
@@ -699,11 +721,20 @@ class NanochatFitness:
 def take_graph(verdict: dict | Evaluation, folder: Path, checkpoint: Path) -> dict | Evaluation:
     """The export's ``verdict``, its graph files copied from ``folder`` next to ``checkpoint``
     when it succeeded (a rejection when it wrote no plain files)."""
-    if isinstance(verdict, dict) and verdict["status"] == "ok":
-        for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE):
-            if not copy_plain(folder / name, checkpoint / name):
-                return rejected(f"the export wrote no plain file {name}")
-    return verdict
+    if not isinstance(verdict, dict) or verdict["status"] != "ok" or copy_graph(folder, checkpoint):
+        return verdict
+    return rejected(
+        f"the export wrote no plain files {exported.GRAPH_FILE} and {exported.CONSTANTS_FILE}"
+    )
+
+
+def copy_graph(folder: Path, target: Path) -> bool:
+    """Copy the graph files an exporter wrote in ``folder`` into ``target`` (``copy_plain``);
+    False when one is not a plain file of its own."""
+    return all(
+        copy_plain(folder / name, target / name)
+        for name in (exported.GRAPH_FILE, exported.CONSTANTS_FILE)
+    )
 
 
 class _TrainingProgress:

@@ -11,11 +11,15 @@ cannot be told from scored batches: copies of randomly chosen scored batches wit
 futures replaced at cuts drawn from this process's secret randomness (stratified over all
 positions) and all rows shuffled, run among the scored batches in a random order. Logits
 before a cut, and of untouched rows, must equal the scored batch's. The verdict is one JSON
-line on stdout carrying the job's nonce.
+line on stdout carrying the job's nonce. A scorer started with ``PRELOAD`` once the export
+begun during training wrote the graph into its folder builds that graph and runs it once on
+zeros and random tokens before its job (``load_ahead``), and scores with it when the folder's
+graph files are still those bytes at the job.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import sys
@@ -27,12 +31,17 @@ import torch  # imported before the job: a scorer started ahead has it ready
 
 from evolve.harness.exported import ExportRejected, Program, load_weights
 from evolve.harness.lm import BpbSums, batch_sums, make_probes, probe_diffs
-from evolve.harness.protocol import EvalFailure, serve_job
+from evolve.harness.protocol import EvalFailure, make_undumpable, serve_job
 
 from .packing import pack_rows
 from .tokens import Split
 
 SPARE_ROWS = 4  # validation rows beyond the scored ones whose tokens make the probes' other futures
+SHAPE = ("batch_rows", "seq_len", "vocab_size", "device")
+"""The job's keys that fix the graph's build (``shape``)."""
+PRELOAD = "--preload"
+"""Given with the JSON of a job's ``shape``: the graph already in the folder is built ahead of
+the job (``load_ahead``), for a scorer started once the early export wrote it."""
 
 
 def eval_rows(val_dir: Path, seq_len: int, n_rows: int, spare: int) -> np.ndarray:
@@ -72,25 +81,63 @@ def plan_batches(
     return batches, [plan[i] for i in order]
 
 
-def load_model(job: dict) -> tuple[torch.nn.Module, int]:
-    """The exported graph in the current folder bound to the checkpoint's tensors, and their
-    count; raises EvalFailure naming why the model cannot be scored."""
+def shape(job: dict) -> dict:
+    """What of ``job`` the graph is built for: the batch shape, the logits' width, the device."""
+    return {key: job[key] for key in SHAPE}
+
+
+def build(spec: dict) -> Program:
+    """The exported graph in the current folder, screened and checked for ``spec`` (``shape``)."""
+    return Program(
+        Path.cwd(), rows=spec["batch_rows"], seq=spec["seq_len"], vocab=spec["vocab_size"],
+        device=spec["device"],
+    )  # fmt: skip
+
+
+def load_ahead(spec: dict) -> Program | None:
+    """The graph already in this folder built, bound to zeros and run once on random tokens
+    before the job (``PRELOAD``): the job's forwards then find the device's context, libraries
+    and kernels ready. No data is seen and nothing is kept but the program. None when that
+    fails: the job then builds the graph itself, with its checks' messages."""
+    try:
+        program = build(spec)
+        model = program.bind(program.blank())
+        rows, seq, vocab, device = (spec[key] for key in SHAPE)
+        with torch.inference_mode():
+            tokens = torch.randint(0, vocab, (rows, seq + 1), device=device)
+            logits = model(tokens[:, :-1])
+            ones = torch.ones(vocab, dtype=torch.int64, device=device)
+            batch_sums(logits, tokens[:, 1:], ones)
+        del logits
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # what the forward held goes back to the training beside it
+        return program
+    except Exception as exc:  # noqa: BLE001 - any failure only means no head start
+        print(f"scorer: nothing loaded ahead: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+
+
+def load_model(job: dict, program: Program | None = None) -> tuple[torch.nn.Module, int]:
+    """The exported graph in the current folder (``program`` when it was built ahead from the
+    folder's graph files as they are now) bound to the checkpoint's tensors, and their count;
+    raises EvalFailure naming why the model cannot be scored."""
     try:
         weights = load_weights(Path("model.pt"))
-        program = Program(
-            Path.cwd(), rows=job["batch_rows"], seq=job["seq_len"], vocab=job["vocab_size"],
-            device=job["device"],
-        )  # fmt: skip
+        program = program or build(shape(job))
         return program.bind(weights), sum(t.numel() for t in weights.values())
     except ExportRejected as exc:
         raise EvalFailure("rejected", str(exc)) from exc
 
 
-def evaluate(job: dict) -> dict:
-    """Score the checkpoint in the current directory per ``job``; raises EvalFailure."""
+def evaluate(job: dict, ahead: Program | None = None) -> dict:
+    """Score the checkpoint in the current directory per ``job``; raises EvalFailure.
+    ``ahead``: a program built ahead for ``job``'s shape, used only when the folder's graph
+    files are still the bytes it was built from."""
     start = time.monotonic()
     seq, rows_per_batch, device = job["seq_len"], job["batch_rows"], job["device"]
-    model, params = load_model(job)
+    built_ahead = ahead is not None and ahead.built_from(Path.cwd())
+    model, params = load_model(job, ahead if built_ahead else None)
     n_rows = job["eval_tokens"] // seq
     rows = read_rows(sys.stdin.buffer, n_rows + SPARE_ROWS, seq + 1)
     rng = np.random.default_rng(secrets.randbits(128))
@@ -137,6 +184,7 @@ def evaluate(job: dict) -> dict:
         "bytes": sums.bytes,
         "targets": sums.targets,
         "params": params,
+        "graph_built_ahead": built_ahead,
         "eval_s": time.monotonic() - start,
         "load_s": load_s,
         "marks": {"ready": start + load_s, "forwarded": forwarded},
@@ -144,16 +192,22 @@ def evaluate(job: dict) -> dict:
     }
 
 
-def answer(job: dict) -> dict:
-    """The scorer's verdict on ``job``: the sums, or the failure."""
+def answer(job: dict, ahead: tuple[dict, Program | None] = ({}, None)) -> dict:
+    """The scorer's verdict on ``job``: the sums, or the failure. ``ahead``: the shape given with
+    ``PRELOAD`` and the program ``load_ahead`` built for it (used only for a job of that shape)."""
+    spec, program = ahead
     try:
-        return {"status": "ok", **evaluate(job)}
+        return {"status": "ok", **evaluate(job, program if spec == shape(job) else None)}
     except EvalFailure as failure:
         return {"status": failure.status, "reason": failure.reason}
 
 
 if __name__ == "__main__":
-    serve_job(answer)
+    spec = json.loads(sys.argv[2]) if sys.argv[1:2] == [PRELOAD] else {}
+    if spec:
+        make_undumpable()  # before anything is loaded, as ``serve_job`` does before the job
+    preloaded = (spec, load_ahead(spec) if spec else None)
+    serve_job(lambda job: answer(job, preloaded))
     # the verdict is out (flushed) and nothing else is kept: the interpreter's and CUDA's
     # teardown would only delay the evaluation that waits for this process's exit
     os._exit(0)

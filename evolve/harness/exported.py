@@ -31,6 +31,7 @@ same bytes.
 
 from __future__ import annotations
 
+import io
 import json
 import operator
 import re
@@ -39,6 +40,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+# torch's graph (de)serialisation takes about a second to import: a harness process started
+# ahead (the exporter, the scorer) has it loaded before its job, as it has torch
+from torch._export.serde.serialize import SerializedArtifact, deserialize, serialize
 
 GRAPH_FILE = "graph.json"
 CONSTANTS_FILE = "constants.pt"
@@ -88,8 +93,6 @@ def export_model(
     (tensor constants and non-persistent buffers); raises ExportRejected naming the fix.
     Returns the graph's operator counts.
     """
-    from torch._export.serde.serialize import serialize
-
     tokens = torch.randint(0, vocab, (rows, seq), device=device)
     scored = Scored(model.eval(), vocab, autocast=device.startswith("cuda"))
     try:
@@ -272,13 +275,18 @@ def _draws(node: torch.fx.Node) -> bool:
     return not (isinstance(rate, int | float) and rate == 0)
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    """A checkpoint's tensors, read as plain tensors (no code runs); raises ExportRejected."""
-    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+def load_weights(source: Path | bytes, name: str = "") -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors, read as plain tensors (no code runs) from its file (mapped) or
+    its bytes (``name`` then names it in errors); raises ExportRejected."""
+    if isinstance(source, bytes):
+        state = torch.load(io.BytesIO(source), map_location="cpu", weights_only=True)
+    else:
+        state = torch.load(source, map_location="cpu", weights_only=True, mmap=True)
+        name = Path(source).name
     if not isinstance(state, Mapping) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
-        raise ExportRejected(f"{Path(path).name} must hold a state dict of named tensors")
+        raise ExportRejected(f"{name} must hold a state dict of named tensors")
     return dict(state)
 
 
@@ -293,15 +301,13 @@ class Program:
     """
 
     def __init__(self, directory: Path, *, rows: int, seq: int, vocab: int, device: str) -> None:
-        path = Path(directory) / GRAPH_FILE
-        if not path.is_file() or path.stat().st_size > MAX_GRAPH_BYTES:
-            raise ExportRejected(f"the export wrote no {GRAPH_FILE} (or one over 256 MiB)")
+        self.files = graph_files(directory)  # the bytes it is built from (``built_from``)
         try:
-            document = json.loads(path.read_bytes())
+            document = json.loads(self.files[0])
         except ValueError as exc:
             raise ExportRejected(f"{GRAPH_FILE} is not JSON") from exc
         self.document = screen(document)
-        constants = load_weights(Path(directory) / CONSTANTS_FILE)
+        constants = load_weights(self.files[1], CONSTANTS_FILE)
         self.constants = {k: v.to(device) for k, v in constants.items()}
         self.shape, self.vocab, self.device = (rows, seq), vocab, device
         self._bound: torch.nn.Module | None = None
@@ -328,6 +334,31 @@ class Program:
                     f"the exported graph holds a tensor {name!r} outside the model"
                 )
 
+    def built_from(self, directory: Path) -> bool:
+        """Whether ``directory``'s graph files hold the bytes this program was built from."""
+        try:
+            return graph_files(directory) == self.files
+        except ExportRejected:
+            return False
+
+    def blank(self) -> dict[str, torch.Tensor]:
+        """Zeros for every parameter and persistent buffer, by the model's own names, in the
+        graph's shapes: binds the program before any checkpoint exists (``bind`` casts them)."""
+        graph = self.document["graph_module"]["graph"]
+        specs = self.document["graph_module"]["signature"]["input_specs"]
+        args = {
+            spec[kind][f"{kind}_name"]: spec[kind]["arg"]["name"]
+            for spec in specs
+            for kind in ("parameter", "buffer")
+            if kind in spec
+        }
+        return {
+            name.removeprefix(PREFIX): torch.zeros(
+                [size["as_int"] for size in graph["tensor_values"][args[name]]["sizes"]]
+            )
+            for name in self.parameters + self.buffers
+        }
+
     def bind(self, weights: Mapping[str, torch.Tensor]) -> torch.nn.Module:
         """The graph with every parameter and persistent buffer taken from ``weights`` (a
         checkpoint's state dict, by the model's own names), checked; raises ExportRejected.
@@ -337,8 +368,6 @@ class Program:
         and returns it: the module of an earlier call then holds the new weights."""
         if self._bound is not None:
             return self._rebind(weights)
-        from torch._export.serde.serialize import SerializedArtifact, deserialize
-
         state: dict[str, torch.Tensor] = {}
         for name in self.parameters + self.buffers:
             own = name.removeprefix(PREFIX)
@@ -410,6 +439,17 @@ class Program:
                 f"model(inputs) must return logits of shape (batch, seq, >= {self.vocab}); the "
                 f"export gives {None if value is None else tuple(value.shape)}"
             )
+
+
+def graph_files(directory: Path) -> tuple[bytes, bytes]:
+    """The bytes of ``directory``'s ``GRAPH_FILE`` and ``CONSTANTS_FILE``; raises ExportRejected."""
+    graph = Path(directory) / GRAPH_FILE
+    if not graph.is_file() or graph.stat().st_size > MAX_GRAPH_BYTES:
+        raise ExportRejected(f"the export wrote no {GRAPH_FILE} (or one over 256 MiB)")
+    try:
+        return graph.read_bytes(), (Path(directory) / CONSTANTS_FILE).read_bytes()
+    except OSError as exc:
+        raise ExportRejected(f"the export wrote no {CONSTANTS_FILE}") from exc
 
 
 def _lacks(name: str) -> ExportRejected:

@@ -324,7 +324,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
     )
     assert report.status == "ok", report.message + report.output
     assert report.language == "cuda_cpp" and report.build["cached"] is False
-    assert report.timer in ("cupti", "events") and all(r.kernel_ms > 0 for r in report.rows)
+    # timed by the timer process's clock up to its reads of the outputs (``kernels.timer``)
+    assert report.timer == "host" and all(r.kernel_ms > 0 for r in report.rows)
 
 
 def test_the_stage_command_writes_a_candidate_folder(tmp_path, capsys):

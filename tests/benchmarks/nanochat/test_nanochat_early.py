@@ -48,6 +48,7 @@ def test_on_the_gpu_path_the_seed_is_scored_with_the_graph_exported_while_it_tra
     )
     assert ev.ok, dict(ev.artifacts)
     assert ev.metrics["graph_from_initial"] == 1.0
+    assert ev.metrics["graph_built_ahead"] == 1.0  # by the scorer started with that graph
     assert_adds_up(ev)
 
 
@@ -63,6 +64,7 @@ def test_without_save_initial_or_on_the_cpu_path_the_export_runs_after_the_stop(
     )
     assert ev.ok, dict(ev.artifacts)
     assert ev.metrics["graph_from_initial"] == 0.0
+    assert ev.metrics["graph_built_ahead"] == 0.0
 
 
 CONFIG = dict(
@@ -86,16 +88,26 @@ def save(folder: Path, seed: int, model_py: str | None = None, config: dict | No
     return folder
 
 
-def early_export(fitness, tmp_path: Path, initial: Path, digest: str | None = None) -> EarlyExport:
+def early_export(
+    fitness, tmp_path: Path, initial: Path, digest: str | None = None, evaldir: Path | None = None
+) -> EarlyExport:
     """An EarlyExport of ``initial`` by an exporter started ahead, told the digest (the folder's own
-    unless given) as the training harness's line tells it, its export finished."""
+    unless given) as the training harness's line tells it, its export finished. With
+    ``evaldir``, a scorer is started there with the graph (not closed: the scorer waits);
+    without, none is."""
     ctx, folder = EvalContext(seed=0, scratch=tmp_path), tmp_path / "export"
     folder.mkdir()
     exporter = fitness.start_harness("export", folder, ctx, limit_s=fitness.scale.eval_limit_s)
-    made = EarlyExport(initial, folder, exporter, lambda f, e: fitness.run_export(f, ctx, e))
+    made = EarlyExport(
+        initial,
+        folder,
+        exporter,
+        lambda f, e: fitness.run_export(f, ctx, e),
+        lambda graph: evaldir and fitness.preloaded_scorer(graph, evaldir, ctx, ()),
+    )
     made.heard(json.dumps({INITIAL: {"digest": digest or checkpoint_digest(initial)}}))
     assert made.began
-    made.close()
+    made.join() if evaldir else made.close()
     return made
 
 
@@ -111,6 +123,47 @@ def test_the_early_graph_bound_to_the_final_weights_scores_as_an_export_after_th
     again = save(tmp_path / "final-again", seed=1)
     verdict = fitness.export_and_score(again, tmp_path / "unused", ctx, early=made)
     assert verdict["status"] == "ok" and verdict["graph_from_initial"], verdict
+    assert verdict["val_bpb"] == late["val_bpb"]
+
+
+def test_a_scorer_started_with_the_early_graph_builds_it_ahead_and_scores_as_one_started_late(
+    data_dir, tmp_path
+):
+    fitness = tiny_fitness(data_dir)
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    late = fitness.export_and_score(save(tmp_path / "final", seed=1), tmp_path / "late", ctx)
+    assert late["status"] == "ok" and not late["graph_built_ahead"], late
+    final = save(tmp_path / "final-again", seed=1)
+    made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0), evaldir=final)
+    try:
+        verdict = fitness.export_and_score(final, tmp_path / "unused", ctx, early=made)
+    finally:
+        made.close()
+    assert verdict["status"] == "ok" and verdict["graph_from_initial"], verdict
+    assert verdict["graph_built_ahead"], verdict
+    assert verdict["val_bpb"] == late["val_bpb"]
+
+
+def test_a_scorer_started_with_the_early_graph_never_scores_with_it_once_the_graph_changed(
+    data_dir, tmp_path
+):
+    # the model's code changed after the initial save: the export after the stop writes
+    # another graph where the scorer waits, and the scorer builds that one at its job
+    fitness = tiny_fitness(data_dir)
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    config = {**CONFIG, "n_layer": 1}
+    late = fitness.export_and_score(
+        save(tmp_path / "final", seed=1, config=config), tmp_path / "late", ctx
+    )
+    assert late["status"] == "ok", late
+    final = save(tmp_path / "final-again", seed=1, config=config)
+    made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0), evaldir=final)
+    try:
+        verdict = fitness.export_and_score(final, tmp_path / "unused", ctx, early=made)
+    finally:
+        made.close()
+    assert verdict["status"] == "ok", verdict
+    assert not verdict["graph_from_initial"] and not verdict["graph_built_ahead"], verdict
     assert verdict["val_bpb"] == late["val_bpb"]
 
 

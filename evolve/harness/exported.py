@@ -341,9 +341,8 @@ class Program:
         except ExportRejected:
             return False
 
-    def blank(self) -> dict[str, torch.Tensor]:
-        """Zeros for every parameter and persistent buffer, by the model's own names, in the
-        graph's shapes: binds the program before any checkpoint exists (``bind`` casts them)."""
+    def shapes(self) -> dict[str, list[int]]:
+        """The graph's shape of every parameter and persistent buffer, by the model's own names."""
         graph = self.document["graph_module"]["graph"]
         specs = self.document["graph_module"]["signature"]["input_specs"]
         args = {
@@ -353,11 +352,15 @@ class Program:
             if kind in spec
         }
         return {
-            name.removeprefix(PREFIX): torch.zeros(
-                [size["as_int"] for size in graph["tensor_values"][args[name]]["sizes"]]
-            )
+            name.removeprefix(PREFIX): [
+                size["as_int"] for size in graph["tensor_values"][args[name]]["sizes"]
+            ]
             for name in self.parameters + self.buffers
         }
+
+    def blank(self) -> dict[str, torch.Tensor]:
+        """Zeros in ``shapes``: bind the program before any checkpoint exists (``bind`` casts them)."""
+        return {name: torch.zeros(shape) for name, shape in self.shapes().items()}
 
     def bind(self, weights: Mapping[str, torch.Tensor]) -> torch.nn.Module:
         """The graph with every parameter and persistent buffer taken from ``weights`` (a

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from evolve.benchmarks.nanochat import early as early_module
-from evolve.benchmarks.nanochat import prepare
+from evolve.benchmarks.nanochat import prepare, scorer
 from evolve.benchmarks.nanochat.early import EarlyExport
 from evolve.benchmarks.nanochat.supervisor import INITIAL, checkpoint_digest
 
@@ -165,6 +165,27 @@ def test_a_scorer_started_with_the_early_graph_never_scores_with_it_once_the_gra
     assert verdict["status"] == "ok", verdict
     assert not verdict["graph_from_initial"] and not verdict["graph_built_ahead"], verdict
     assert verdict["val_bpb"] == late["val_bpb"]
+
+
+def test_a_model_too_large_to_hold_beside_the_training_is_not_built_ahead(
+    data_dir, tmp_path, monkeypatch
+):
+    fitness = tiny_fitness(data_dir)
+    final = save(tmp_path / "final", seed=1)
+    exported = fitness.export(final, tmp_path / "export", EvalContext(seed=0, scratch=tmp_path))
+    assert exported["status"] == "ok", exported
+    monkeypatch.chdir(final)
+    spec = fitness.scoring_shape()
+    program = scorer.load_ahead(spec)
+    assert program is not None and program.built_from(final)
+    weights = torch.load(final / "model.pt", weights_only=True)
+    assert program.shapes() == {name: list(t.shape) for name, t in weights.items()}
+    held = 4 * sum(t.numel() for t in weights.values())  # as float32, and the constants
+    held += sum(t.numel() * t.element_size() for t in program.constants.values())
+    monkeypatch.setattr(scorer, "AHEAD_MAX_BYTES", held)
+    assert scorer.load_ahead(spec) is not None
+    monkeypatch.setattr(scorer, "AHEAD_MAX_BYTES", held - 1)
+    assert scorer.load_ahead(spec) is None
 
 
 def test_a_copy_that_is_not_what_the_harness_was_told_exports_nothing_early(data_dir, tmp_path):

@@ -96,12 +96,12 @@ class EarlyExport:
         return exporter
 
     def take_scorer(self) -> Started | None:
-        """The scorer started with the early graph, once, while it waits (else None): at its job
-        it uses the graph it built only if its folder's graph files are still those bytes."""
+        """The scorer started with the early graph, once, unless it has ended (else None): at its
+        job it uses the graph it built only if its folder's graph files are still those bytes."""
         self.join()
         scorer, self.scorer = self.scorer, None
         if scorer is not None and not scorer.alive():
-            scorer.cancel()  # ended before its job (a crash): the fitness uses another
+            scorer.cancel()  # ended before its job (its build failed): the fitness uses another
             return None
         return scorer
 

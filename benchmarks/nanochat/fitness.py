@@ -554,7 +554,7 @@ class NanochatFitness:
         if isinstance(made, Evaluation) or made["status"] != "ok":
             return made
         phases.mark("scoring_start")
-        scorer = early.take_scorer() if early is not None else None
+        scorer = early.take_scorer() if graph is not None else None  # built ahead from this graph
         score = self.score(checkpoint, ctx, scorer or ready.pop("scoring", None))
         if isinstance(score, dict):
             score["graph_from_initial"] = graph is not None

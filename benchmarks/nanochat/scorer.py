@@ -20,7 +20,6 @@ graph files are still those bytes at the job.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import sys
@@ -41,8 +40,8 @@ SPARE_ROWS = 4  # validation rows beyond the scored ones whose tokens make the p
 SHAPE = ("batch_rows", "seq_len", "vocab_size", "device")
 """The job's keys that fix the graph's build (``shape``)."""
 AHEAD_MAX_BYTES = 1 << 30
-"""The most bytes of weights (as float32) and constants a scorer builds ahead: it holds them on
-the device from the early export to the stop, beside the training, whose memory they take."""
+"""The most bytes a scorer builds ahead (``Program.bound_bytes``: weights and constants): it
+holds them on the device from the early export to the stop, beside the training."""
 PRELOAD = "--preload"
 """Given with the JSON of a job's ``shape``: the graph already in the folder is built ahead of
 the job (``load_ahead``), for a scorer started once the early export wrote it."""
@@ -101,28 +100,23 @@ def build(spec: dict) -> Program:
 def load_ahead(spec: dict) -> Program | None:
     """The graph already in this folder built, bound to zeros and run once on random tokens
     before the job (``PRELOAD``): the job's forwards then find the device's context, libraries
-    and kernels ready. No data is seen and nothing is kept but the program. None when that
-    fails, or the model is too large to hold beside the training (``AHEAD_MAX_BYTES``): the job
-    then builds the graph itself, with its checks' messages."""
-    try:
-        program = build(spec)
-        weights = 4 * sum(math.prod(shape) for shape in program.shapes().values())
-        held = weights + sum(t.numel() * t.element_size() for t in program.constants.values())
-        if held > AHEAD_MAX_BYTES:
-            print(f"scorer: nothing loaded ahead: {held:,} bytes of weights and constants "
-                  "would sit beside the training", file=sys.stderr)  # fmt: skip
-            return None
-        model = program.bind(program.blank())
-        rows, seq, vocab, device = (spec[key] for key in SHAPE)
-        with torch.inference_mode():
-            tokens = torch.randint(0, vocab, (rows, seq + 1), device=device)
-            logits = model(tokens[:, :-1])
-            ones = torch.ones(vocab, dtype=torch.int64, device=device)
-            batch_sums(logits, tokens[:, 1:], ones)
-        return program
-    except Exception as exc:  # noqa: BLE001 - any failure only means no head start
-        print(f"scorer: nothing loaded ahead: {type(exc).__name__}: {exc}", file=sys.stderr)
+    and kernels ready. No data is seen and nothing is kept but the program. None, with nothing
+    put on the device, when the bound program would hold more than ``AHEAD_MAX_BYTES`` there
+    beside the training; raises what the build or the forward raised (the caller then ends this
+    process: a forward that failed on the device may leave it unusable for the job)."""
+    program = build(spec)
+    if program.bound_bytes() > AHEAD_MAX_BYTES:
+        print(f"scorer: nothing loaded ahead: the bound model would hold {program.bound_bytes():,} "
+              "bytes beside the training", file=sys.stderr)  # fmt: skip
         return None
+    model = program.bind(program.blank())
+    rows, seq, vocab, device = (spec[key] for key in SHAPE)
+    with torch.inference_mode():
+        tokens = torch.randint(0, vocab, (rows, seq + 1), device=device)
+        logits = model(tokens[:, :-1])
+        ones = torch.ones(vocab, dtype=torch.int64, device=device)
+        batch_sums(logits, tokens[:, 1:], ones)
+    return program
 
 
 def load_model(job: dict, program: Program | None = None) -> tuple[torch.nn.Module, int]:
@@ -211,11 +205,16 @@ def answer(job: dict, ahead: tuple[dict, Program | None] = ({}, None)) -> dict:
 
 if __name__ == "__main__":
     spec = json.loads(sys.argv[2]) if sys.argv[1:2] == [PRELOAD] else {}
+    preloaded: tuple[dict, Program | None] = ({}, None)
     if spec:
         make_undumpable()  # before anything is loaded, as ``serve_job`` does before the job
-    preloaded = (spec, load_ahead(spec) if spec else None)
-    if spec and spec["device"].startswith("cuda"):  # all but the program goes back to the
-        torch.cuda.empty_cache()  # training beside it: the forward's memory, a build let go
+        try:
+            preloaded = (spec, load_ahead(spec))
+        except Exception as exc:  # noqa: BLE001 - ended unused: the fitness scores with another
+            print(f"scorer: loading ahead failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            os._exit(1)
+        if spec["device"].startswith("cuda"):  # the forward's memory goes back to the training
+            torch.cuda.empty_cache()
     serve_job(lambda job: answer(job, preloaded))
     # the verdict is out (flushed) and nothing else is kept: the interpreter's and CUDA's
     # teardown would only delay the evaluation that waits for this process's exit

@@ -31,8 +31,10 @@ same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import math
 import operator
 import re
 from collections.abc import Mapping
@@ -43,7 +45,12 @@ from torch import nn
 
 # torch's graph (de)serialisation takes about a second to import: a harness process started
 # ahead (the exporter, the scorer) has it loaded before its job, as it has torch
-from torch._export.serde.serialize import SerializedArtifact, deserialize, serialize
+from torch._export.serde.serialize import (
+    _SERIALIZE_TO_TORCH_DTYPE,
+    SerializedArtifact,
+    deserialize,
+    serialize,
+)
 
 GRAPH_FILE = "graph.json"
 CONSTANTS_FILE = "constants.pt"
@@ -301,14 +308,14 @@ class Program:
     """
 
     def __init__(self, directory: Path, *, rows: int, seq: int, vocab: int, device: str) -> None:
-        self.files = graph_files(directory)  # the bytes it is built from (``built_from``)
+        graph, constants = graph_files(directory)
+        self.digests = digests(graph, constants)  # of the bytes it is built from (``built_from``)
         try:
-            document = json.loads(self.files[0])
+            document = json.loads(graph)
         except ValueError as exc:
             raise ExportRejected(f"{GRAPH_FILE} is not JSON") from exc
         self.document = screen(document)
-        constants = load_weights(self.files[1], CONSTANTS_FILE)
-        self.constants = {k: v.to(device) for k, v in constants.items()}
+        self.constants = load_weights(constants, CONSTANTS_FILE)  # on the device once bound
         self.shape, self.vocab, self.device = (rows, seq), vocab, device
         self._bound: torch.nn.Module | None = None
         specs = self.document["graph_module"]["signature"]["input_specs"]
@@ -337,12 +344,12 @@ class Program:
     def built_from(self, directory: Path) -> bool:
         """Whether ``directory``'s graph files hold the bytes this program was built from."""
         try:
-            return graph_files(directory) == self.files
+            return digests(*graph_files(directory)) == self.digests
         except ExportRejected:
             return False
 
-    def shapes(self) -> dict[str, list[int]]:
-        """The graph's shape of every parameter and persistent buffer, by the model's own names."""
+    def _metas(self) -> dict[str, dict]:
+        """The graph's record of every parameter and persistent buffer, by the model's own names."""
         graph = self.document["graph_module"]["graph"]
         specs = self.document["graph_module"]["signature"]["input_specs"]
         args = {
@@ -352,11 +359,24 @@ class Program:
             if kind in spec
         }
         return {
-            name.removeprefix(PREFIX): [
-                size["as_int"] for size in graph["tensor_values"][args[name]]["sizes"]
-            ]
+            name.removeprefix(PREFIX): graph["tensor_values"][args[name]]
             for name in self.parameters + self.buffers
         }
+
+    def shapes(self) -> dict[str, list[int]]:
+        """The graph's shape of every parameter and persistent buffer, by the model's own names."""
+        return {
+            name: [size["as_int"] for size in meta["sizes"]] for name, meta in self._metas().items()
+        }
+
+    def bound_bytes(self) -> int:
+        """What the program holds on its device once bound: every parameter and persistent buffer
+        in the graph's dtype, and the constants."""
+        shapes = self.shapes()
+        held = sum(t.numel() * t.element_size() for t in self.constants.values())
+        for name, meta in self._metas().items():
+            held += math.prod(shapes[name]) * _SERIALIZE_TO_TORCH_DTYPE[meta["dtype"]].itemsize
+        return held
 
     def blank(self) -> dict[str, torch.Tensor]:
         """Zeros in ``shapes``: bind the program before any checkpoint exists (``bind`` casts them)."""
@@ -381,7 +401,10 @@ class Program:
                 nn.Parameter(tensor, requires_grad=False) if name in self.parameters else tensor
             )
         artifact = SerializedArtifact(
-            json.dumps(self.document).encode(), state, dict(self.constants), None
+            json.dumps(self.document).encode(),
+            state,
+            {name: tensor.to(self.device) for name, tensor in self.constants.items()},
+            None,
         )
         try:
             program = deserialize(artifact)
@@ -453,6 +476,11 @@ def graph_files(directory: Path) -> tuple[bytes, bytes]:
         return graph.read_bytes(), (Path(directory) / CONSTANTS_FILE).read_bytes()
     except OSError as exc:
         raise ExportRejected(f"the export wrote no {CONSTANTS_FILE}") from exc
+
+
+def digests(*files: bytes) -> tuple[str, ...]:
+    """SHA-256 of each of ``files``' bytes."""
+    return tuple(hashlib.sha256(data).hexdigest() for data in files)
 
 
 def _lacks(name: str) -> ExportRejected:

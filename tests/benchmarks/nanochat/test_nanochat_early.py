@@ -180,12 +180,33 @@ def test_a_model_too_large_to_hold_beside_the_training_is_not_built_ahead(
     assert program is not None and program.built_from(final)
     weights = torch.load(final / "model.pt", weights_only=True)
     assert program.shapes() == {name: list(t.shape) for name, t in weights.items()}
-    held = 4 * sum(t.numel() for t in weights.values())  # as float32, and the constants
+    held = sum(t.numel() * t.element_size() for t in weights.values())  # float32, as the graph's
     held += sum(t.numel() * t.element_size() for t in program.constants.values())
+    assert program.bound_bytes() == held
     monkeypatch.setattr(scorer, "AHEAD_MAX_BYTES", held)
     assert scorer.load_ahead(spec) is not None
     monkeypatch.setattr(scorer, "AHEAD_MAX_BYTES", held - 1)
     assert scorer.load_ahead(spec) is None
+    with (final / "graph.json").open("ab") as graph:  # the same graph, other bytes
+        graph.write(b" ")
+    assert not program.built_from(final)
+
+
+def test_a_scorer_whose_build_ahead_fails_ends_before_its_job(data_dir, tmp_path):
+    # a failed forward may leave a GPU unusable: the scorer ends, and the fitness, finding it
+    # ended, gives the job to the scorer started with the evaluation
+    fitness = tiny_fitness(data_dir)
+    graph, evaldir = tmp_path / "graph", tmp_path / "eval"
+    graph.mkdir()
+    evaldir.mkdir()
+    (graph / "graph.json").write_text('{"graph_module": "not a graph"}')
+    torch.save({}, graph / "constants.pt")
+    started = fitness.preloaded_scorer(graph, evaldir, EvalContext(seed=0, scratch=tmp_path), ())
+    try:
+        assert started.proc.wait(timeout=120) == 1
+        assert not started.alive()
+    finally:
+        started.cancel()
 
 
 def test_a_copy_that_is_not_what_the_harness_was_told_exports_nothing_early(data_dir, tmp_path):

@@ -105,9 +105,10 @@ def load_ahead(spec: dict) -> Program | None:
     beside the training; raises what the build or the forward raised (the caller then ends this
     process: a forward that failed on the device may leave it unusable for the job)."""
     program = build(spec)
-    if program.bound_bytes() > AHEAD_MAX_BYTES:
-        print(f"scorer: nothing loaded ahead: the bound model would hold {program.bound_bytes():,} "
-              "bytes beside the training", file=sys.stderr)  # fmt: skip
+    held = program.bound_bytes()
+    if held > AHEAD_MAX_BYTES:
+        print(f"scorer: nothing loaded ahead: the bound model would hold {held:,} bytes beside "
+              "the training", file=sys.stderr)  # fmt: skip
         return None
     model = program.bind(program.blank())
     rows, seq, vocab, device = (spec[key] for key in SHAPE)

@@ -372,10 +372,10 @@ class Program:
     def bound_bytes(self) -> int:
         """What the program holds on its device once bound: every parameter and persistent buffer
         in the graph's dtype, and the constants."""
-        shapes = self.shapes()
         held = sum(t.numel() * t.element_size() for t in self.constants.values())
-        for name, meta in self._metas().items():
-            held += math.prod(shapes[name]) * _SERIALIZE_TO_TORCH_DTYPE[meta["dtype"]].itemsize
+        for meta in self._metas().values():
+            elements = math.prod(size["as_int"] for size in meta["sizes"])
+            held += elements * _SERIALIZE_TO_TORCH_DTYPE[meta["dtype"]].itemsize
         return held
 
     def blank(self) -> dict[str, torch.Tensor]:

@@ -96,13 +96,11 @@ class EarlyExport:
         return exporter
 
     def take_scorer(self) -> Started | None:
-        """The scorer started with the early graph, once, unless it has ended (else None): at its
-        job it uses the graph it built only if its folder's graph files are still those bytes."""
+        """The scorer started with the early graph, once (else None): at its job it uses the graph
+        it built only if its folder's graph files are still those bytes. Its build may still be
+        running, and may fail (``scorer.AHEAD_FAILED``: the fitness then scores with another)."""
         self.join()
         scorer, self.scorer = self.scorer, None
-        if scorer is not None and not scorer.alive():
-            scorer.cancel()  # ended before its job (its build failed): the fitness uses another
-            return None
         return scorer
 
     def join(self) -> None:

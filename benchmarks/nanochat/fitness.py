@@ -32,7 +32,7 @@ from evolve.types import Descriptor, Direction, EvalStatus, Evaluation, EvolveEr
 from . import ahead, prepare, scales, stages, supervisor
 from .early import EarlyExport
 from .packing import pack_rows
-from .scorer import PRELOAD, SPARE_ROWS, eval_rows
+from .scorer import AHEAD_FAILED, PRELOAD, SPARE_ROWS, eval_rows
 from .supervisor import checkpoint_digest, checkpoint_files, is_checkpoint_name
 from .tokens import Split
 
@@ -556,6 +556,8 @@ class NanochatFitness:
         phases.mark("scoring_start")
         scorer = early.take_scorer() if graph is not None else None  # built ahead from this graph
         score = self.score(checkpoint, ctx, scorer or ready.pop("scoring", None))
+        if scorer is not None and scorer.proc.returncode == AHEAD_FAILED:  # ended before its job
+            score = self.score(checkpoint, ctx, ready.pop("scoring", None))
         if isinstance(score, dict):
             score["graph_from_initial"] = graph is not None
         return score

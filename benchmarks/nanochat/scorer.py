@@ -42,6 +42,9 @@ SHAPE = ("batch_rows", "seq_len", "vocab_size", "device")
 AHEAD_MAX_BYTES = 1 << 30
 """The most bytes a scorer builds ahead (``Program.bound_bytes``: weights and constants): it
 holds them on the device from the early export to the stop, beside the training."""
+AHEAD_FAILED = 3
+"""The exit status of a scorer whose build ahead failed, before it read its job: the fitness
+then scores with the scorer started with the evaluation."""
 PRELOAD = "--preload"
 """Given with the JSON of a job's ``shape``: the graph already in the folder is built ahead of
 the job (``load_ahead``), for a scorer started once the early export wrote it."""
@@ -213,7 +216,7 @@ if __name__ == "__main__":
             preloaded = (spec, load_ahead(spec))
         except Exception as exc:  # noqa: BLE001 - ended unused: the fitness scores with another
             print(f"scorer: loading ahead failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            os._exit(1)
+            os._exit(AHEAD_FAILED)
         if spec["device"].startswith("cuda"):  # the forward's memory goes back to the training
             torch.cuda.empty_cache()
     serve_job(lambda job: answer(job, preloaded))

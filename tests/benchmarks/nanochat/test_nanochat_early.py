@@ -192,21 +192,52 @@ def test_a_model_too_large_to_hold_beside_the_training_is_not_built_ahead(
     assert not program.built_from(final)
 
 
-def test_a_scorer_whose_build_ahead_fails_ends_before_its_job(data_dir, tmp_path):
-    # a failed forward may leave a GPU unusable: the scorer ends, and the fitness, finding it
-    # ended, gives the job to the scorer started with the evaluation
-    fitness = tiny_fitness(data_dir)
-    graph, evaldir = tmp_path / "graph", tmp_path / "eval"
+def failing_ahead(fitness, tmp_path: Path, evaldir: Path):
+    """A scorer started in ``evaldir`` with a graph that fails to build, once it has ended by
+    itself (neither finished nor cancelled: a job can still be sent to it)."""
+    graph = tmp_path / "broken-graph"
     graph.mkdir()
-    evaldir.mkdir()
     (graph / "graph.json").write_text('{"graph_module": "not a graph"}')
     torch.save({}, graph / "constants.pt")
     started = fitness.preloaded_scorer(graph, evaldir, EvalContext(seed=0, scratch=tmp_path), ())
     try:
-        assert started.proc.wait(timeout=120) == 1
-        assert not started.alive()
-    finally:
+        assert started.proc.wait(timeout=120) == scorer.AHEAD_FAILED
+    except BaseException:
         started.cancel()
+        raise
+    return started
+
+
+def test_a_scorer_whose_build_ahead_fails_ends_before_its_job(data_dir, tmp_path):
+    # a failed forward may leave a GPU unusable: the scorer ends before it reads a job
+    evaldir = tmp_path / "eval"
+    evaldir.mkdir()
+    started = failing_ahead(tiny_fitness(data_dir), tmp_path, evaldir)
+    assert not started.alive()
+    started.cancel()
+
+
+def test_a_job_sent_to_a_scorer_whose_build_ahead_failed_is_scored_by_another(data_dir, tmp_path):
+    # the stop can come while the build ahead still runs: the fitness takes that scorer and
+    # sends it the job; if the build then fails, the scorer started with the evaluation scores
+    fitness = tiny_fitness(data_dir)
+    ctx = EvalContext(seed=0, scratch=tmp_path)
+    late = fitness.export_and_score(save(tmp_path / "final", seed=1), tmp_path / "late", ctx)
+    assert late["status"] == "ok", late
+    final = save(tmp_path / "final-again", seed=1)
+    made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0), evaldir=final)
+    made.scorer.cancel()
+    made.scorer = failing_ahead(fitness, tmp_path, final)  # as if taken just before it failed
+    ready = {"scoring": fitness.start_harness("scoring", final, ctx, limit_s=600)}
+    try:
+        verdict = fitness.export_and_score(final, tmp_path / "unused", ctx, ready, made)
+    finally:
+        made.close()
+    assert isinstance(verdict, dict), verdict.artifacts  # not the failed scorer's error
+    assert verdict["status"] == "ok" and verdict["graph_from_initial"], verdict
+    assert not verdict["graph_built_ahead"], verdict
+    assert verdict["val_bpb"] == late["val_bpb"]
+    assert "scoring" not in ready  # the scorer started with the evaluation gave the verdict
 
 
 def test_a_copy_that_is_not_what_the_harness_was_told_exports_nothing_early(data_dir, tmp_path):

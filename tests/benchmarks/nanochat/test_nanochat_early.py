@@ -194,7 +194,8 @@ def test_a_model_too_large_to_hold_beside_the_training_is_not_built_ahead(
 
 def failing_ahead(fitness, tmp_path: Path, evaldir: Path):
     """A scorer started in ``evaldir`` with a graph that fails to build, once it has ended by
-    itself (neither finished nor cancelled: a job can still be sent to it)."""
+    itself before reading a job (a failed forward may leave a GPU unusable), with its own exit
+    status; neither finished nor cancelled: a job can still be sent to it."""
     graph = tmp_path / "broken-graph"
     graph.mkdir()
     (graph / "graph.json").write_text('{"graph_module": "not a graph"}')
@@ -208,15 +209,6 @@ def failing_ahead(fitness, tmp_path: Path, evaldir: Path):
     return started
 
 
-def test_a_scorer_whose_build_ahead_fails_ends_before_its_job(data_dir, tmp_path):
-    # a failed forward may leave a GPU unusable: the scorer ends before it reads a job
-    evaldir = tmp_path / "eval"
-    evaldir.mkdir()
-    started = failing_ahead(tiny_fitness(data_dir), tmp_path, evaldir)
-    assert not started.alive()
-    started.cancel()
-
-
 def test_a_job_sent_to_a_scorer_whose_build_ahead_failed_is_scored_by_another(data_dir, tmp_path):
     # the stop can come while the build ahead still runs: the fitness takes that scorer and
     # sends it the job; if the build then fails, the scorer started with the evaluation scores
@@ -228,6 +220,7 @@ def test_a_job_sent_to_a_scorer_whose_build_ahead_failed_is_scored_by_another(da
     made = early_export(fitness, tmp_path, save(tmp_path / "initial", seed=0), evaldir=final)
     made.scorer.cancel()
     made.scorer = failing_ahead(fitness, tmp_path, final)  # as if taken just before it failed
+    assert not made.scorer.alive()
     ready = {"scoring": fitness.start_harness("scoring", final, ctx, limit_s=600)}
     try:
         verdict = fitness.export_and_score(final, tmp_path / "unused", ctx, ready, made)

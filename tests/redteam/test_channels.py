@@ -461,11 +461,11 @@ def test_no_call_steers_which_pages_are_cached(tmp_path: Path, sender: str) -> N
     """Evicting chosen pages of a cached file, or loading them without reading, is refused:
     the file's residency after A is what it was before."""
     needs("page_cache")
-    path = page_cache_file(tmp_path)
-    before = "1" * 16 if sender.startswith("evict") else "0" * 16
+    path, evicts = page_cache_file(tmp_path), sender.startswith("evict")
+    before = ("1" if evicts else "0") * 16
 
     def attempt(token: str) -> bool:
-        if sender.startswith("evict"):
+        if evicts:
             path.read_bytes()  # every page cached; A would evict those of its zeros
         else:
             uncached(path)  # no page cached; A would load those of its ones

@@ -1,15 +1,20 @@
-"""What the benchmarks' GPU measurement scripts share: their options, output folder and merged calls.
+"""What the benchmarks' GPU measurement scripts share: options, output folder, merged calls, references.
 
 A measurement's seeds may run over several calls on machines of fewer GPUs (``--seeds``);
-``--merge`` then combines the calls' result files into one measurement.
+``--merge`` then combines the calls' result files into one measurement. A figure is judged
+only against the reference of the card it was measured on (``references.json`` beside this
+file, written by ``scripts/derive_reference.py --write``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+
+REFERENCES = Path(__file__).with_name("references.json")
 
 
 def seed_list(text: str) -> list[int]:
@@ -63,3 +68,34 @@ def merged_runs(groups: Iterable[list[dict]]) -> list[dict]:
     if len({run["seed"] for run in runs}) != len(runs):
         raise SystemExit("--merge: a seed appears twice")
     return runs
+
+
+def card_name() -> str:
+    """The card this process's first visible GPU is, as torch names it ("cpu" without one)."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+
+
+def judged(benchmark: str, card: str, value: float, *, path: Path = REFERENCES) -> str:
+    """One line that sets ``value`` against ``benchmark``'s reference on ``card``, or says that
+    there is none for that card (a reference measured on another card says nothing of this one).
+
+    ``benchmark`` is a key of the references file: ``nanochat`` (val_bpb at 300 s) or
+    ``speedrun_1gpu`` (validation loss at 820 steps).
+    """
+    stored = json.loads(path.read_text()).get(benchmark, {}) if path.is_file() else {}
+    reference = stored.get(card)
+    if reference is None:
+        others = ", ".join(sorted(stored)) or "none"
+        return (
+            f"no {benchmark} reference for {card} (references exist for: {others}); "
+            "this figure cannot be judged against a reference yet"
+        )
+    sd = reference.get("sd")
+    distance = f", {(value - reference['mean']) / sd:+.1f} sd" if sd else ""
+    return (
+        f"{value:.4f} against the {card} reference {reference['mean']:.4f} "
+        f"(sd {sd if sd is not None else 'unknown'}, {reference['runs']} runs over "
+        f"{len(reference['days'])} days){distance}"
+    )

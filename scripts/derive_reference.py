@@ -4,7 +4,8 @@ Reads the JSON results that ``gpu_run`` and ``scripts/gpu_campaign.py`` write (a
 a campaign part's JSON holds its commands' results), keeps the runs of one configuration
 (nanochat: the seed at a ``--budget`` of 300 s, its val_bpb; speedrun: the one-GPU seed at
 ``--steps`` 820, its validation loss), and groups them by the number of training shards
-(runs on other data are not the same reference) and by day. For each group it prints:
+(runs on other data are not the same reference), by the card they ran on (its name as torch
+reports it: a reference on one card says nothing of another) and by day. For each group it prints:
 
 - the mean, the seed-to-seed spread (the sd within a day, pooled), the day-to-day spread (the
   sd of the day means less what the seeds' spread explains) and the two combined;
@@ -19,6 +20,12 @@ a campaign part's JSON holds its commands' results), keeps the runs of one confi
 
     python scripts/derive_reference.py speedrun benchmarks/speedrun/results
     python scripts/derive_reference.py nanochat benchmarks/nanochat/results campaign-out/*.json
+    python scripts/derive_reference.py nanochat benchmarks/nanochat/results --write benchmarks/references.json
+
+``--write`` stores each card's reference (of the largest data group) in the references file
+that ``gpu_run`` and the campaign judge their figures by (``benchmarks.gpu_script.judged``).
+Runs that recorded no card and ran before 2026-12-05 are the H200's: every GPU run stored
+until then was made on one (the lent machine was an H200 throughout).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from evolve.benchmarks.speedrun.fitness import decide
 from scipy import optimize, stats
 
 DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+H200_ONLY_UNTIL = "2026-12-05"  # every stored GPU run before this day ran on an H200
+REFERENCE_KEYS = {"nanochat": "nanochat", "speedrun": "speedrun_1gpu"}  # benchmark -> its config
 
 
 @dataclass(frozen=True)
@@ -50,28 +59,42 @@ class Run:
     time_s: float  # nanochat: steps; speedrun: training seconds (its fitness)
     day: str
     shards: int | None
+    card: str
 
 
 def _shards(sources: object) -> int | None:
     return len(sources) if isinstance(sources, list) and sources else None
 
 
-def runs_in(doc: object, benchmark: str, day: str, setting: float) -> Iterator[Run]:
+def card_of(doc: dict, inherited: str | None) -> str | None:
+    """The card a result document names (``device``, or a campaign's ``gpu``: "NAME, driver"),
+    else the one of the document holding it."""
+    named = doc.get("device") or doc.get("gpu")
+    if isinstance(named, str) and named.startswith("NVIDIA"):
+        return named.split(",")[0].strip()
+    return inherited
+
+
+def runs_in(
+    doc: object, benchmark: str, day: str, setting: float, card: str | None = None
+) -> Iterator[Run]:
     """The runs of ``benchmark`` at ``setting`` (budget s or steps) anywhere in ``doc``."""
     if isinstance(doc, list):
         for item in doc:
-            yield from runs_in(item, benchmark, day, setting)
+            yield from runs_in(item, benchmark, day, setting, card)
         return
     if not isinstance(doc, dict):
         return
     day = DATE.match(str(doc.get("date", ""))).group(0) if DATE.match(str(doc.get("date", ""))) else day  # fmt: skip
+    card = card_of(doc, card)
+    ran_on = card or ("NVIDIA H200" if day < H200_ONLY_UNTIL else "unrecorded card")
     if benchmark == "nanochat" and isinstance(doc.get("summary"), dict) and "val_bpb_mean" in doc["summary"]:  # fmt: skip
         summary = doc["summary"]
         if summary.get("budget_s") == setting and summary.get("device", "cpu") != "cpu":
             for run in doc.get("runs", []):
                 if run.get("status") == "ok" and run.get("val_bpb") is not None:
                     steps = float(run.get("metrics", {}).get("steps", math.nan))
-                    yield Run(int(run["seed"]), float(run["val_bpb"]), steps, day, summary.get("train_shards"))  # fmt: skip
+                    yield Run(int(run["seed"]), float(run["val_bpb"]), steps, day, summary.get("train_shards"), ran_on)  # fmt: skip
         return
     if benchmark == "speedrun" and isinstance(doc.get("seeds"), dict) and "args" in doc:
         cpu = str(doc["args"].get("cpu")) == "True"
@@ -79,10 +102,10 @@ def runs_in(doc: object, benchmark: str, day: str, setting: float) -> Iterator[R
         if doc["seeds"].get("steps") == setting and not cpu:
             for run in doc["seeds"].get("runs", []):
                 if run.get("status") == "ok" and run.get("loss") is not None:
-                    yield Run(int(run["seed"]), float(run["loss"]), float(run["train_s"]), day, shards)  # fmt: skip
+                    yield Run(int(run["seed"]), float(run["loss"]), float(run["train_s"]), day, shards, ran_on)  # fmt: skip
         return
     for value in doc.values():
-        yield from runs_in(value, benchmark, day, setting)
+        yield from runs_in(value, benchmark, day, setting, card)
 
 
 def load(
@@ -100,7 +123,7 @@ def load(
         except (OSError, ValueError):
             continue
         for run in runs_in(doc, benchmark, folder_day, setting):
-            found.setdefault((run.seed, round(run.value, 9), run.day), run)
+            found.setdefault((run.seed, round(run.value, 9), run.day, run.card), run)
     return sorted(found.values(), key=lambda r: (r.day, r.seed))
 
 
@@ -181,16 +204,46 @@ def resampled_target(values: list[float], n: int, alpha: float, power: float) ->
     return None
 
 
+def groups(runs: list[Run]) -> dict[tuple[str, int | None], list[Run]]:
+    """The runs by card and data (number of training shards), the most shards first."""
+    grouped = defaultdict(list)
+    for run in runs:
+        grouped[run.card, run.shards].append(run)
+    return dict(sorted(grouped.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 0))))
+
+
+def references(runs: list[Run], setting: float) -> dict[str, dict]:
+    """Each card's reference: the spreads of its largest data group, with what they rest on."""
+    found: dict[str, dict] = {}
+    for (card, shards), group in groups(runs).items():
+        if card in found:
+            continue  # a smaller data group of a card already stored
+        by_day = per_day(group, "value")
+        found[card] = {
+            **{k: round(v, 4) for k, v in spreads(by_day).items() if not math.isnan(v)},
+            "runs": len(group),
+            "days": sorted(by_day),
+            "train_shards": shards,
+            "setting": setting,
+        }
+    return found
+
+
+def write_references(path: Path, benchmark: str, found: dict[str, dict]) -> None:
+    """Store ``found`` under ``benchmark`` in the references file, keeping the other entries."""
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    stored.setdefault(benchmark, {}).update(found)
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
+
+
 def report(runs: list[Run], benchmark: str, n: int, alpha: float, power: float) -> list[str]:
     """The reference of each data group, as lines."""
-    lines, groups = [], defaultdict(list)
-    for run in runs:
-        groups[run.shards].append(run)
-    for shards, group in sorted(groups.items(), key=lambda kv: -(kv[0] or 0)):
+    lines = []
+    for (card, shards), group in groups(runs).items():
         by_day, times = per_day(group, "value"), per_day(group, "time_s")
         s = spreads(by_day)
         name = "val_bpb" if benchmark == "nanochat" else "loss"
-        lines.append(f"== {benchmark}, {shards or '?'} training shards: {len(group)} runs over {len(by_day)} days ==")  # fmt: skip
+        lines.append(f"== {benchmark} on {card}, {shards or '?'} training shards: {len(group)} runs over {len(by_day)} days ==")  # fmt: skip
         for day in by_day:
             seeds = ", ".join(f"{r.seed}: {r.value:.4f}" for r in group if r.day == day)
             lines.append(f"  {day}: {seeds}")
@@ -229,10 +282,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", action="append", default=[], help="leave out files whose path contains this (a broken run)")  # fmt: skip
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--power", type=float, default=0.99)
+    parser.add_argument("--write", type=Path, metavar="JSON", help="store each card's reference in this file (benchmarks/references.json)")  # fmt: skip
     args = parser.parse_args(argv)
     setting = args.setting or (300.0 if args.benchmark == "nanochat" else 820.0)
     runs = load(args.paths, args.benchmark, setting, tuple(args.exclude))
     print("\n".join(report(runs, args.benchmark, args.n_seeds, args.alpha, args.power)))
+    if args.write and runs:
+        found = references(runs, setting)
+        command = " ".join(["python scripts/derive_reference.py", *(argv if argv is not None else sys.argv[1:])])  # fmt: skip
+        for entry in found.values():
+            entry["derived_by"] = command
+        write_references(args.write, REFERENCE_KEYS[args.benchmark], found)
+        print(f"references written to {args.write}")
     return 0 if runs else 1
 
 

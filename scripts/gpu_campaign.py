@@ -49,6 +49,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 PART_LIMIT_S = 9 * 60
+# Every variable a part's commands read, set here whatever the machine's image sets: the device
+# image sets TIKTOKEN_CACHE_DIR to a folder of its own, which once made speedrun train another
+# tokenizer without a word (issue 48). UNSET: variables that would send a command to other data.
+CAMPAIGN_ENV = {
+    "TIKTOKEN_CACHE_DIR": str(REPO / "data" / "tiktoken"),
+    "PYTHONUNBUFFERED": "1",
+}
+UNSET = (
+    "DATA_GYM_CACHE_DIR",
+    "EVOLVE_DATA_DIR",
+    "EVOLVE_SPEEDRUN_DATA",
+    "EVOLVE_SPEEDRUN_1GPU_DATA",
+    "EVOLVE_KERNELS_BUILD_CACHE",
+    "EVOLVE_SAMPLE",
+    "XDG_CACHE_HOME",
+)
 
 
 @dataclass(frozen=True)
@@ -312,12 +328,11 @@ def start(command: tuple[str, ...], scratch: Path, log) -> Running:
     """Start one command with $OUT set to its own scratch folder (its scripts write there)."""
     scratch.mkdir(parents=True, exist_ok=True)
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in UNSET},
+        **CAMPAIGN_ENV,
         "OUT": str(scratch),
         "CAMPAIGN_OUT": str(out_dir()),
-        "PYTHONUNBUFFERED": "1",
     }
-    env.setdefault("TIKTOKEN_CACHE_DIR", str(REPO / "data" / "tiktoken"))
     log.write(f"\n$ {' '.join(command)}\n")
     log.flush()
     proc = subprocess.Popen(

@@ -99,6 +99,19 @@ def test_a_commands_lines_reach_the_log_while_it_runs_and_a_cut_command_keeps_th
     assert record["timed_out"] and record["tail"] == ["first test passed"]
 
 
+def test_a_command_sees_the_campaigns_variables_whatever_the_machine_set(tmp_path, monkeypatch):
+    """The device image sets TIKTOKEN_CACHE_DIR to its own folder: the campaign's value wins,
+    and variables that would point a command at other data are not passed on (issue 48)."""
+    module = campaign()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "/image/tiktoken")
+    monkeypatch.setenv("EVOLVE_SPEEDRUN_1GPU_DATA", "/elsewhere")
+    show = "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('TIKTOKEN_CACHE_DIR', 'EVOLVE_SPEEDRUN_1GPU_DATA')}))"  # fmt: skip
+    with (tmp_path / "part.log").open("w") as log:
+        record = module.finish(module.start((sys.executable, "-c", show), tmp_path / "s", log), deadline=time.monotonic() + 60)  # fmt: skip
+    seen = json.loads(record["tail"][-1])
+    assert seen == {"TIKTOKEN_CACHE_DIR": str(REPO / "data" / "tiktoken"), "EVOLVE_SPEEDRUN_1GPU_DATA": None}  # fmt: skip
+
+
 def test_a_part_reports_its_commands_json_and_brings_back_their_text_logs(tmp_path, monkeypatch):
     module = campaign()
     out = tmp_path / "out"

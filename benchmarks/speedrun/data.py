@@ -24,6 +24,10 @@ STDLIB_CACHE = (
 )
 
 
+class TokenizerMismatch(ValueError):
+    """Shards made with another tokenizer than the one a configuration's target was set on."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataSpec:
     """Shards for training and validation.
@@ -33,11 +37,16 @@ class DataSpec:
             sources, tokenized into a cache folder on first use (works on any machine).
         train_glob: pattern of the training shards inside ``data_dir``.
         val_glob: pattern of the validation shards (read in sorted order).
+        tokenizer: the tokenizer the configuration's target was set on (``gpt2`` or ``bpe``);
+            shards that ``prepare_text`` made with another one are refused, not used. None
+            checks nothing (shards without a ``prepared.json``, such as FineWeb's, are
+            GPT-2's by their format's definition).
     """
 
     data_dir: str
     train_glob: str = "*_train_*.bin"
     val_glob: str = "*_val_*.bin"
+    tokenizer: str | None = None
 
     def folder(self) -> Path:
         """The shard folder, preparing the stdlib corpus if asked for and missing."""
@@ -50,7 +59,22 @@ class DataSpec:
                 "`python -m evolve.benchmarks.speedrun.download --out DIR` or tokenize text with "
                 "`python -m evolve.benchmarks.speedrun.prepare_text`, then set data_dir"
             )
+        self._check_tokenizer(folder)
         return folder
+
+    def _check_tokenizer(self, folder: Path) -> None:
+        """Refuse shards tokenized otherwise than the target assumes (a loss on other tokens)."""
+        summary = folder / "prepared.json"
+        if self.tokenizer is None or not summary.is_file():
+            return
+        made_with = json.loads(summary.read_text()).get("tokenizer")
+        if made_with != self.tokenizer:
+            raise TokenizerMismatch(
+                f"speedrun shards in {folder} were tokenized with {made_with!r} ({summary}), but "
+                f"this configuration's target is a loss on {self.tokenizer!r} tokens; tokenize the "
+                f"text again with `python -m evolve.benchmarks.speedrun.prepare_text --tokenizer "
+                f"{self.tokenizer} ...`, or set fitness.tokenizer={made_with} and a target of its own"
+            )
 
     def train_files(self) -> list[Path]:
         """The training shards, sorted; each is checked to be a valid shard."""

@@ -60,6 +60,8 @@ class SpeedrunFitness:
         target: validation cross-entropy (nats per token) to beat.
         data_dir: shard folder, or ``stdlib`` (Python's sources, prepared on first use).
         train_glob / val_glob: shard name patterns inside ``data_dir``.
+        tokenizer: the tokenizer ``target`` was set on (``gpt2``, ``bpe``): shards made with
+            another one are refused with one line, never scored (None: not checked).
         val_tokens: how many validation targets are scored (a multiple of ``eval_seq_len``).
         vocab_size: tokens the model must give logits for (50257 for GPT-2).
         eval_seq_len / eval_batch_size: shape of the harness's evaluation batches.
@@ -89,6 +91,7 @@ class SpeedrunFitness:
         data_dir: str,
         train_glob: str = "*_train_*.bin",
         val_glob: str = "*_val_*.bin",
+        tokenizer: str | None = None,
         val_tokens: int,
         vocab_size: int = 50257,
         eval_seq_len: int = 1024,
@@ -117,7 +120,9 @@ class SpeedrunFitness:
             raise ValueError(f"n_seeds must be >= 1, got {n_seeds}")
         self.target, self.alpha, self.reach, self.n_seeds = target, alpha, reach, n_seeds
         self.cpu_parallel = cpu_parallel
-        self.data = DataSpec(data_dir=data_dir, train_glob=train_glob, val_glob=val_glob)
+        self.data = DataSpec(
+            data_dir=data_dir, train_glob=train_glob, val_glob=val_glob, tokenizer=tokenizer
+        )
         self.settings = RunSettings(
             preset=preset,
             vocab_size=vocab_size,
@@ -146,7 +151,11 @@ class SpeedrunFitness:
     def stages(self) -> list[Stage]:
         """The cascade: the compile cache filled (with ``compile_cache``), one seed, then the
         remaining seeds and the t-test."""
-        warmup = [Stage(name="cache_warmup", run=self.cache_warmup)] if self.settings.compile_cache else []
+        warmup = (
+            [Stage(name="cache_warmup", run=self.cache_warmup)]
+            if self.settings.compile_cache
+            else []
+        )
         return [
             *warmup,
             Stage(name="first_seed", run=self.first_seed),

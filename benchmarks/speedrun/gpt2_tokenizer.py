@@ -7,8 +7,9 @@ ranks 50257-50280 for runs of spaces), and litellm (a dependency of evolve) ship
 them (a token of rank r is the merge of the two pieces that BPE over ranks < r leaves),
 and run it with Hugging Face ``tokenizers`` and GPT-2's pre-tokenization regex. The
 result gives GPT-2's token ids, so a target such as 3.28 stays defined on the same
-tokens. If no ranks file is found, ``train_bpe`` trains a byte-level BPE instead: a
-different vocabulary, so losses are not comparable with GPT-2-token targets.
+tokens. If no ranks file is found, ``GPT2RanksMissing`` says where it looked and how to
+provide one; nothing falls back. ``train_bpe`` trains a byte-level BPE when one is asked for
+by name: a different vocabulary, so losses are not comparable with GPT-2-token targets.
 """
 
 from __future__ import annotations
@@ -55,12 +56,16 @@ def ranks_file_candidates() -> list[Path]:
     return [Path(d) / name for d in dirs if d for name in names]
 
 
+class GPT2RanksMissing(FileNotFoundError):
+    """No tiktoken ranks file with GPT-2's vocabulary where one was looked for."""
+
+
 def load_gpt2_ranks(path: Path | None = None) -> dict[bytes, int]:
     """GPT-2's BPE ranks (50256 byte strings) from a tiktoken ranks file.
 
     Raises:
-        FileNotFoundError: no ranks file was found; install litellm or set
-            TIKTOKEN_CACHE_DIR, or use ``train_bpe``.
+        GPT2RanksMissing: no valid ranks file was found; its message names the files looked
+            for and the two ways to provide one.
     """
     candidates = [path] if path else ranks_file_candidates()
     for candidate in candidates:
@@ -73,10 +78,12 @@ def load_gpt2_ranks(path: Path | None = None) -> dict[bytes, int]:
             if len(ranks) != EOT or sorted(ranks.values()) != list(range(EOT)):
                 continue
             return ranks
-    raise FileNotFoundError(
-        "no tiktoken ranks file with GPT-2's vocabulary found (looked in "
+    raise GPT2RanksMissing(
+        "no tiktoken ranks file with GPT-2's vocabulary (looked for "
         + ", ".join(str(c) for c in candidates)
-        + "); install litellm (it ships p50k_base), set TIKTOKEN_CACHE_DIR, or train a BPE with train_bpe()"
+        + "); install litellm (it ships p50k_base), or set TIKTOKEN_CACHE_DIR to a folder holding "
+        f"p50k_base.tiktoken or r50k_base.tiktoken saved under the sha1 of its URL ({P50K_URL}); "
+        "a BPE of another vocabulary is made only when asked for (--tokenizer bpe)"
     )
 
 
@@ -123,8 +130,8 @@ def gpt2_tokenizer(ranks: dict[bytes, int] | None = None) -> Tokenizer:
 def train_bpe(texts: Iterable[str], *, vocab_size: int = EOT + 1) -> Tokenizer:
     """A byte-level BPE (``evolve.harness.tokenizer``) whose last id (``vocab_size - 1``) is EOT.
 
-    The fallback when GPT-2's ranks are unavailable. Ids differ from GPT-2's, so a loss
-    target set on GPT-2 tokens does not carry over.
+    Used only when asked for by name (``--tokenizer bpe``, the CPU scale's corpus). Ids differ
+    from GPT-2's, so a loss target set on GPT-2 tokens does not carry over.
     """
     if not 257 <= vocab_size <= EOT + 1:
         raise ValueError(

@@ -49,10 +49,12 @@ from evolve.types import EvalStatus
 from .. import gpu_clocks, gpu_script
 from .data import ensure_stdlib_shards
 from .fitness import ALPHA, SpeedrunFitness, verdict
+from .gpt2_tokenizer import GPT2RanksMissing
 from .prepare_text import prepare
 from .runner import RunRecord
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
+REFERENCE_STEPS = 820  # the step count of benchmarks/references.json's speedrun_1gpu entries
 CPU_TARGET = 5.6  # the tiny preset on stdlib text reaches ~5.42 (measured on this repo's CPU tests)
 GPU1_BATCH = 131072  # the gpu1 preset's tokens per step
 
@@ -80,12 +82,20 @@ def prepare_data(args: argparse.Namespace) -> tuple[str, int, dict]:
         )
     out = args.work / ("wikipedia-smoke" if args.smoke else "wikipedia")
     marker = out / "prepared.json"
-    if marker.is_file() and json.loads(marker.read_text())["train"]["sources"] == [
-        str(p) for p in train
-    ]:
-        return str(out), 50257, json.loads(marker.read_text())
+    if marker.is_file():
+        made = json.loads(marker.read_text())
+        if (
+            made["train"]["sources"] == [str(p) for p in train]
+            and made["tokenizer"] == args.tokenizer
+        ):
+            return str(out), 50257, made
     shutil.rmtree(out, ignore_errors=True)
-    summary = prepare(train=train, val=[val], out=out, prefix="wikipedia")
+    try:
+        summary = prepare(
+            train=train, val=[val], out=out, prefix="wikipedia", tokenizer_kind=args.tokenizer
+        )
+    except GPT2RanksMissing as exc:
+        raise SystemExit(f"error: {exc}") from None
     return str(out), 50257, summary
 
 
@@ -108,6 +118,7 @@ def fitness_for(
         preset=preset,
         target=target,
         data_dir=data_dir,
+        tokenizer="bpe" if args.cpu else args.tokenizer,
         vocab_size=vocab,
         val_tokens=val_tokens,
         eval_seq_len=seq,
@@ -213,10 +224,14 @@ def seeds_part(
         run_timeout_s=steps * batch / (tps1 or 300_000) * 2 + 600,
     )
     ctx = EvalContext(seed=0, gpu=",".join(gpus) if gpus else None, scratch=scratch / "seeds")
-    if args.compile_cache:  # as an evolve run's first evaluation would: the harness's seed run fills it
+    if (
+        args.compile_cache
+    ):  # as an evolve run's first evaluation would: the harness's seed run fills it
         begin = time.monotonic()
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
-        log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
+        log(
+            f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s"
+        )
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
     with (
         phases.timeline("harness") as line,
@@ -233,6 +248,7 @@ def seeds_part(
         save_log(out, f"seed-{r.seed}", r)
     report = seeds_report(records, steps, args.target, f.alpha)
     report["phases"], report["clocks"] = spent, busy
+    report["device"] = gpu_script.card_name() if gpus else "cpu"
     if args.strict_cost and records[0].ok:
         report["strict_cost"] = strict_cost(f, records[0], ctx)
     return report
@@ -343,6 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--minutes", type=float, default=4.0, help="training minutes of each one-GPU seed run"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        choices=("gpt2", "bpe"),
+        default="gpt2",
+        help="tokens of the Wikipedia shards: gpt2 (the target's; no ranks file is an error) or, "
+        "deliberately, a byte-level BPE (recorded in the results; the target does not apply)",
     )
     parser.add_argument(
         "--probe-every", type=float, default=30.0, help="seconds between loss-curve probes"
@@ -533,6 +556,10 @@ def print_seeds(seeds: dict) -> None:
             f"{text[5]:>10}"
         )
     m = seeds["metrics"]
+    losses = [r["loss"] for r in seeds["runs"] if isinstance(r["loss"], float)]
+    if seeds["steps"] == REFERENCE_STEPS and seeds.get("device", "cpu") != "cpu" and losses:
+        mean = sum(losses) / len(losses)
+        print(f"reference: {gpu_script.judged('speedrun_1gpu', seeds['device'], mean)}")
     if "pvalue" in m:
         print(
             f"mean loss {m['loss_mean']:.4f} (sd {m['loss_std']:.4f}), p = {m['pvalue']:.3g}, "

@@ -1,9 +1,9 @@
 """Tokenize local text (txt, jsonl, jsonl.xz/gz) into speedrun shards, for machines offline.
 
 Each ``.txt`` file is one document; each line of a ``.jsonl`` file is one document (its
-``text`` field); the files are read by ``evolve.harness.documents`` (also parquet). Documents are tokenized with GPT-2's vocabulary (``gpt2_tokenizer``),
-or with a byte-level BPE trained on the training text when ``--tokenizer bpe`` is asked
-or GPT-2's ranks are missing. Output: ``{prefix}_val_000000.bin`` and
+``text`` field); the files are read by ``evolve.harness.documents`` (also parquet). Documents are tokenized with GPT-2's vocabulary (``gpt2_tokenizer``;
+without its ranks file the command stops with one ``error:`` line naming where it looked), or
+with a byte-level BPE trained on the training text when ``--tokenizer bpe`` is asked. Output: ``{prefix}_val_000000.bin`` and
 ``{prefix}_train_000001.bin``..., plus ``tokenizer.json`` and ``prepared.json`` (counts,
 tokenizer kind, sources).
 
@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from evolve.harness.documents import iter_texts, stdlib_tests
 
 from .gpt2_tokenizer import (
+    GPT2RanksMissing,
     encode_documents,
     eot_id,
     gpt2_tokenizer,
@@ -105,18 +106,15 @@ def prepare(
     """Tokenize training and validation text into shards under ``out``; return a summary.
 
     Documents come from files (``train``/``val``) or directly from iterators
-    (``train_docs``/``val_docs``). ``tokenizer_kind`` is ``gpt2`` (exact GPT-2 ids, falling
-    back to ``bpe`` if GPT-2's ranks are unavailable) or ``bpe`` (``bpe_vocab`` ids, the
-    last one being the end-of-text separator: 50256 for the default 50257).
+    (``train_docs``/``val_docs``). ``tokenizer_kind`` is ``gpt2`` (exact GPT-2 ids; without
+    GPT-2's ranks this raises ``GPT2RanksMissing`` rather than use another vocabulary) or
+    ``bpe`` (``bpe_vocab`` ids, the last one being the end-of-text separator: 50256 for the
+    default 50257), asked for by name and recorded in ``prepared.json``.
     """
-    out.mkdir(parents=True, exist_ok=True)
     kind = tokenizer_kind
     if kind == "gpt2":
-        try:
-            tokenizer = gpt2_tokenizer()
-        except FileNotFoundError as exc:
-            print(f"warning: {exc}; training a byte-level BPE instead", file=sys.stderr)
-            kind = "bpe"
+        tokenizer = gpt2_tokenizer()  # no GPT-2 ranks: GPT2RanksMissing, never another tokenizer
+    out.mkdir(parents=True, exist_ok=True)
     if kind == "bpe":
         texts = list(train_docs) if train_docs is not None else list(iter_texts(train or []))
         tokenizer = train_bpe(texts, vocab_size=bpe_vocab)
@@ -159,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         "--bpe-vocab", type=int, default=50257, help="vocabulary of --tokenizer bpe (EOT = last id)"
     )
     parser.add_argument("--tokens-per-shard", type=int, default=TOKENS_PER_SHARD)
-    summary = prepare(**vars(parser.parse_args(argv)))  # the options are prepare's parameters
+    try:
+        summary = prepare(**vars(parser.parse_args(argv)))  # the options are prepare's parameters
+    except GPT2RanksMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import random
 import sys
@@ -41,7 +42,46 @@ def test_nanochat_runs_are_read_from_campaign_parts_and_grouped_by_shards():
     assert any(r.shards == 6 and r.day == "2026-12-03" for r in runs)  # inside campaign-scorer.json
     lines = derive.report(derive.load([REPO / "benchmarks/nanochat/results"], "nanochat", 300,
                                       ("warmup-noise",)), "nanochat", 3, 0.01, 0.99)  # fmt: skip
-    assert lines[0].startswith("== nanochat, 8 training shards") and "1.4014" not in lines[0]
+    assert (
+        lines[0].startswith("== nanochat on NVIDIA H200, 8 training shards")
+        and "1.4014" not in lines[0]
+    )
+
+
+def test_runs_are_kept_apart_by_the_card_they_ran_on_and_each_card_gets_its_own_reference(tmp_path):
+    def part(card: str, day: str, values: list[float]) -> dict:
+        runs = [{"seed": i, "status": "ok", "val_bpb": v, "metrics": {"steps": 800}} for i, v in enumerate(values)]  # fmt: skip
+        return {"date": day, "gpu": f"{card}, 580.1", "runs": [{"results": {"results.json": {
+            "summary": {"val_bpb_mean": 0, "budget_s": 300, "device": card, "train_shards": 8},
+            "runs": runs}}}]}  # fmt: skip
+
+    (tmp_path / "h100.json").write_text(json.dumps(part("NVIDIA H100 80GB HBM3", "2026-12-07", [1.47, 1.49, 1.48])))  # fmt: skip
+    (tmp_path / "h200.json").write_text(json.dumps(part("NVIDIA H200", "2026-12-07", [1.41, 1.42])))
+    runs = derive.load([tmp_path], "nanochat", 300)
+    assert {r.card for r in runs} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    lines = derive.report(runs, "nanochat", 3, 0.01, 0.99)
+    assert sum(line.startswith("== nanochat on ") for line in lines) == 2
+    found = derive.references(runs, 300)
+    assert found["NVIDIA H100 80GB HBM3"]["mean"] == pytest.approx(1.48)
+    assert found["NVIDIA H100 80GB HBM3"]["runs"] == 3 and found["NVIDIA H200"]["runs"] == 2
+    target = tmp_path / "references.json"
+    target.write_text(json.dumps({"speedrun_1gpu": {"NVIDIA H200": {"mean": 5.1}}}))
+    derive.write_references(target, "nanochat", found)
+    stored = json.loads(target.read_text())
+    assert set(stored["nanochat"]) == set(found) and stored["speedrun_1gpu"]["NVIDIA H200"]["mean"] == 5.1  # fmt: skip
+
+
+def test_the_stored_references_are_what_the_stored_runs_give():
+    """benchmarks/references.json holds what derive_reference computes from the stored results."""
+    stored = json.loads((REPO / "benchmarks/references.json").read_text())
+    for benchmark, setting, exclude in (
+        ("nanochat", 300, ("warmup-noise",)),
+        ("speedrun", 820, ()),
+    ):
+        runs = derive.load([REPO / f"benchmarks/{benchmark}/results"], benchmark, setting, exclude)
+        key = derive.REFERENCE_KEYS[benchmark]
+        for card, entry in derive.references(runs, setting).items():
+            assert {k: stored[key][card][k] for k in entry} == entry, (benchmark, card)
 
 
 def test_spreads_split_the_days_from_the_seeds():

@@ -77,12 +77,15 @@ def card_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 
 
-def judged(benchmark: str, card: str, value: float, *, path: Path = REFERENCES) -> str:
+def judged(
+    benchmark: str, card: str, value: float, setting: float, *, path: Path = REFERENCES
+) -> str:
     """One line that sets ``value`` against ``benchmark``'s reference on ``card``, or says that
-    there is none for that card (a reference measured on another card says nothing of this one).
+    there is none for that card (a reference measured on another card says nothing of this one)
+    or none at this ``setting`` (the budget in s or the steps the run had).
 
-    ``benchmark`` is a key of the references file: ``nanochat`` (val_bpb at 300 s) or
-    ``speedrun_1gpu`` (validation loss at 820 steps).
+    ``benchmark`` is a key of the references file: ``nanochat`` (val_bpb at a budget) or
+    ``speedrun_1gpu`` (validation loss at a step count).
     """
     stored = json.loads(path.read_text()).get(benchmark, {}) if path.is_file() else {}
     reference = stored.get(card)
@@ -91,6 +94,11 @@ def judged(benchmark: str, card: str, value: float, *, path: Path = REFERENCES) 
         return (
             f"no {benchmark} reference for {card} (references exist for: {others}); "
             "this figure cannot be judged against a reference yet"
+        )
+    if reference["setting"] != setting:
+        return (
+            f"the {benchmark} reference for {card} was measured at {reference['setting']:g}, "
+            f"this run at {setting:g}: not comparable"
         )
     sd = reference.get("sd")
     distance = f", {(value - reference['mean']) / sd:+.1f} sd" if sd else ""

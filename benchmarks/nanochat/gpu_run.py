@@ -45,9 +45,6 @@ from .client import CONFIG_ENV
 from .fitness import NanochatFitness
 from .supervisor import Rows
 
-REFERENCE_BUDGET_S = (
-    300  # the budget benchmarks/references.json's nanochat entries were measured at
-)
 CHUNK_CHARS = (
     6000  # ~1500 tokens: Wikipedia articles are cut at paragraph ends so rows use whole articles
 )
@@ -114,9 +111,7 @@ def prepare_wiki(wiki: Path, data_dir: Path, name: str, vocab: int, max_chars: i
     return root
 
 
-def run_one(
-    fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu: str | None
-) -> dict:
+def run_one(fitness: NanochatFitness, seed: int, root: Path, options: dict, gpu: str | None) -> dict:
     """One harness evaluation of the program (``options["program"]``, default the seed); with
     ``options["rescore"]`` its checkpoint scored again (see rescored), with ``options["bare"]``
     the program run again bare, with ``options["bare_sandboxed"]`` bare in the sandbox (see
@@ -124,9 +119,7 @@ def run_one(
     program = options.get("program") or fitness.benchmark_overrides["seed"]
     work = root / f"seed{seed}"
     shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(
-        program, work, ignore=shutil.ignore_patterns("__pycache__", "checkpoint", "initial")
-    )
+    shutil.copytree(program, work, ignore=shutil.ignore_patterns("__pycache__", "checkpoint", "initial"))
     scratch = root / f"scratch{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
     ctx = EvalContext(
@@ -160,9 +153,8 @@ def run_one(
         "bare": bare_tax(fitness, Path(program), root / f"bare{seed}", ctx, ev.metrics)
         if options.get("bare") and ev.ok
         else None,
-        "bare_sandboxed": bare_tax(
-            fitness, Path(program), root / f"sandboxed{seed}", ctx, ev.metrics, sandboxed=True
-        )
+        "bare_sandboxed": bare_tax(fitness, Path(program), root / f"sandboxed{seed}", ctx, ev.metrics,
+                                   sandboxed=True)
         if options.get("bare_sandboxed") and ev.ok
         else None,
     }
@@ -174,9 +166,7 @@ def bare_tax(fitness: NanochatFitness, program: Path, folder: Path, ctx: EvalCon
     harness gives it and the training rows the harness's feed makes for this seed, packed into
     memory beforehand (a quarter more than the harness run used; reused from the start after).
     ``sandboxed``: inside the training harness's sandbox (the sandbox's share of the tax)."""
-    shutil.copytree(
-        program, folder, ignore=shutil.ignore_patterns("__pycache__", "checkpoint", "initial")
-    )
+    shutil.copytree(program, folder, ignore=shutil.ignore_patterns("__pycache__", "checkpoint", "initial"))
     settings = fitness.program_settings(folder, ctx)
     scale = fitness.scale
     rows = Rows(settings)(int(metrics["tokens"] * 1.25 / scale.seq_len) + 64, True)
@@ -291,11 +281,9 @@ def markdown(
         f"{s['startup_s']:.0f} s and scoring {s['eval_s']:.0f} s; {s['params']:,.0f} parameters.",
         "",
     ]
-    if s["device"] != "cpu" and s["budget_s"] == REFERENCE_BUDGET_S and s["runs_ok"]:
-        lines += [
-            f"Reference: {gpu_script.judged('nanochat', s['device'], s['val_bpb_mean'])}.",
-            "",
-        ]
+    if s["device"] != "cpu" and s["runs_ok"]:
+        judged = gpu_script.judged("nanochat", s["device"], s["val_bpb_mean"], s["budget_s"])
+        lines += [f"Reference: {judged}.", ""]
     for r in runs:
         lines += [
             f"Seed {r['seed']}: {phase_line(r)}",
@@ -326,10 +314,7 @@ def bare_line(run: dict) -> list[str]:
     ``--bare-sandboxed``), whichever were run, or nothing."""
     m = run["metrics"]
     lines = []
-    for key, what in (
-        ("bare", "run bare"),
-        ("bare_sandboxed", "run bare inside the harness's sandbox"),
-    ):
+    for key, what in (("bare", "run bare"), ("bare_sandboxed", "run bare inside the harness's sandbox")):
         bare = run.get(key)
         if bare and bare["tokens_per_s"] > 0:
             lines += [
@@ -499,9 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         # one process per run (spawned: this one holds a CUDA context from the matmul measurement)
         options = {"rescore": args.strict_cost, "bare": args.bare, "bare_sandboxed": args.bare_sandboxed,
                    "program": str(args.program.resolve()) if args.program else None}  # fmt: skip
-        runs = placement.run_on_slots(
-            run_one, [(fitness, seed, work, options) for seed in seeds], gpus
-        )
+        runs = placement.run_on_slots(run_one, [(fitness, seed, work, options) for seed in seeds], gpus)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(runs, peak, fitness.scale, device_name)

@@ -151,11 +151,7 @@ class SpeedrunFitness:
     def stages(self) -> list[Stage]:
         """The cascade: the compile cache filled (with ``compile_cache``), one seed, then the
         remaining seeds and the t-test."""
-        warmup = (
-            [Stage(name="cache_warmup", run=self.cache_warmup)]
-            if self.settings.compile_cache
-            else []
-        )
+        warmup = [Stage(name="cache_warmup", run=self.cache_warmup)] if self.settings.compile_cache else []
         return [
             *warmup,
             Stage(name="first_seed", run=self.first_seed),

@@ -54,7 +54,6 @@ from .prepare_text import prepare
 from .runner import RunRecord
 
 SEED_DIR = Path(__file__).resolve().parent / "seed"
-REFERENCE_STEPS = 820  # the step count of benchmarks/references.json's speedrun_1gpu entries
 CPU_TARGET = 5.6  # the tiny preset on stdlib text reaches ~5.42 (measured on this repo's CPU tests)
 GPU1_BATCH = 131072  # the gpu1 preset's tokens per step
 
@@ -84,10 +83,7 @@ def prepare_data(args: argparse.Namespace) -> tuple[str, int, dict]:
     marker = out / "prepared.json"
     if marker.is_file():
         made = json.loads(marker.read_text())
-        if (
-            made["train"]["sources"] == [str(p) for p in train]
-            and made["tokenizer"] == args.tokenizer
-        ):
+        if made["train"]["sources"] == [str(p) for p in train] and made["tokenizer"] == args.tokenizer:
             return str(out), 50257, made
     shutil.rmtree(out, ignore_errors=True)
     try:
@@ -224,14 +220,10 @@ def seeds_part(
         run_timeout_s=steps * batch / (tps1 or 300_000) * 2 + 600,
     )
     ctx = EvalContext(seed=0, gpu=",".join(gpus) if gpus else None, scratch=scratch / "seeds")
-    if (
-        args.compile_cache
-    ):  # as an evolve run's first evaluation would: the harness's seed run fills it
+    if args.compile_cache:  # as an evolve run's first evaluation would: the harness's seed run fills it
         begin = time.monotonic()
         warmed = f.cache_warmup(SEED_DIR, ctx).metrics["cache_warmup_ok"]
-        log(
-            f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s"
-        )
+        log(f"compile cache {args.compile_cache}: warm-up {'ok' if warmed else 'FAILED'} in {time.monotonic() - begin:.1f}s")
     log(f"seeds {args.seeds} on {ctx.gpu or 'CPU'}, one run per GPU at a time")
     with (
         phases.timeline("harness") as line,
@@ -557,9 +549,9 @@ def print_seeds(seeds: dict) -> None:
         )
     m = seeds["metrics"]
     losses = [r["loss"] for r in seeds["runs"] if isinstance(r["loss"], float)]
-    if seeds["steps"] == REFERENCE_STEPS and seeds.get("device", "cpu") != "cpu" and losses:
-        mean = sum(losses) / len(losses)
-        print(f"reference: {gpu_script.judged('speedrun_1gpu', seeds['device'], mean)}")
+    if seeds.get("device", "cpu") != "cpu" and losses:
+        mean = statistics.fmean(losses)
+        print(f"reference: {gpu_script.judged('speedrun_1gpu', seeds['device'], mean, seeds['steps'])}")
     if "pvalue" in m:
         print(
             f"mean loss {m['loss_mean']:.4f} (sd {m['loss_std']:.4f}), p = {m['pvalue']:.3g}, "
